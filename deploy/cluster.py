@@ -1,0 +1,315 @@
+"""A real three-node Kafka cluster (KRaft, combined broker+controller) on loopback.
+
+Started from the jars pinned in ``deploy/jvm/kafka-broker.pom.xml``; data and
+logs live under ``<home>/kafka/node<N>``. ``up`` formats storage once (static
+quorum, classic leader election: ``eligible.leader.replicas.version=0``) and
+returns only when every broker is registered and a probe topic with RF=3
+accepts an ``acks=all`` write. Single-node actions (``kill``, ``stop``,
+``start``) exist for fault tests.
+
+Command: ``kafka-audit cluster up|status|down|kill N|stop N|start N``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+from kafka_audit.deploy.jvm import broker_classpath
+from kafka_audit.errors import ClusterError
+from kafka_audit.settings import ClusterSettings, Settings
+
+__all__ = ["LocalCluster", "PartitionInfo", "wait_until"]
+
+PROBE_TOPIC = "_kafka_audit_probe"
+
+
+def wait_until(check: Callable[[], object], timeout: float, what: str, every: float = 0.25):
+    """Poll ``check`` until it returns a truthy value; raise ClusterError after ``timeout``."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = check()
+            if value:
+                return value
+        except Exception as exc:  # noqa: BLE001 - the condition is retried until the deadline
+            last_error = exc
+        time.sleep(every)
+    raise ClusterError(f"timed out after {timeout:.0f}s waiting for {what}"
+                       + (f" (last error: {last_error})" if last_error else ""))
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    topic: str
+    partition: int
+    leader: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+
+
+class LocalCluster:
+    """The local cluster described by ``Settings.cluster`` under ``Settings.home``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.cfg: ClusterSettings = settings.cluster
+        self.root = settings.home_dir / "kafka"
+
+    # ---- layout -------------------------------------------------------------------
+    def node_dir(self, node: int) -> Path:
+        return self.root / f"node{node}"
+
+    def _pid_file(self, node: int) -> Path:
+        return self.node_dir(node) / "broker.pid"
+
+    @property
+    def nodes(self) -> list[int]:
+        return list(range(1, self.cfg.nodes + 1))
+
+    @property
+    def bootstrap(self) -> str:
+        return self.cfg.bootstrap
+
+    def _properties(self, node: int) -> str:
+        c = self.cfg
+        voters = ",".join(f"{n}@{c.host}:{c.controller_port(n)}" for n in self.nodes)
+        props: dict[str, object] = {
+            "process.roles": "broker,controller",
+            "node.id": node,
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{c.host}:{c.broker_port(node)},"
+                         f"CONTROLLER://{c.host}:{c.controller_port(node)}",
+            "advertised.listeners": f"PLAINTEXT://{c.host}:{c.broker_port(node)}",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(self.node_dir(node) / "data"),
+            "metadata.log.dir": str(self.node_dir(node) / "meta"),
+            **c.broker_overrides,
+        }
+        return "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
+                       for k, v in props.items())
+
+    def _write_config(self, node: int) -> Path:
+        d = self.node_dir(node)
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        path = d / "server.properties"
+        path.write_text(self._properties(node))
+        return path
+
+    def _java(self, main: str, *args: str, node: int | None = None) -> list[str]:
+        logs = self.node_dir(node) / "logs" if node else self.root
+        log4j = resources.files("kafka_audit.conf").joinpath("broker-log4j2.xml")
+        return ["java", *self.cfg.heap.split(), "-XX:+UseG1GC", "-Djava.awt.headless=true",
+                f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={logs}",
+                "-cp", broker_classpath(), main, *args]
+
+    # ---- storage ------------------------------------------------------------------
+    def format(self) -> None:
+        """Format every node's storage once, with one cluster id."""
+        self.root.mkdir(parents=True, exist_ok=True)
+        id_file = self.root / "cluster.id"
+        if not id_file.exists():
+            id_file.write_text(uuid.uuid4().hex[:22])  # any 16-byte base64-ish id
+        cluster_id = _kafka_uuid(id_file)
+        for node in self.nodes:
+            if (self.node_dir(node) / "meta" / "meta.properties").exists():
+                continue
+            conf = self._write_config(node)
+            cmd = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf),
+                             "--feature", "eligible.leader.replicas.version=0", node=node)
+            proc = subprocess.run(cmd, capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise ClusterError(f"format of node {node} failed: {proc.stdout}{proc.stderr}")
+
+    # ---- processes ----------------------------------------------------------------
+    def pid(self, node: int) -> int | None:
+        try:
+            pid = int(self._pid_file(node).read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return None
+        # a recycled pid must still be our broker
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        return pid if b"kafka.Kafka" in cmdline and str(self.node_dir(node)).encode() in cmdline \
+            else None
+
+    def start(self, node: int) -> int:
+        if (pid := self.pid(node)) is not None:
+            return pid
+        conf = self._write_config(node)
+        out = open(self.node_dir(node) / "logs" / "stdout.log", "ab")
+        proc = subprocess.Popen(self._java("kafka.Kafka", str(conf), node=node),
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        self._pid_file(node).write_text(str(proc.pid))
+        return proc.pid
+
+    def signal(self, node: int, sig: int) -> None:
+        pid = self.pid(node)
+        if pid is None:
+            raise ClusterError(f"node {node} is not running")
+        os.kill(pid, sig)
+
+    def kill(self, node: int) -> None:
+        """SIGKILL one node: no clean shutdown, no leadership hand-off."""
+        pid = self.pid(node)
+        self.signal(node, signal.SIGKILL)
+        _wait_exit(pid, 30)
+
+    def stop(self, node: int, timeout: float = 60) -> None:
+        """Clean shutdown (SIGTERM): leadership moves away before the node exits."""
+        pid = self.pid(node)
+        if pid is None:
+            return
+        os.kill(pid, signal.SIGTERM)
+        if not _wait_exit(pid, timeout, raise_on_timeout=False):
+            os.kill(pid, signal.SIGKILL)
+            _wait_exit(pid, 30)
+
+    def running(self) -> list[int]:
+        return [n for n in self.nodes if self.pid(n) is not None]
+
+    # ---- cluster lifecycle ------------------------------------------------------------
+    def up(self, progress: Callable[[str], None] = lambda _m: None) -> None:
+        self.format()
+        for node in self.nodes:
+            self.start(node)
+        progress(f"started nodes {self.nodes}; waiting for registration")
+        self.wait_ready(self.cfg.ready_timeout_seconds)
+        progress(f"cluster ready at {self.bootstrap}")
+
+    def down(self) -> None:
+        # stop in parallel: a clean shutdown waits for controlled shutdown, so send all first
+        pids = {n: self.pid(n) for n in self.nodes}
+        for pid in pids.values():
+            if pid is not None:
+                os.kill(pid, signal.SIGTERM)
+        for node, pid in pids.items():
+            if pid is not None and not _wait_exit(pid, 45, raise_on_timeout=False):
+                os.kill(pid, signal.SIGKILL)
+                _wait_exit(pid, 30)
+
+    def admin(self):
+        from confluent_kafka.admin import AdminClient
+
+        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000})
+
+    def registered_brokers(self) -> set[int]:
+        md = self.admin().list_topics(timeout=5)
+        return set(md.brokers)
+
+    def wait_ready(self, timeout: float) -> None:
+        want = set(self.nodes)
+        wait_until(lambda: self.registered_brokers() >= want, timeout,
+                   f"brokers {sorted(want)} to register")
+        self.create_topic(PROBE_TOPIC, partitions=1, replication=len(self.nodes))
+        wait_until(self._probe_write, timeout, "an acks=all write to the RF=3 probe topic")
+
+    def _probe_write(self) -> bool:
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
+                      "message.timeout.ms": 5000})
+        result: list[object] = []
+        p.produce(PROBE_TOPIC, b"probe", on_delivery=lambda err, _m: result.append(err))
+        p.flush(10)
+        return bool(result) and result[0] is None
+
+    def create_topic(self, topic: str, partitions: int = 1, replication: int = 3,
+                     config: dict[str, str] | None = None, timeout: float = 30) -> None:
+        from confluent_kafka import KafkaException
+        from confluent_kafka.admin import NewTopic
+
+        admin = self.admin()
+        existing = admin.list_topics(timeout=10).topics
+        if topic not in existing:
+            fut = admin.create_topics([NewTopic(topic, partitions, replication,
+                                                config=config or {})])[topic]
+            try:
+                fut.result(timeout)
+            except KafkaException as exc:
+                if "TOPIC_ALREADY_EXISTS" not in str(exc):
+                    raise
+        wait_until(lambda: self._all_led(topic, partitions), timeout,
+                   f"every partition of {topic} to have a leader")
+
+    def _all_led(self, topic: str, partitions: int) -> bool:
+        infos = self.partitions(topic)
+        return len(infos) == partitions and all(i.leader >= 0 for i in infos)
+
+    def partitions(self, topic: str | None = None) -> list[PartitionInfo]:
+        md = self.admin().list_topics(topic=topic, timeout=5)
+        out = []
+        for name, t in sorted(md.topics.items()):
+            if t.error is not None:
+                continue
+            for pid, p in sorted(t.partitions.items()):
+                out.append(PartitionInfo(name, pid, p.leader, tuple(p.replicas), tuple(p.isrs)))
+        return out
+
+    def leader_of(self, topic: str, partition: int) -> int:
+        for info in self.partitions(topic):
+            if info.partition == partition:
+                return info.leader
+        raise ClusterError(f"no such partition {topic}-{partition}")
+
+    def status(self) -> str:
+        lines = ["node  pid      state"]
+        for n in self.nodes:
+            pid = self.pid(n)
+            lines.append(f"{n:<5} {pid or '-':<8} {'running' if pid else 'stopped'}")
+        try:
+            parts = self.partitions()
+        except Exception as exc:  # noqa: BLE001 - status must print what it can
+            lines.append(f"metadata unavailable: {exc}")
+            return "\n".join(lines)
+        lines.append("")
+        lines.append(f"{'topic':<28} {'part':>4} {'leader':>6}  replicas  isr")
+        for p in parts:
+            lines.append(f"{p.topic:<28} {p.partition:>4} {p.leader:>6}  "
+                         f"{','.join(map(str, p.replicas)):<9} {','.join(map(str, p.isr))}")
+        return "\n".join(lines)
+
+
+def _kafka_uuid(id_file: Path) -> str:
+    """Kafka wants a base64url-encoded 16-byte UUID; derive one stably from the id file."""
+    import base64
+    import hashlib
+
+    raw = hashlib.md5(id_file.read_bytes()).digest()
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _wait_exit(pid: int | None, timeout: float, raise_on_timeout: bool = True) -> bool:
+    if pid is None:
+        return True
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            waited, _ = os.waitpid(pid, os.WNOHANG)  # reap our own child if it is one
+            if waited == pid:
+                return True
+        except ChildProcessError:
+            pass
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        time.sleep(0.05)
+    if raise_on_timeout:
+        raise ClusterError(f"process {pid} did not exit within {timeout}s")
+    return False

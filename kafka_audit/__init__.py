@@ -1,0 +1,3 @@
+"""Kafka durability auditor: proves, message by message, whether acked writes survived."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,263 @@
+"""The ack ledger: every delivery report, spooled durably, then appended to Delta.
+
+The delivery callback only appends a tuple to a deque (never blocks, never
+does I/O). A writer thread drains the deque every ``flush_seconds`` (or at
+``flush_rows``), turns the tuples into one Arrow batch, writes it to a spool
+segment (``<spool>/<app_id>/<version>.arrow``, fsynced, renamed into place),
+then appends it to the ``acks`` Delta table with delta-rs as an idempotent
+transaction ``(app_id, version)``. A segment is deleted only after its commit.
+
+So a crash never loses an ack (the segment is on disk before anything else)
+and never doubles one (on recovery, a segment whose version the table's
+transaction log already holds is dropped, not appended again). A warehouse
+that cannot be written keeps the segments, counts the failure and says so on
+stderr; the next flush retries them in order.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+import sys
+import threading
+import time
+from collections import deque
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from kafka_audit.errors import LedgerWriteError
+from kafka_audit.schemas.tables import arrow_schema
+
+__all__ = ["AckLedger", "DurabilitySettings"]
+
+log = logging.getLogger(__name__)
+_SEQ_CRC = struct.Struct(">QI")
+_SCHEMA = arrow_schema("acks")
+
+
+class DurabilitySettings(tuple):
+    """(acks, idempotence, retries, max_in_flight) as the producer was configured."""
+
+    __slots__ = ()
+
+    def __new__(cls, acks: str, idempotence: bool, retries: int, max_in_flight: int):
+        return super().__new__(cls, (str(acks), bool(idempotence), int(retries), int(max_in_flight)))
+
+
+class AckLedger:
+    """Buffers raw delivery reports and writes them to the ``acks`` table exactly once."""
+
+    def __init__(self, table_path: str, spool_dir: Path, app_id: str, producer_id: str,
+                 run_id: str, durability: DurabilitySettings, flush_seconds: float = 1.0,
+                 flush_rows: int = 50_000) -> None:
+        self.table_path = table_path
+        self.app_id = app_id
+        self.producer_id = producer_id
+        self.run_id = run_id
+        self.durability = durability
+        self.flush_seconds = flush_seconds
+        self.flush_rows = flush_rows
+        self.spool = Path(spool_dir) / app_id.replace("/", "_")
+        self.spool.mkdir(parents=True, exist_ok=True)
+        self._raw: deque[tuple] = deque()
+        self._lock = threading.Lock()  # one drain at a time
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.rows_written = 0
+        self.write_failures = 0
+        self.last_error: str | None = None
+        self._next_version = self._recover_version()
+
+    # ---- hot path -----------------------------------------------------------------------
+    def add(self, raw: tuple) -> None:
+        """Called from the delivery callback: O(1), no I/O, no locks."""
+        self._raw.append(raw)
+
+    # ---- background writer -----------------------------------------------------------------
+    def start(self) -> AckLedger:
+        self._thread = threading.Thread(target=self._run, name=f"ack-ledger-{self.app_id}",
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._wake.wait(self.flush_seconds)
+            self._wake.clear()
+            try:
+                self.flush()
+            except Exception as exc:  # noqa: BLE001 - the writer must outlive a bad flush
+                log.exception("ack ledger flush failed: %s", exc)
+
+    def pending_rows(self) -> int:
+        return len(self._raw)
+
+    def spooled_segments(self) -> list[Path]:
+        return sorted(self.spool.glob("*.arrow"))
+
+    def flush(self) -> int:
+        """Spool what is buffered, then commit every spooled segment; return rows committed."""
+        with self._lock:
+            batch = self._drain()
+            if batch is not None and batch.num_rows:
+                self._spool(batch)
+            return self._commit_spooled()
+
+    def close(self, timeout: float = 30) -> None:
+        """Stop the writer and flush; raise LedgerWriteError if segments remain unwritten."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            self.flush()
+            left = self.spooled_segments()
+            if not left and not self._raw:
+                return
+            if time.monotonic() > deadline:
+                raise LedgerWriteError(
+                    f"{len(left)} ack segments remain spooled in {self.spool} "
+                    f"(last error: {self.last_error}); they will be written on the next start")
+            time.sleep(0.5)
+
+    # ---- internals ----------------------------------------------------------------------
+    def _drain(self) -> pa.Table | None:
+        raw = self._raw
+        items = []
+        pop = raw.popleft
+        try:
+            while True:
+                items.append(pop())
+        except IndexError:
+            pass
+        if not items:
+            return None
+        return self._to_table(items)
+
+    def _to_table(self, items: list[tuple]) -> pa.Table:
+        # item: (stamp, topic, partition, offset, err, latency_seconds, ack_epoch_seconds)
+        n = len(items)
+        seqs, crcs, topics, parts, offsets = [], [], [], [], []
+        send_us, ack_us, codes, names = [], [], [], []
+        unpack = _SEQ_CRC.unpack_from
+        for stamp, topic, partition, offset, err, latency, acked in items:
+            seq, crc = unpack(stamp, 1)
+            seqs.append(seq)
+            crcs.append(crc)
+            topics.append(topic)
+            parts.append(partition if partition is not None and partition >= 0 else None)
+            if err is None:
+                offsets.append(offset)
+                codes.append(None)
+                names.append(None)
+            else:
+                offsets.append(offset if offset is not None and offset >= 0 else None)
+                codes.append(err.code())
+                names.append(err.name())
+            a = int(acked * 1_000_000)
+            ack_us.append(a)
+            send_us.append(a - int((latency or 0.0) * 1_000_000))
+        acks, idem, retries, inflight = self.durability
+        cols: dict[str, Any] = {
+            "run_id": pa.array([self.run_id] * n, pa.string()),
+            "producer_id": pa.array([self.producer_id] * n, pa.string()),
+            "seq": pa.array(seqs, pa.int64()),
+            "topic": pa.array(topics, pa.string()),
+            "partition": pa.array(parts, pa.int32()),
+            "offset": pa.array(offsets, pa.int64()),
+            "checksum": pa.array(crcs, pa.int64()),
+            "send_time": pa.array(send_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "ack_time": pa.array(ack_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "error_code": pa.array(codes, pa.int32()),
+            "error_name": pa.array(names, pa.string()),
+            "acks": pa.array([acks] * n, pa.string()),
+            "idempotence": pa.array([idem] * n, pa.bool_()),
+            "retries": pa.array([retries] * n, pa.int32()),
+            "max_in_flight": pa.array([inflight] * n, pa.int32()),
+            "leader_epoch": pa.nulls(n, pa.int32()),
+        }
+        return pa.Table.from_pydict(cols, schema=_SCHEMA)
+
+    def _segment(self, version: int) -> Path:
+        return self.spool / f"{version:012d}.arrow"
+
+    def _spool(self, table: pa.Table) -> None:
+        version = self._next_version
+        self._next_version += 1
+        path = self._segment(version)
+        tmp = path.with_suffix(".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    def _committed_version(self) -> int:
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        try:
+            v = DeltaTable(self.table_path).transaction_version(self.app_id)
+        except TableNotFoundError:
+            return -1
+        return -1 if v is None else int(v)
+
+    def _recover_version(self) -> int:
+        spooled = [int(p.stem) for p in self.spooled_segments()]
+        try:
+            committed = self._committed_version()
+        except Exception as exc:  # noqa: BLE001 - an unreachable warehouse must not stop producing
+            self._note_failure(exc)
+            committed = -1
+        return max([committed, *spooled]) + 1
+
+    def _commit_spooled(self) -> int:
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        segments = self.spooled_segments()
+        if not segments:
+            return 0
+        written = 0
+        try:
+            committed = self._committed_version()
+            for seg in segments:
+                version = int(seg.stem)
+                if version <= committed:  # committed before a crash: never append twice
+                    seg.unlink()
+                    continue
+                with pa.memory_map(str(seg)) as src:
+                    table = ipc.open_file(src).read_all()
+                write_deltalake(
+                    self.table_path, table, mode="append",
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(self.app_id, version)]),
+                )
+                seg.unlink()
+                written += table.num_rows
+            self.rows_written += written
+            if self.last_error is not None:
+                print(f"ack ledger {self.app_id}: warehouse writable again", file=sys.stderr)
+                self.last_error = None
+        except Exception as exc:  # noqa: BLE001 - keep the segments, say so, retry next flush
+            self._note_failure(exc)
+        return written
+
+    def _note_failure(self, exc: Exception) -> None:
+        self.write_failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        print(f"ack ledger {self.app_id}: cannot write {self.table_path} ({self.last_error}); "
+              f"{len(self.spooled_segments())} segments kept in {self.spool}", file=sys.stderr)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)

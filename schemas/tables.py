@@ -1,0 +1,153 @@
+"""The single declaration of every Delta table and of the message stamp.
+
+Each table is declared once as ``Column`` values; :func:`arrow_schema` and
+:func:`spark_schema` derive the pyarrow and Spark types from that one list,
+and ``tests/integration`` proves they agree with the tables on disk.
+
+Who writes what (one writing engine per table, see FIELD-NOTES):
+
+==================  =====================  ===================================
+table               writer                 one row per
+==================  =====================  ===================================
+``acks``            producers (delta-rs)   delivery report (success or failure)
+``consumed``        consume job (Spark)    record read from an audited topic
+``cluster_events``  watcher (delta-rs)     observed change of leader/ISR
+``findings``        audit job (Spark)      anomaly, or confirmed count per partition
+``partition_state`` audit job (Spark)      partition per audit pass: consumed frontier
+``dq_results``      audit job (delta-rs)   expectation result per validated batch
+==================  =====================  ===================================
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+__all__ = ["Column", "TABLES", "arrow_schema", "spark_schema", "column_names"]
+
+
+@dataclass(frozen=True)
+class Column:
+    name: str
+    type: str  # string | long | int | bool | timestamp | double | int_list
+    nullable: bool = True
+    doc: str = ""
+
+
+_ARROW = {
+    "string": pa.string(),
+    "long": pa.int64(),
+    "int": pa.int32(),
+    "bool": pa.bool_(),
+    "double": pa.float64(),
+    # timezone-aware UTC microseconds: readable and writable by both Delta engines
+    "timestamp": pa.timestamp("us", tz="UTC"),
+    "int_list": pa.list_(pa.int32()),
+}
+
+C = Column
+
+TABLES: dict[str, list[Column]] = {
+    "acks": [
+        C("run_id", "string", False, "producer run (one process lifetime)"),
+        C("producer_id", "string", False, "stable producer name"),
+        C("seq", "long", False, "per-producer sequence stamped in the record"),
+        C("topic", "string", False),
+        C("partition", "int", True, "null when the write failed before a partition was chosen"),
+        C("offset", "long", True, "null when delivery failed"),
+        C("checksum", "long", False, "CRC32 of the payload"),
+        C("send_time", "timestamp", False),
+        C("ack_time", "timestamp", False, "when the delivery report arrived"),
+        C("error_code", "int", True, "librdkafka error code; null on success"),
+        C("error_name", "string", True),
+        C("acks", "string", False, "producer acks setting"),
+        C("idempotence", "bool", False),
+        C("retries", "int", False),
+        C("max_in_flight", "int", False),
+        C("leader_epoch", "int", True, "leader epoch if the client exposes it (librdkafka: no)"),
+    ],
+    "consumed": [
+        C("topic", "string", False),
+        C("partition", "int", False),
+        C("offset", "long", False),
+        C("kafka_timestamp", "timestamp", True),
+        C("stamped", "bool", False, "false for foreign or malformed records (counted, not failed)"),
+        C("stamp_error", "string", True, "why a stamp could not be parsed"),
+        C("producer_id", "string", True),
+        C("run_id", "string", True),
+        C("seq", "long", True),
+        C("checksum", "long", True),
+        C("checksum_ok", "bool", True, "payload CRC32 equals the stamped one"),
+        C("read_time", "timestamp", False),
+        C("batch_id", "long", False, "consume job micro-batch that read it"),
+    ],
+    "cluster_events": [
+        C("event_time", "timestamp", False),
+        C("topic", "string", False),
+        C("partition", "int", False),
+        C("kind", "string", False, "leader_change | isr_shrink | isr_expand | offline | "
+                                   "under_min_isr_enter | under_min_isr_exit | first_seen"),
+        C("leader", "int", True),
+        C("previous_leader", "int", True),
+        C("isr", "int_list", True),
+        C("previous_isr", "int_list", True),
+        C("replicas", "int_list", True),
+        C("leader_epoch", "int", True, "from list_offsets(latest)"),
+        C("source", "string", False, "who observed it, e.g. watcher:metadata"),
+    ],
+    "findings": [
+        C("finding_id", "string", False, "deterministic id of the anomaly"),
+        C("kind", "string", False, "lost | confirmed (a count per partition)"),
+        C("subkind", "string", True, "overwritten | vanished"),
+        C("topic", "string", False),
+        C("partition", "int", False),
+        C("offset", "long", True),
+        C("producer_id", "string", True),
+        C("run_id", "string", True),
+        C("seq", "long", True),
+        C("count", "long", False, "writes this row stands for"),
+        C("ack_time", "timestamp", True),
+        C("evidence", "string", False, "JSON: the rows that prove the verdict"),
+        C("cause", "string", True, "likely cause, from cluster events"),
+        C("detected_at", "timestamp", False),
+    ],
+    "partition_state": [
+        C("topic", "string", False),
+        C("partition", "int", False),
+        C("frontier", "long", False, "highest consumed offset + 1"),
+        C("observed_at", "timestamp", False),
+        C("pending", "long", False, "acked writes not yet judged (frontier not settled)"),
+    ],
+    "dq_results": [
+        C("validated_at", "timestamp", False),
+        C("table_name", "string", False),
+        C("table_version", "long", False, "Delta version validated up to"),
+        C("expectation", "string", False),
+        C("success", "bool", False),
+        C("element_count", "long", True),
+        C("unexpected_count", "long", True),
+        C("details", "string", True),
+    ],
+}
+
+
+def column_names(table: str) -> list[str]:
+    return [c.name for c in TABLES[table]]
+
+
+def arrow_schema(table: str) -> pa.Schema:
+    return pa.schema([pa.field(c.name, _ARROW[c.type], c.nullable) for c in TABLES[table]])
+
+
+def spark_schema(table: str):
+    """The Spark ``StructType`` of a table (imports pyspark lazily: producers need no JVM)."""
+    from pyspark.sql import types as T
+
+    spark_types = {
+        "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(),
+        "bool": T.BooleanType(), "double": T.DoubleType(), "timestamp": T.TimestampType(),
+        "int_list": T.ArrayType(T.IntegerType()),
+    }
+    return T.StructType([T.StructField(c.name, spark_types[c.type], c.nullable)
+                         for c in TABLES[table]])
