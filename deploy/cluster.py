@@ -206,7 +206,18 @@ class LocalCluster:
     def admin(self):
         from confluent_kafka.admin import AdminClient
 
-        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000})
+        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
+                            "logger": _client_logger()})
+
+    def _ports_open(self) -> bool:
+        import socket
+
+        for n in self.nodes:
+            with socket.socket() as sock:
+                sock.settimeout(1)
+                if sock.connect_ex((self.cfg.host, self.cfg.broker_port(n))) != 0:
+                    return False
+        return True
 
     def registered_brokers(self) -> set[int]:
         md = self.admin().list_topics(timeout=5)
@@ -214,6 +225,7 @@ class LocalCluster:
 
     def wait_ready(self, timeout: float) -> None:
         want = set(self.nodes)
+        wait_until(self._ports_open, timeout, "every broker port to accept connections")
         wait_until(lambda: self.registered_brokers() >= want, timeout,
                    f"brokers {sorted(want)} to register")
         self.create_topic(PROBE_TOPIC, partitions=1, replication=len(self.nodes))
@@ -223,7 +235,7 @@ class LocalCluster:
         from confluent_kafka import Producer
 
         p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                      "message.timeout.ms": 5000})
+                      "message.timeout.ms": 5000, "logger": _client_logger()})
         result: list[object] = []
         p.produce(PROBE_TOPIC, b"probe", on_delivery=lambda err, _m: result.append(err))
         p.flush(10)
@@ -283,6 +295,12 @@ class LocalCluster:
             lines.append(f"{p.topic:<28} {p.partition:>4} {p.leader:>6}  "
                          f"{','.join(map(str, p.replicas)):<9} {','.join(map(str, p.isr))}")
         return "\n".join(lines)
+
+
+def _client_logger():
+    import logging
+
+    return logging.getLogger("kafka_audit.librdkafka")
 
 
 def _kafka_uuid(id_file: Path) -> str:
