@@ -4,8 +4,9 @@ Steps, each printed as it happens:
 
 1. fetch the pinned jars (once) and bring the three-node cluster up;
 2. create a fresh RF=3 topic; start the cluster watcher;
-3. produce stamped records with ``acks=1``; after a few seconds SIGKILL the
-   leader of partition 0, wait for a new leader, restart the killed node (it
+3. produce stamped records with ``acks=1``; after a few seconds freeze the
+   followers of partition 0 for half a second (they stay in the ISR), SIGKILL
+   its leader, resume the followers, wait for a new leader, restart the killed node (it
    truncates its divergent tail when it rejoins) and keep producing;
 4. read the topics with the Spark consume job and run audit passes until no
    verdict is pending;
@@ -18,6 +19,8 @@ Steps, each printed as it happens:
 from __future__ import annotations
 
 import json
+import re
+import signal
 import threading
 import time
 import urllib.request
@@ -49,7 +52,7 @@ def say(msg: str) -> None:
 
 def produce_with_leader_kill(settings: Settings, cluster: LocalCluster, topic: str,
                              acks: str = "1", before_kill: float = 4, after_kill: float = 4,
-                             rate: float = 20000, progress=say):
+                             rate: float = 20000, lag_seconds: float = 0.5, progress=say):
     """Produce to ``topic``; SIGKILL partition 0's leader mid-stream; restart it; go on.
 
     Returns (producer, killed node). The producer's ``record`` holds its acks.
@@ -68,8 +71,22 @@ def produce_with_leader_kill(settings: Settings, cluster: LocalCluster, topic: s
     try:
         time.sleep(before_kill)  # let a stream build up before the fault: part of the scenario
         leader = cluster.leader_of(topic, 0)
-        progress(f"SIGKILL node {leader}, leader of {topic}-0")
-        cluster.kill(leader)
+        followers = [n for n in cluster.running() if n != leader]
+        # Followers on loopback replicate within milliseconds, so an acks=1 leader rarely holds
+        # unreplicated writes at the instant it dies. Freezing the followers for a moment
+        # (shorter than replica.lag.time.max.ms: they stay in the ISR) makes them lag for sure;
+        # the leader keeps acknowledging with acks=1 meanwhile. Then the leader is SIGKILLed
+        # and the followers resume: one of them is elected without the acked tail.
+        progress(f"SIGSTOP followers {followers} of {topic}-0 for {lag_seconds}s")
+        for n in followers:
+            cluster.signal(n, signal.SIGSTOP)
+        try:
+            time.sleep(lag_seconds)  # the lag window itself
+            progress(f"SIGKILL node {leader}, leader of {topic}-0")
+            cluster.kill(leader)
+        finally:
+            for n in followers:
+                cluster.signal(n, signal.SIGCONT)
         new = wait_until(lambda: (lambda x: x if x not in (-1, leader) else None)(
             cluster.leader_of(topic, 0)), 60, f"a new leader of {topic}-0")
         progress(f"node {new} leads {topic}-0 now; restarting node {leader}")
@@ -87,15 +104,18 @@ def produce_with_leader_kill(settings: Settings, cluster: LocalCluster, topic: s
 
 
 def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 180,
-                        progress=say):
-    """Consume to the end and audit until the topic has no pending verdict."""
+                        progress=say, pattern: str | None = None):
+    """Consume to the end and audit until the topic has no pending verdict.
+
+    ``pattern`` (a Java regex) narrows what the consume job reads; default: ``topic`` only.
+    """
     from kafka_audit.jobs.audit_job import run_audit_pass
     from kafka_audit.jobs.consume_job import start_consume
     from kafka_audit.jobs.io import read_table
 
     deadline = time.monotonic() + timeout
     while True:
-        start_consume(spark, settings, once=True).awaitTermination()
+        start_consume(spark, settings, pattern or re.escape(topic), once=True).awaitTermination()
         summary = run_audit_pass(spark, settings)
         progress(summary.line())
         t = read_table(settings.table_path("findings"), "findings").to_pylist()
@@ -126,10 +146,13 @@ class ApiServer:
         import uvicorn
 
         from kafka_audit.auditor_api.main import create_app
+        from kafka_audit.settings import get_settings
 
+        app = create_app()
+        app.dependency_overrides[get_settings] = lambda: settings  # serve these tables
         self.port = settings.api.port
         self.base_url = f"http://{settings.api.host}:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(create_app(), host=settings.api.host,
+        self.server = uvicorn.Server(uvicorn.Config(app, host=settings.api.host,
                                                     port=self.port, log_level="warning"))
         self.thread = threading.Thread(target=self.server.run, name="api", daemon=True)
 

@@ -45,7 +45,6 @@ class ClusterSettings(BaseModel):
 
 
 class ProducerSettings(BaseModel):
-    bootstrap: str = "127.0.0.1:29091,127.0.0.1:29092,127.0.0.1:29093"
     acks: str = "all"
     idempotence: bool = False
     retries: int = 2

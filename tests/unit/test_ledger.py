@@ -1,0 +1,94 @@
+"""The ack ledger against a real Delta table (delta-rs; no broker, no JVM)."""
+
+import time
+
+import pytest
+from deltalake import DeltaTable
+
+from kafka_audit.errors import LedgerWriteError
+from kafka_audit.producers.ledger import AckLedger, DurabilitySettings
+from kafka_audit.schemas.stamp import build_stamp
+
+
+class FakeError:
+    """A delivery error as librdkafka reports it (pure data for this unit test)."""
+
+    def code(self):
+        return -192
+
+    def name(self):
+        return "_MSG_TIMED_OUT"
+
+
+def make(tmp_path, **kw):
+    return AckLedger(str(tmp_path / "acks"), tmp_path / "spool", "p/r", "p", "r",
+                     DurabilitySettings("1", False, 2, 5), flush_seconds=60, **kw)
+
+
+def report(seq, offset=None, err=None):
+    return (build_stamp("p", "r", seq, 77), "t", 0, offset if offset is not None else seq,
+            err, 0.002, time.time())
+
+
+def rows(tmp_path):
+    return DeltaTable(str(tmp_path / "acks")).to_pyarrow_table().sort_by("seq").to_pylist()
+
+
+def test_every_report_lands_once_with_its_settings(tmp_path):
+    led = make(tmp_path)
+    for i in range(5):
+        led.add(report(i))
+    led.add(report(5, offset=-1, err=FakeError()))
+    led.close()
+    got = rows(tmp_path)
+    assert [r["seq"] for r in got] == [0, 1, 2, 3, 4, 5]
+    assert got[5]["offset"] is None and got[5]["error_name"] == "_MSG_TIMED_OUT"
+    assert got[0]["acks"] == "1" and got[0]["checksum"] == 77
+    assert got[0]["ack_time"] >= got[0]["send_time"]
+    assert led.spooled_segments() == []
+
+
+def test_crash_after_commit_before_spool_delete_does_not_double(tmp_path):
+    led = make(tmp_path)
+    led.add(report(0))
+    batch = led._drain()
+    led._spool(batch)
+    seg = led.spooled_segments()[0]
+    kept = seg.read_bytes()
+    led._commit_spooled()
+    seg.write_bytes(kept)  # as if the process died between the commit and the unlink
+    again = make(tmp_path)
+    again.close()
+    assert [r["seq"] for r in rows(tmp_path)] == [0]
+
+
+def test_crash_before_commit_is_recovered_from_the_spool(tmp_path):
+    led = make(tmp_path)
+    led.add(report(0))
+    led._spool(led._drain())  # spooled, never committed: the process dies here
+    again = make(tmp_path)
+    again.add(report(1))
+    again.close()
+    assert [r["seq"] for r in rows(tmp_path)] == [0, 1]
+
+
+def test_unreachable_warehouse_keeps_acks_spooled_and_says_so(tmp_path, capsys):
+    blocker = tmp_path / "blocked"
+    blocker.write_text("a file where the warehouse folder should be")
+    led = AckLedger(str(blocker / "acks"), tmp_path / "spool", "p/r", "p", "r",
+                    DurabilitySettings("all", False, 2, 5), flush_seconds=60)
+    led.add(report(0))
+    with pytest.raises(LedgerWriteError):
+        led.close(timeout=1)
+    assert len(led.spooled_segments()) == 1
+    assert led.write_failures >= 1
+    assert "cannot write" in capsys.readouterr().err
+    # the warehouse comes back: the same spool is written, once
+    blocker.unlink()
+    blocker.mkdir()
+    later = AckLedger(str(blocker / "acks"), tmp_path / "spool", "p/r", "p", "r",
+                      DurabilitySettings("all", False, 2, 5), flush_seconds=60)
+    later.close()
+    assert [r["seq"] for r in
+            DeltaTable(str(blocker / "acks")).to_pyarrow_table().to_pylist()] == [0]
+
