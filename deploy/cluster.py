@@ -198,7 +198,7 @@ class LocalCluster:
         for pid in pids.values():
             if pid is not None:
                 os.kill(pid, signal.SIGTERM)
-        for node, pid in pids.items():
+        for pid in pids.values():
             if pid is not None and not _wait_exit(pid, 45, raise_on_timeout=False):
                 os.kill(pid, signal.SIGKILL)
                 _wait_exit(pid, 30)

@@ -12,7 +12,7 @@ StampKey = tuple[str, str, int]  # (producer_id, run_id, seq)
 
 @dataclass(frozen=True)
 class Ack:
-    """A successful delivery report: the broker said ``stamp`` is at ``(topic, partition, offset)``."""
+    """A successful delivery report: the broker put ``stamp`` at ``(topic, partition, offset)``."""
 
     topic: str
     partition: int

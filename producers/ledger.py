@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
@@ -46,7 +47,8 @@ class DurabilitySettings(tuple):
     __slots__ = ()
 
     def __new__(cls, acks: str, idempotence: bool, retries: int, max_in_flight: int):
-        return super().__new__(cls, (str(acks), bool(idempotence), int(retries), int(max_in_flight)))
+        return super().__new__(cls, (str(acks), bool(idempotence), int(retries),
+                                     int(max_in_flight)))
 
 
 class AckLedger:
@@ -142,45 +144,40 @@ class AckLedger:
         return self._to_table(items)
 
     def _to_table(self, items: list[tuple]) -> pa.Table:
+        """Column-wise conversion: the per-row work stays in C (zip, numpy, pyarrow)."""
         # item: (stamp, topic, partition, offset, err, latency_seconds, ack_epoch_seconds)
         n = len(items)
-        seqs, crcs, topics, parts, offsets = [], [], [], [], []
-        send_us, ack_us, codes, names = [], [], [], []
-        unpack = _SEQ_CRC.unpack_from
-        for stamp, topic, partition, offset, err, latency, acked in items:
-            seq, crc = unpack(stamp, 1)
-            seqs.append(seq)
-            crcs.append(crc)
-            topics.append(topic)
-            parts.append(partition if partition is not None and partition >= 0 else None)
-            if err is None:
-                offsets.append(offset)
-                codes.append(None)
-                names.append(None)
-            else:
-                offsets.append(offset if offset is not None and offset >= 0 else None)
-                codes.append(err.code())
-                names.append(err.name())
-            a = int(acked * 1_000_000)
-            ack_us.append(a)
-            send_us.append(a - int((latency or 0.0) * 1_000_000))
+        stamps, topics, parts, offsets, errs, latencies, acked = zip(*items, strict=True)
+        seq, crc = _unpack_stamps(stamps)
+        ack_us = (np.fromiter(acked, np.float64, n) * 1e6).astype(np.int64)
+        lat = np.fromiter((x or 0.0 for x in latencies), np.float64, n)
+        send_us = ack_us - (lat * 1e6).astype(np.int64)
+        parts_np = np.fromiter((-1 if x is None else x for x in parts), np.int64, n)
+        offs_np = np.fromiter((-1 if x is None else x for x in offsets), np.int64, n)
+        failed = [i for i, e in enumerate(errs) if e is not None]
+        codes: list[int | None] = [None] * n
+        names: list[str | None] = [None] * n
+        for i in failed:
+            codes[i] = errs[i].code()
+            names[i] = errs[i].name()
+        ts = pa.timestamp("us", tz="UTC")
         acks, idem, retries, inflight = self.durability
         cols: dict[str, Any] = {
-            "run_id": pa.array([self.run_id] * n, pa.string()),
-            "producer_id": pa.array([self.producer_id] * n, pa.string()),
-            "seq": pa.array(seqs, pa.int64()),
+            "run_id": pa.repeat(pa.scalar(self.run_id, pa.string()), n),
+            "producer_id": pa.repeat(pa.scalar(self.producer_id, pa.string()), n),
+            "seq": pa.array(seq, pa.int64()),
             "topic": pa.array(topics, pa.string()),
-            "partition": pa.array(parts, pa.int32()),
-            "offset": pa.array(offsets, pa.int64()),
-            "checksum": pa.array(crcs, pa.int64()),
-            "send_time": pa.array(send_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
-            "ack_time": pa.array(ack_us, pa.int64()).cast(pa.timestamp("us", tz="UTC")),
+            "partition": pa.array(parts_np, pa.int32(), mask=parts_np < 0),
+            "offset": pa.array(offs_np, pa.int64(), mask=offs_np < 0),
+            "checksum": pa.array(crc, pa.int64()),
+            "send_time": pa.array(send_us, pa.int64()).cast(ts),
+            "ack_time": pa.array(ack_us, pa.int64()).cast(ts),
             "error_code": pa.array(codes, pa.int32()),
             "error_name": pa.array(names, pa.string()),
-            "acks": pa.array([acks] * n, pa.string()),
-            "idempotence": pa.array([idem] * n, pa.bool_()),
-            "retries": pa.array([retries] * n, pa.int32()),
-            "max_in_flight": pa.array([inflight] * n, pa.int32()),
+            "acks": pa.repeat(pa.scalar(acks, pa.string()), n),
+            "idempotence": pa.repeat(pa.scalar(idem, pa.bool_()), n),
+            "retries": pa.repeat(pa.scalar(retries, pa.int32()), n),
+            "max_in_flight": pa.repeat(pa.scalar(inflight, pa.int32()), n),
             "leader_epoch": pa.nulls(n, pa.int32()),
         }
         return pa.Table.from_pydict(cols, schema=_SCHEMA)
@@ -257,6 +254,18 @@ class AckLedger:
         self.last_error = f"{type(exc).__name__}: {exc}"
         print(f"ack ledger {self.app_id}: cannot write {self.table_path} ({self.last_error}); "
               f"{len(self.spooled_segments())} segments kept in {self.spool}", file=sys.stderr)
+
+
+def _unpack_stamps(stamps: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(seq, crc) of every stamp; one producer's stamps all have the same length."""
+    width = len(stamps[0])
+    if all(len(s) == width for s in stamps):
+        raw = np.frombuffer(b"".join(stamps), np.uint8).reshape(len(stamps), width)
+        seq = raw[:, 1:9].copy().view(">u8").ravel().astype(np.int64)
+        crc = raw[:, 9:13].copy().view(">u4").ravel().astype(np.int64)
+        return seq, crc
+    pairs = [_SEQ_CRC.unpack_from(s, 1) for s in stamps]
+    return (np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64))
 
 
 def utcnow() -> datetime:

@@ -67,6 +67,7 @@ def list_findings(
     if since and until and since >= until:
         raise HTTPException(422, "since must be before until")
     t = reader.read("findings")
+    ts_type = t.schema.field("ack_time").type
     mask = None
 
     def both(m):
@@ -79,9 +80,9 @@ def list_findings(
     if kind is not None:
         mask = both(pc.equal(t["kind"], kind.value))
     if since is not None:
-        mask = both(pc.greater_equal(t["ack_time"], pa.scalar(since, t.schema.field("ack_time").type)))
+        mask = both(pc.greater_equal(t["ack_time"], pa.scalar(since, ts_type)))
     if until is not None:
-        mask = both(pc.less(t["ack_time"], pa.scalar(until, t.schema.field("ack_time").type)))
+        mask = both(pc.less(t["ack_time"], pa.scalar(until, ts_type)))
     if mask is not None:
         t = t.filter(pc.fill_null(mask, False))
     t = t.sort_by([("topic", "ascending"), ("partition", "ascending"), ("kind", "ascending"),

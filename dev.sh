@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The README's two commands:
+#   bash dev.sh demo   set up what is missing, run the demo (acks=1 leader kill, audit, REST)
+#   bash dev.sh test   set up what is missing, run every test (unit + real-cluster integration)
+# Other verbs: setup (install only), lint, bench.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+log() { printf '[dev.sh] %s\n' "$*"; }
+
+need_debian() {  # need_debian COMMAND PACKAGE
+  command -v "$1" >/dev/null 2>&1 && return 0
+  log "installing $2 (for $1)"
+  if [ "$(id -u)" != 0 ]; then log "$1 is missing and this is not root: install $2"; exit 1; fi
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
+}
+
+setup() {
+  need_debian java openjdk-17-jre-headless
+  need_debian mvn maven
+  local py=python3.11
+  command -v "$py" >/dev/null 2>&1 || py=python3
+  if [ ! -x .venv/bin/python ]; then
+    log "creating .venv with $($py --version)"
+    "$py" -m venv .venv
+  fi
+  local stamp=.venv/.kafka-audit-installed want
+  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+    log "installing Python dependencies pinned in pyproject.toml (first time: a few minutes)"
+    .venv/bin/pip install -q --upgrade pip
+    .venv/bin/pip install -q -e ".[test]"
+    echo "$want" > "$stamp"
+  fi
+  log "fetching pinned JVM jars with Maven (skipped when cached)"
+  .venv/bin/kafka-audit setup
+}
+
+case "${1:-}" in
+  setup) setup ;;
+  demo) setup; shift; exec .venv/bin/kafka-audit demo "$@" ;;
+  test) setup; shift; exec .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@" ;;
+  lint) setup; .venv/bin/ruff check . ;;
+  bench) setup; shift; exec .venv/bin/python bench/producer_bench.py "$@" ;;
+  *) echo "usage: bash dev.sh demo|test|setup|lint|bench" >&2; exit 2 ;;
+esac
