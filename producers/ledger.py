@@ -23,7 +23,6 @@ import sys
 import threading
 import time
 from collections import deque
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +88,16 @@ class AckLedger:
         return self
 
     def _run(self) -> None:
+        # flush every flush_seconds, or sooner once flush_rows reports are waiting; the
+        # row check runs here, off the delivery path (len of a deque is O(1))
+        tick = min(self.flush_seconds, 0.1)
+        last = time.monotonic()
         while not self._stop.is_set():
-            self._wake.wait(self.flush_seconds)
+            self._wake.wait(tick)
             self._wake.clear()
+            if len(self._raw) < self.flush_rows and time.monotonic() - last < self.flush_seconds:
+                continue
+            last = time.monotonic()
             try:
                 self.flush()
             except Exception as exc:  # noqa: BLE001 - the writer must outlive a bad flush
@@ -267,6 +273,3 @@ def _unpack_stamps(stamps: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray]:
     pairs = [_SEQ_CRC.unpack_from(s, 1) for s in stamps]
     return (np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64))
 
-
-def utcnow() -> datetime:
-    return datetime.now(UTC)

@@ -92,3 +92,15 @@ def test_unreachable_warehouse_keeps_acks_spooled_and_says_so(tmp_path, capsys):
     assert [r["seq"] for r in
             DeltaTable(str(blocker / "acks")).to_pyarrow_table().to_pylist()] == [0]
 
+
+
+def test_writer_thread_flushes_at_flush_rows_without_waiting_for_the_interval(tmp_path):
+    from kafka_audit.deploy.cluster import wait_until
+
+    led = make(tmp_path, flush_rows=3).start()  # flush_seconds is 60
+    for i in range(3):
+        led.add(report(i))
+    wait_until(lambda: led.rows_written == 3, 20, "the row-count flush")
+    assert led.spooled_segments() == []
+    led.close()
+    assert [r["seq"] for r in rows(tmp_path)] == [0, 1, 2]
