@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from fastapi import Depends
 
 from kafka_audit.jobs.io import read_table
@@ -17,8 +18,8 @@ class TableReader:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
 
-    def read(self, table: str) -> pa.Table:
-        return read_table(self.settings.table_path(table), table)
+    def read(self, table: str, where: pc.Expression | None = None) -> pa.Table:
+        return read_table(self.settings.table_path(table), table, where=where)
 
 
 def get_reader(settings: Annotated[Settings, Depends(get_settings)]) -> TableReader:

@@ -27,8 +27,9 @@ from pathlib import Path
 
 from confluent_kafka import Producer
 
+from kafka_audit.clients import client_logger
 from kafka_audit.deploy.cluster import LocalCluster
-from kafka_audit.producers.instrumented import AuditedProducer, quiet_client_logger
+from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.settings import Settings, get_settings
 
 PAYLOAD = b"x" * 100
@@ -37,7 +38,7 @@ PAYLOAD = b"x" * 100
 def conf(bootstrap: str) -> dict:
     return {"bootstrap.servers": bootstrap, "acks": "all", "linger.ms": 5,
             "batch.num.messages": 10000, "queue.buffering.max.messages": 2_000_000,
-            "logger": quiet_client_logger()}
+            "logger": client_logger()}
 
 
 def run_bare(bootstrap: str, topic: str, n: int, callback: bool) -> float:

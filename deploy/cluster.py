@@ -12,6 +12,7 @@ Command: ``kafka-audit cluster up|status|down|kill N|stop N|start N``.
 
 from __future__ import annotations
 
+import base64
 import os
 import signal
 import subprocess
@@ -22,6 +23,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from kafka_audit.clients import client_logger
 from kafka_audit.deploy.jvm import broker_classpath
 from kafka_audit.errors import ClusterError
 from kafka_audit.settings import ClusterSettings, Settings
@@ -118,8 +120,9 @@ class LocalCluster:
         self.root.mkdir(parents=True, exist_ok=True)
         id_file = self.root / "cluster.id"
         if not id_file.exists():
-            id_file.write_text(uuid.uuid4().hex[:22])  # any 16-byte base64-ish id
-        cluster_id = _kafka_uuid(id_file)
+            # Kafka's cluster id: a random 16-byte UUID, base64url without padding
+            id_file.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
+        cluster_id = id_file.read_text().strip()
         for node in self.nodes:
             if (self.node_dir(node) / "meta" / "meta.properties").exists():
                 continue
@@ -207,7 +210,7 @@ class LocalCluster:
         from confluent_kafka.admin import AdminClient
 
         return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
-                            "logger": _client_logger()})
+                            "logger": client_logger()})
 
     def _ports_open(self) -> bool:
         import socket
@@ -235,7 +238,7 @@ class LocalCluster:
         from confluent_kafka import Producer
 
         p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                      "message.timeout.ms": 5000, "logger": _client_logger()})
+                      "message.timeout.ms": 5000, "logger": client_logger()})
         result: list[object] = []
         p.produce(PROBE_TOPIC, b"probe", on_delivery=lambda err, _m: result.append(err))
         p.flush(10)
@@ -295,21 +298,6 @@ class LocalCluster:
             lines.append(f"{p.topic:<28} {p.partition:>4} {p.leader:>6}  "
                          f"{','.join(map(str, p.replicas)):<9} {','.join(map(str, p.isr))}")
         return "\n".join(lines)
-
-
-def _client_logger():
-    import logging
-
-    return logging.getLogger("kafka_audit.librdkafka")
-
-
-def _kafka_uuid(id_file: Path) -> str:
-    """Kafka wants a base64url-encoded 16-byte UUID; derive one stably from the id file."""
-    import base64
-    import hashlib
-
-    raw = hashlib.md5(id_file.read_bytes()).digest()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
 def _wait_exit(pid: int | None, timeout: float, raise_on_timeout: bool = True) -> bool:

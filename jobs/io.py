@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kafka_audit.schemas.tables import arrow_schema
 
@@ -16,15 +17,18 @@ def table_exists(path: str) -> bool:
 
 
 def read_table(path: str, table: str, columns: list[str] | None = None,
-               filters: list | None = None) -> pa.Table:
-    """The table as Arrow; an empty table of the declared schema if it does not exist yet."""
+               where: pc.Expression | None = None) -> pa.Table:
+    """The table as Arrow; an empty table of the declared schema if it does not exist yet.
+
+    ``where`` is applied inside the scan (row groups whose statistics exclude it are skipped).
+    """
     from deltalake import DeltaTable
 
     if not table_exists(path):
-        empty = arrow_schema(table).empty_table()
-        return empty.select(columns) if columns else empty
-    dt = DeltaTable(path)
-    return dt.to_pyarrow_table(columns=columns, filters=filters)
+        found = arrow_schema(table).empty_table()
+        found = found.filter(where) if where is not None else found
+        return found.select(columns) if columns else found
+    return DeltaTable(path).to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
 
 def append_rows(path: str, table: str, rows: list[dict]) -> None:

@@ -8,6 +8,7 @@ settings: ``local[2]`` by default, ``spark://host:port`` for a standalone cluste
 from __future__ import annotations
 
 import os
+import sys
 
 from kafka_audit.deploy.jvm import spark_jars
 from kafka_audit.settings import Settings
@@ -18,7 +19,7 @@ __all__ = ["get_spark"]
 def get_spark(settings: Settings, app_name: str = "kafka-audit"):
     from pyspark.sql import SparkSession
 
-    os.environ.setdefault("PYSPARK_PYTHON", _python())
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use this venv
     builder = (
         SparkSession.builder.appName(app_name)
         .master(settings.spark.master)
@@ -43,9 +44,3 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("WARN")
     return spark
-
-
-def _python() -> str:
-    import sys
-
-    return sys.executable

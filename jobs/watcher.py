@@ -64,10 +64,10 @@ class ClusterWatcher:
         if self._admin is None:
             from confluent_kafka.admin import AdminClient
 
-            from kafka_audit.producers.instrumented import quiet_client_logger
+            from kafka_audit.clients import client_logger
 
             self._admin = AdminClient({"bootstrap.servers": self.settings.cluster.bootstrap,
-                                       "logger": quiet_client_logger()})
+                                       "logger": client_logger()})
         return self._admin
 
     def _epochs(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:

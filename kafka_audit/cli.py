@@ -8,6 +8,7 @@ import sys
 import threading
 import time
 
+from kafka_audit.clients import LIBRDKAFKA_LOGGER
 from kafka_audit.errors import AuditorError
 from kafka_audit.settings import get_settings
 
@@ -159,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger("kafka_audit.librdkafka").setLevel(logging.CRITICAL)
+    logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.CRITICAL)
     args = build_parser().parse_args(argv)
     try:
         return args.fn(args)

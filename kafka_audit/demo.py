@@ -87,8 +87,11 @@ def produce_with_leader_kill(settings: Settings, cluster: LocalCluster, topic: s
         finally:
             for n in followers:
                 cluster.signal(n, signal.SIGCONT)
-        new = wait_until(lambda: (lambda x: x if x not in (-1, leader) else None)(
-            cluster.leader_of(topic, 0)), 60, f"a new leader of {topic}-0")
+        def new_leader() -> int | None:
+            now = cluster.leader_of(topic, 0)
+            return None if now in (-1, leader) else now
+
+        new = wait_until(new_leader, 60, f"a new leader of {topic}-0")
         progress(f"node {new} leads {topic}-0 now; restarting node {leader}")
         cluster.start(leader)
         wait_until(lambda: leader in cluster.registered_brokers(), 60,

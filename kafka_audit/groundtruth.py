@@ -22,11 +22,11 @@ def full_read_stamps(bootstrap: str, topic: str, timeout: float = 60
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
-    from kafka_audit.producers.instrumented import quiet_client_logger
+    from kafka_audit.clients import client_logger
 
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"groundtruth-{uuid.uuid4()}",
                   "enable.auto.commit": False, "auto.offset.reset": "earliest",
-                  "logger": quiet_client_logger(), "isolation.level": "read_uncommitted"})
+                  "logger": client_logger(), "isolation.level": "read_uncommitted"})
     try:
         md = c.list_topics(topic, timeout=10)
         parts = sorted(md.topics[topic].partitions)

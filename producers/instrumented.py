@@ -15,8 +15,6 @@ Usage::
 
 from __future__ import annotations
 
-import logging
-import struct
 import time
 import uuid
 from functools import partial
@@ -24,18 +22,12 @@ from typing import Any
 
 from confluent_kafka import Producer
 
+from kafka_audit.clients import client_logger
 from kafka_audit.producers.ledger import AckLedger, DurabilitySettings
-from kafka_audit.schemas.stamp import HEADER, crc32, stamp_prefix
+from kafka_audit.schemas.stamp import HEADER, SEQ_CRC, crc32, stamp_prefix
 from kafka_audit.settings import Settings
 
-__all__ = ["AuditedProducer", "quiet_client_logger"]
-
-_SEQ_CRC = struct.Struct(">QI")
-
-
-def quiet_client_logger() -> logging.Logger:
-    """librdkafka logs (connection refused while a broker is down, ...) go to Python logging."""
-    return logging.getLogger("kafka_audit.librdkafka")
+__all__ = ["AuditedProducer"]
 
 
 def _durability(conf: dict[str, Any]) -> DurabilitySettings:
@@ -56,7 +48,7 @@ class AuditedProducer:
                  run_id: str | None = None, keep_record: bool = False) -> None:
         self.producer_id = producer_id
         self.run_id = run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
-        conf = {"logger": quiet_client_logger(), **config}
+        conf = {"logger": client_logger(), **config}
         self.durability = _durability(conf)
         self._producer = Producer(conf)
         self._head, self._tail = stamp_prefix(producer_id, self.run_id)
@@ -86,7 +78,7 @@ class AuditedProducer:
             if err is None:
                 me.acked += 1
                 if record is not None:
-                    record.append((_SEQ_CRC.unpack_from(stamp, 1)[0], msg.topic(),
+                    record.append((SEQ_CRC.unpack_from(stamp, 1)[0], msg.topic(),
                                    msg.partition(), msg.offset()))
             else:
                 me.failed += 1
@@ -102,7 +94,7 @@ class AuditedProducer:
                 headers: list[tuple[str, bytes]] | None = None) -> int:
         """Send one stamped record; return its sequence number."""
         seq = self._seq
-        stamp = self._head + _SEQ_CRC.pack(seq, crc32(value)) + self._tail
+        stamp = self._head + SEQ_CRC.pack(seq, crc32(value)) + self._tail
         hdrs = [(HEADER, stamp), *headers] if headers else [(HEADER, stamp)]
         cb = partial(self._on_delivery, stamp)
         if partition is None:

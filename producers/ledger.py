@@ -18,36 +18,34 @@ from __future__ import annotations
 
 import logging
 import os
-import struct
 import sys
 import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from kafka_audit.errors import LedgerWriteError
+from kafka_audit.schemas.stamp import SEQ_CRC
 from kafka_audit.schemas.tables import arrow_schema
 
 __all__ = ["AckLedger", "DurabilitySettings"]
 
 log = logging.getLogger(__name__)
-_SEQ_CRC = struct.Struct(">QI")
 _SCHEMA = arrow_schema("acks")
 
 
-class DurabilitySettings(tuple):
-    """(acks, idempotence, retries, max_in_flight) as the producer was configured."""
+class DurabilitySettings(NamedTuple):
+    """The producer settings that decide durability, as it was configured."""
 
-    __slots__ = ()
-
-    def __new__(cls, acks: str, idempotence: bool, retries: int, max_in_flight: int):
-        return super().__new__(cls, (str(acks), bool(idempotence), int(retries),
-                                     int(max_in_flight)))
+    acks: str
+    idempotence: bool
+    retries: int
+    max_in_flight: int
 
 
 class AckLedger:
@@ -73,6 +71,9 @@ class AckLedger:
         self.rows_written = 0
         self.write_failures = 0
         self.last_error: str | None = None
+        # the newest version this app id has in the table's transaction log, as last read or
+        # written here; None = unknown, read it again (after a failure the write may have landed)
+        self._committed: int | None = None
         self._next_version = self._recover_version()
 
     # ---- hot path -----------------------------------------------------------------------
@@ -102,9 +103,6 @@ class AckLedger:
                 self.flush()
             except Exception as exc:  # noqa: BLE001 - the writer must outlive a bad flush
                 log.exception("ack ledger flush failed: %s", exc)
-
-    def pending_rows(self) -> int:
-        return len(self._raw)
 
     def spooled_segments(self) -> list[Path]:
         return sorted(self.spool.glob("*.arrow"))
@@ -206,14 +204,18 @@ class AckLedger:
         os.replace(tmp, path)
 
     def _committed_version(self) -> int:
+        """Read from the table only when unknown: replaying the Delta log on every flush
+        would grow with the table, and this ledger is the only writer of its app id."""
         from deltalake import DeltaTable
         from deltalake.exceptions import TableNotFoundError
 
-        try:
-            v = DeltaTable(self.table_path).transaction_version(self.app_id)
-        except TableNotFoundError:
-            return -1
-        return -1 if v is None else int(v)
+        if self._committed is None:
+            try:
+                v = DeltaTable(self.table_path).transaction_version(self.app_id)
+            except TableNotFoundError:
+                v = None
+            self._committed = -1 if v is None else int(v)
+        return self._committed
 
     def _recover_version(self) -> int:
         spooled = [int(p.stem) for p in self.spooled_segments()]
@@ -245,6 +247,7 @@ class AckLedger:
                     commit_properties=CommitProperties(
                         app_transactions=[Transaction(self.app_id, version)]),
                 )
+                self._committed = version
                 seg.unlink()
                 written += table.num_rows
             self.rows_written += written
@@ -252,6 +255,7 @@ class AckLedger:
                 print(f"ack ledger {self.app_id}: warehouse writable again", file=sys.stderr)
                 self.last_error = None
         except Exception as exc:  # noqa: BLE001 - keep the segments, say so, retry next flush
+            self._committed = None
             self._note_failure(exc)
         return written
 
@@ -270,6 +274,6 @@ def _unpack_stamps(stamps: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray]:
         seq = raw[:, 1:9].copy().view(">u8").ravel().astype(np.int64)
         crc = raw[:, 9:13].copy().view(">u4").ravel().astype(np.int64)
         return seq, crc
-    pairs = [_SEQ_CRC.unpack_from(s, 1) for s in stamps]
+    pairs = [SEQ_CRC.unpack_from(s, 1) for s in stamps]
     return (np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64))
 

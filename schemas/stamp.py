@@ -20,11 +20,12 @@ import struct
 import zlib
 from dataclasses import dataclass
 
-__all__ = ["HEADER", "VERSION", "Stamp", "StampError", "stamp_prefix", "parse_stamp", "crc32"]
+__all__ = ["HEADER", "VERSION", "SEQ_CRC", "Stamp", "StampError", "stamp_prefix", "build_stamp",
+           "parse_stamp", "crc32"]
 
 HEADER = "kaudit"
 VERSION = 1
-_SEQ_CRC = struct.Struct(">QI")
+SEQ_CRC = struct.Struct(">QI")  # bytes 1-12 of a stamp: sequence, CRC32
 crc32 = zlib.crc32
 
 
@@ -54,7 +55,7 @@ def stamp_prefix(producer_id: str, run_id: str) -> tuple[bytes, bytes]:
 
 def build_stamp(producer_id: str, run_id: str, seq: int, checksum: int) -> bytes:
     head, tail = stamp_prefix(producer_id, run_id)
-    return head + _SEQ_CRC.pack(seq, checksum) + tail
+    return head + SEQ_CRC.pack(seq, checksum) + tail
 
 
 def parse_stamp(value: bytes | None) -> Stamp:
@@ -62,7 +63,7 @@ def parse_stamp(value: bytes | None) -> Stamp:
         raise StampError("stamp too short")
     if value[0] != VERSION:
         raise StampError(f"unknown stamp version {value[0]}")
-    seq, checksum = _SEQ_CRC.unpack_from(value, 1)
+    seq, checksum = SEQ_CRC.unpack_from(value, 1)
     p_len = value[13]
     p_end = 14 + p_len
     if p_len == 0 or len(value) < p_end + 1:

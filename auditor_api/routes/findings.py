@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated
@@ -66,27 +68,21 @@ def list_findings(
             raise HTTPException(422, f"{name} needs a timezone, e.g. 2026-01-01T00:00:00Z")
     if since and until and since >= until:
         raise HTTPException(422, "since must be before until")
-    t = reader.read("findings")
-    ts_type = t.schema.field("ack_time").type
-    mask = None
-
-    def both(m):
-        return m if mask is None else pc.and_(mask, m)
-
-    if topic is not None:
-        mask = both(pc.equal(t["topic"], topic))
-    if partition is not None:
-        mask = both(pc.equal(t["partition"], pa.scalar(partition, pa.int32())))
-    if kind is not None:
-        mask = both(pc.equal(t["kind"], kind.value))
-    if since is not None:
-        mask = both(pc.greater_equal(t["ack_time"], pa.scalar(since, ts_type)))
-    if until is not None:
-        mask = both(pc.less(t["ack_time"], pa.scalar(until, ts_type)))
-    if mask is not None:
-        t = t.filter(pc.fill_null(mask, False))
-    t = t.sort_by([("topic", "ascending"), ("partition", "ascending"), ("kind", "ascending"),
-                   ("offset", "ascending"), ("finding_id", "ascending")])
+    # the filter goes into the Delta scan rather than over a whole table read per request
+    ts = pa.timestamp("us", tz="UTC")
+    conditions = [
+        pc.field("topic") == topic if topic is not None else None,
+        pc.field("partition") == pa.scalar(partition, pa.int32()) if partition is not None
+        else None,
+        pc.field("kind") == kind.value if kind is not None else None,
+        pc.field("ack_time") >= pa.scalar(since, ts) if since is not None else None,
+        pc.field("ack_time") < pa.scalar(until, ts) if until is not None else None,
+    ]
+    given = [c for c in conditions if c is not None]
+    where = functools.reduce(operator.and_, given) if given else None
+    t = reader.read("findings", where).sort_by(
+        [("topic", "ascending"), ("partition", "ascending"), ("kind", "ascending"),
+         ("offset", "ascending"), ("finding_id", "ascending")])
     start = (page - 1) * page_size
     rows = t.slice(start, page_size).to_pylist()
     for r in rows:

@@ -3,7 +3,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_audit.schemas.stamp import Stamp, StampError, build_stamp, parse_stamp
-from kafka_audit.schemas.tables import TABLES, arrow_schema
+from kafka_audit.schemas.tables import TABLES, arrow_schema, spark_schema
 
 ids = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1,
               max_size=40).filter(lambda s: 0 < len(s.encode()) < 256)
@@ -27,6 +27,15 @@ def test_empty_ids_are_refused():
         build_stamp("", "r", 1, 1)
 
 
-def test_every_table_has_an_arrow_schema():
-    for name, cols in TABLES.items():
-        assert arrow_schema(name).names == [c.name for c in cols]
+def test_spark_and_arrow_declarations_agree_column_by_column():
+    """Both engines must see the same types: a drift here breaks cross-engine tables."""
+    spark_for_arrow = {"string": "string", "int64": "bigint", "int32": "int", "bool": "boolean",
+                       "double": "double", "timestamp[us, tz=UTC]": "timestamp",
+                       "list<item: int32>": "array<int>"}
+    for name in TABLES:
+        arrow = arrow_schema(name)
+        spark = spark_schema(name)
+        assert arrow.names == spark.fieldNames(), name
+        for a, s in zip(arrow, spark.fields, strict=True):
+            assert spark_for_arrow[str(a.type)] == s.dataType.simpleString(), (name, a.name)
+            assert a.nullable == s.nullable, (name, a.name)
