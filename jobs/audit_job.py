@@ -54,6 +54,12 @@ def _utc(v) -> datetime | None:
     return None if v is None else pd.Timestamp(v).to_pydatetime().replace(tzinfo=UTC)
 
 
+def _collected_utc(v: datetime) -> datetime:
+    # DataFrame.collect() gives naive datetimes in the driver's *local* zone (not the session
+    # zone); astimezone reads a naive value as local time, so this is right on any machine
+    return v.astimezone(UTC)
+
+
 def _naive(v: datetime | None) -> datetime | None:
     return None if v is None else v.astimezone(UTC).replace(tzinfo=None)
 
@@ -123,21 +129,20 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> Au
                   .groupBy("topic", "partition", "frontier")
                   .agg(F.min("observed_at").alias("first_seen")).collect()):
             history.setdefault((r.topic, r.partition), []).append(
-                (int(r.frontier), r.first_seen.replace(tzinfo=UTC)))
+                (int(r.frontier), _collected_utc(r.first_seen)))
     settled = {k: rules.settled_frontier(v, now, settings.audit.settle_seconds)
                for k, v in history.items()}
     events = []
     events_path = settings.table_path("cluster_events")
     if table_exists(events_path):
-        events = [ClusterEvent(r.event_time.replace(tzinfo=UTC), r.topic, r.partition, r.kind,
+        events = [ClusterEvent(_collected_utc(r.event_time), r.topic, r.partition, r.kind,
                                r.leader, r.previous_leader)
                   for r in spark.read.format("delta").load(events_path)
                   .where(F.col("kind") == "leader_change").collect()]
 
     judged = (acks.groupBy("topic", "partition").cogroup(reads.groupBy("topic", "partition"))
               .applyInPandas(_judge_fn(settled, events, now), spark_schema("findings")))
-    judged.write.format("delta").mode("overwrite").option("overwriteSchema", "false") \
-        .save(findings_path)
+    judged.write.format("delta").mode("overwrite").save(findings_path)
 
     findings = spark.read.format("delta").load(findings_path)
     totals = {r.kind: int(r.n) for r in
