@@ -20,11 +20,15 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use this venv
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode talks over loopback only
     builder = (
         SparkSession.builder.appName(app_name)
         .master(settings.spark.master)
         .config("spark.jars", spark_jars())
         .config("spark.driver.memory", settings.spark.driver_memory)
+        # keep the driver on loopback: by default it binds to the host's first interface
+        .config("spark.driver.host", "127.0.0.1")
+        .config("spark.driver.bindAddress", "127.0.0.1")
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog",
                 "org.apache.spark.sql.delta.catalog.DeltaCatalog")
