@@ -8,16 +8,28 @@ then appends it to the ``acks`` Delta table with delta-rs as an idempotent
 transaction ``(app_id, version)``. A segment is deleted only after its commit.
 
 So a crash never loses an ack (the segment is on disk before anything else)
-and never doubles one (on recovery, a segment whose version the table's
-transaction log already holds is dropped, not appended again). A warehouse
-that cannot be written keeps the segments, counts the failure and says so on
-stderr; the next flush retries them in order.
+and never doubles one (a segment whose version the table's transaction log
+already holds is dropped, not appended again). A warehouse that cannot be
+written keeps the segments, counts the failure and says so on stderr; the next
+flush retries them in order.
+
+Each run of a producer has its own app id (``producer/run``) and spool folder,
+locked with ``flock`` for as long as the ledger lives. When a process dies, the
+kernel drops its lock, and the next ledger started under the same spool root
+commits that orphaned folder (:func:`recover_orphaned_spools`), so the acks of
+a crashed run reach the table although no process of that run is left.
+
+Versions start at the wall clock in microseconds and go up by one a segment:
+a restarted app id never reuses a version, even if the warehouse is
+unreachable at start and its committed version cannot be read.
 """
 
 from __future__ import annotations
 
+import fcntl
 import logging
 import os
+import shutil
 import sys
 import threading
 import time
@@ -48,6 +60,147 @@ class DurabilitySettings(NamedTuple):
     max_in_flight: int
 
 
+class SpoolCommitter:
+    """One app id's spool folder, committed to the ``acks`` table one segment at a time.
+
+    The folder holds ``<version>.arrow`` segments, the file ``app_id`` and a ``.lock``
+    that the owning process holds (``flock``) while it lives.
+    """
+
+    def __init__(self, table_path: str, folder: Path, app_id: str | None = None) -> None:
+        self.table_path = table_path
+        self.folder = folder
+        folder.mkdir(parents=True, exist_ok=True)
+        id_file = folder / "app_id"
+        if app_id is not None and not id_file.exists():
+            id_file.write_text(app_id)
+        self.app_id = app_id or id_file.read_text().strip()
+        self._lock_fd: int | None = None
+        # the newest version this app id has in the table's transaction log, as last read or
+        # written here; None = unknown, read it again (after a failure the write may have landed)
+        self._committed: int | None = None
+        self.rows_written = 0
+        self.write_failures = 0
+        self.last_error: str | None = None
+
+    # ---- ownership ----------------------------------------------------------------------
+    def lock(self) -> bool:
+        """Take the folder for this process; False if a live process holds it."""
+        fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return False
+        self._lock_fd = fd
+        return True
+
+    def release(self, remove_if_empty: bool = True) -> None:
+        if remove_if_empty and not self.segments():
+            shutil.rmtree(self.folder, ignore_errors=True)  # still ours: nobody can be inside
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ---- spooling -------------------------------------------------------------------------
+    def segments(self) -> list[Path]:
+        return sorted(self.folder.glob("*.arrow"))
+
+    def first_version(self) -> int:
+        spooled = [int(p.stem) for p in self.segments()]
+        return max([time.time_ns() // 1000, *(v + 1 for v in spooled)])
+
+    def spool(self, table: pa.Table, version: int) -> None:
+        path = self.folder / f"{version:020d}.arrow"
+        tmp = path.with_suffix(".tmp")
+        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        fd = os.open(tmp, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+
+    # ---- committing -----------------------------------------------------------------------
+    def _committed_version(self) -> int:
+        """Read from the table only when unknown: replaying the Delta log on every flush
+        would grow with the table, and this folder's owner is the only writer of its app id."""
+        from deltalake import DeltaTable
+        from deltalake.exceptions import TableNotFoundError
+
+        if self._committed is None:
+            try:
+                v = DeltaTable(self.table_path).transaction_version(self.app_id)
+            except TableNotFoundError:
+                v = None
+            self._committed = -1 if v is None else int(v)
+        return self._committed
+
+    def commit(self) -> int:
+        """Append every spooled segment not yet in the table; return rows appended."""
+        from deltalake import CommitProperties, Transaction, write_deltalake
+
+        segments = self.segments()
+        if not segments:
+            return 0
+        written = 0
+        try:
+            committed = self._committed_version()
+            for seg in segments:
+                version = int(seg.stem)
+                if version <= committed:  # committed before a crash: never append twice
+                    seg.unlink()
+                    continue
+                with pa.memory_map(str(seg)) as src:
+                    table = ipc.open_file(src).read_all()
+                write_deltalake(
+                    self.table_path, table, mode="append",
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(self.app_id, version)]),
+                )
+                self._committed = version
+                seg.unlink()
+                written += table.num_rows
+            self.rows_written += written
+            if self.last_error is not None:
+                print(f"ack ledger {self.app_id}: warehouse writable again", file=sys.stderr)
+                self.last_error = None
+        except Exception as exc:  # noqa: BLE001 - keep the segments, say so, retry next flush
+            self._committed = None
+            self.note_failure(exc)
+        return written
+
+    def note_failure(self, exc: Exception) -> None:
+        self.write_failures += 1
+        self.last_error = f"{type(exc).__name__}: {exc}"
+        print(f"ack ledger {self.app_id}: cannot write {self.table_path} ({self.last_error}); "
+              f"{len(self.segments())} segments kept in {self.folder}", file=sys.stderr)
+
+
+def _folder_name(app_id: str) -> str:
+    return app_id.replace("/", "_")
+
+
+def recover_orphaned_spools(spool_root: Path, table_path: str) -> int:
+    """Commit the spool folders no live process holds (runs that crashed); return rows."""
+    rows = 0
+    if not spool_root.is_dir():
+        return 0
+    for folder in sorted(p for p in spool_root.iterdir() if (p / "app_id").is_file()):
+        orphan = SpoolCommitter(table_path, folder)
+        if not orphan.lock():
+            continue  # a live ledger owns it
+        try:
+            rows += orphan.commit()
+            if orphan.rows_written:
+                print(f"ack ledger: recovered {orphan.rows_written} acks of crashed run "
+                      f"{orphan.app_id} from {folder}", file=sys.stderr)
+        finally:
+            orphan.release()
+    return rows
+
+
 class AckLedger:
     """Buffers raw delivery reports and writes them to the ``acks`` table exactly once."""
 
@@ -61,20 +214,29 @@ class AckLedger:
         self.durability = durability
         self.flush_seconds = flush_seconds
         self.flush_rows = flush_rows
-        self.spool = Path(spool_dir) / app_id.replace("/", "_")
-        self.spool.mkdir(parents=True, exist_ok=True)
+        self.spool_root = Path(spool_dir)
+        self._spool = SpoolCommitter(table_path, self.spool_root / _folder_name(app_id), app_id)
+        if not self._spool.lock():
+            raise LedgerWriteError(f"another live ledger holds {self._spool.folder}")
+        self.spool = self._spool.folder
         self._raw: deque[tuple] = deque()
         self._lock = threading.Lock()  # one drain at a time
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.rows_written = 0
-        self.write_failures = 0
-        self.last_error: str | None = None
-        # the newest version this app id has in the table's transaction log, as last read or
-        # written here; None = unknown, read it again (after a failure the write may have landed)
-        self._committed: int | None = None
-        self._next_version = self._recover_version()
+        self._next_version = self._spool.first_version()
+
+    @property
+    def rows_written(self) -> int:
+        return self._spool.rows_written
+
+    @property
+    def write_failures(self) -> int:
+        return self._spool.write_failures
+
+    @property
+    def last_error(self) -> str | None:
+        return self._spool.last_error
 
     # ---- hot path -----------------------------------------------------------------------
     def add(self, raw: tuple) -> None:
@@ -89,6 +251,10 @@ class AckLedger:
         return self
 
     def _run(self) -> None:
+        try:  # acks of earlier runs that crashed, off the producer's path
+            recover_orphaned_spools(self.spool_root, self.table_path)
+        except Exception as exc:  # noqa: BLE001 - recovery is retried by the next ledger
+            log.warning("recovering orphaned ack spools failed: %s", exc)
         # flush every flush_seconds, or sooner once flush_rows reports are waiting; the
         # row check runs here, off the delivery path (len of a deque is O(1))
         tick = min(self.flush_seconds, 0.1)
@@ -105,15 +271,16 @@ class AckLedger:
                 log.exception("ack ledger flush failed: %s", exc)
 
     def spooled_segments(self) -> list[Path]:
-        return sorted(self.spool.glob("*.arrow"))
+        return self._spool.segments()
 
     def flush(self) -> int:
         """Spool what is buffered, then commit every spooled segment; return rows committed."""
         with self._lock:
             batch = self._drain()
             if batch is not None and batch.num_rows:
-                self._spool(batch)
-            return self._commit_spooled()
+                self._spool.spool(batch, self._next_version)
+                self._next_version += 1
+            return self._spool.commit()
 
     def close(self, timeout: float = 30) -> None:
         """Stop the writer and flush; raise LedgerWriteError if segments remain unwritten."""
@@ -126,8 +293,10 @@ class AckLedger:
             self.flush()
             left = self.spooled_segments()
             if not left and not self._raw:
+                self._spool.release()
                 return
             if time.monotonic() > deadline:
+                self._spool.release()  # the next ledger under this spool root recovers it
                 raise LedgerWriteError(
                     f"{len(left)} ack segments remain spooled in {self.spool} "
                     f"(last error: {self.last_error}); they will be written on the next start")
@@ -185,85 +354,6 @@ class AckLedger:
             "leader_epoch": pa.nulls(n, pa.int32()),
         }
         return pa.Table.from_pydict(cols, schema=_SCHEMA)
-
-    def _segment(self, version: int) -> Path:
-        return self.spool / f"{version:012d}.arrow"
-
-    def _spool(self, table: pa.Table) -> None:
-        version = self._next_version
-        self._next_version += 1
-        path = self._segment(version)
-        tmp = path.with_suffix(".tmp")
-        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-
-    def _committed_version(self) -> int:
-        """Read from the table only when unknown: replaying the Delta log on every flush
-        would grow with the table, and this ledger is the only writer of its app id."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
-        if self._committed is None:
-            try:
-                v = DeltaTable(self.table_path).transaction_version(self.app_id)
-            except TableNotFoundError:
-                v = None
-            self._committed = -1 if v is None else int(v)
-        return self._committed
-
-    def _recover_version(self) -> int:
-        spooled = [int(p.stem) for p in self.spooled_segments()]
-        try:
-            committed = self._committed_version()
-        except Exception as exc:  # noqa: BLE001 - an unreachable warehouse must not stop producing
-            self._note_failure(exc)
-            committed = -1
-        return max([committed, *spooled]) + 1
-
-    def _commit_spooled(self) -> int:
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
-        segments = self.spooled_segments()
-        if not segments:
-            return 0
-        written = 0
-        try:
-            committed = self._committed_version()
-            for seg in segments:
-                version = int(seg.stem)
-                if version <= committed:  # committed before a crash: never append twice
-                    seg.unlink()
-                    continue
-                with pa.memory_map(str(seg)) as src:
-                    table = ipc.open_file(src).read_all()
-                write_deltalake(
-                    self.table_path, table, mode="append",
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(self.app_id, version)]),
-                )
-                self._committed = version
-                seg.unlink()
-                written += table.num_rows
-            self.rows_written += written
-            if self.last_error is not None:
-                print(f"ack ledger {self.app_id}: warehouse writable again", file=sys.stderr)
-                self.last_error = None
-        except Exception as exc:  # noqa: BLE001 - keep the segments, say so, retry next flush
-            self._committed = None
-            self._note_failure(exc)
-        return written
-
-    def _note_failure(self, exc: Exception) -> None:
-        self.write_failures += 1
-        self.last_error = f"{type(exc).__name__}: {exc}"
-        print(f"ack ledger {self.app_id}: cannot write {self.table_path} ({self.last_error}); "
-              f"{len(self.spooled_segments())} segments kept in {self.spool}", file=sys.stderr)
 
 
 def _unpack_stamps(stamps: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray]:

@@ -48,15 +48,25 @@ def test_every_report_lands_once_with_its_settings(tmp_path):
     assert led.spooled_segments() == []
 
 
+def die(led):
+    """What a killed process leaves: its spool on disk, its flock dropped by the kernel."""
+    led._spool.release(remove_if_empty=False)
+
+
+def spool_only(led):
+    led._spool.spool(led._drain(), led._next_version)
+    led._next_version += 1
+
+
 def test_crash_after_commit_before_spool_delete_does_not_double(tmp_path):
     led = make(tmp_path)
     led.add(report(0))
-    batch = led._drain()
-    led._spool(batch)
+    spool_only(led)
     seg = led.spooled_segments()[0]
     kept = seg.read_bytes()
-    led._commit_spooled()
+    led._spool.commit()
     seg.write_bytes(kept)  # as if the process died between the commit and the unlink
+    die(led)
     again = make(tmp_path)
     again.close()
     assert [r["seq"] for r in rows(tmp_path)] == [0]
@@ -65,11 +75,65 @@ def test_crash_after_commit_before_spool_delete_does_not_double(tmp_path):
 def test_crash_before_commit_is_recovered_from_the_spool(tmp_path):
     led = make(tmp_path)
     led.add(report(0))
-    led._spool(led._drain())  # spooled, never committed: the process dies here
+    spool_only(led)  # spooled, never committed: the process dies here
+    die(led)
     again = make(tmp_path)
     again.add(report(1))
     again.close()
     assert [r["seq"] for r in rows(tmp_path)] == [0, 1]
+
+
+CRASHING_RUN = """
+import os, sys, time
+from pathlib import Path
+from kafka_audit.producers.ledger import AckLedger, DurabilitySettings
+from kafka_audit.schemas.stamp import build_stamp
+root = Path(sys.argv[1])
+led = AckLedger(str(root / "acks"), root / "spool", "p/crashed", "p", "crashed",
+                DurabilitySettings("1", False, 2, 5), flush_seconds=60)
+for seq in range(3):
+    led.add((build_stamp("p", "crashed", seq, 7), "t", 0, seq, None, 0.001, time.time()))
+led._spool.spool(led._drain(), led._next_version)
+os._exit(9)  # killed before the commit: no cleanup of any kind
+"""
+
+
+def test_a_crashed_run_is_committed_by_the_next_run(tmp_path):
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", CRASHING_RUN, str(tmp_path)])
+    assert proc.returncode == 9
+    assert len(list((tmp_path / "spool" / "p_crashed").glob("*.arrow"))) == 1
+    nxt = AckLedger(str(tmp_path / "acks"), tmp_path / "spool", "p/next", "p", "next",
+                    DurabilitySettings("1", False, 2, 5), flush_seconds=60).start()
+    nxt.add((build_stamp("p", "next", 0, 7), "t", 0, 10, None, 0.001, time.time()))
+    nxt.close()
+    got = sorted((r["run_id"], r["seq"]) for r in rows(tmp_path))
+    assert got == [("crashed", 0), ("crashed", 1), ("crashed", 2), ("next", 0)]
+    assert not (tmp_path / "spool" / "p_crashed").exists()
+
+
+def test_a_live_ledgers_spool_is_left_to_it(tmp_path):
+    from kafka_audit.producers.ledger import recover_orphaned_spools
+
+    live = make(tmp_path)
+    live.add(report(0))
+    spool_only(live)
+    assert recover_orphaned_spools(tmp_path / "spool", str(tmp_path / "acks")) == 0
+    assert len(live.spooled_segments()) == 1
+    with pytest.raises(LedgerWriteError):
+        make(tmp_path)  # the same app id cannot be opened twice
+    live.close()
+    assert [r["seq"] for r in rows(tmp_path)] == [0]
+
+
+def test_a_restarted_app_id_never_reuses_a_version(tmp_path):
+    led = make(tmp_path)
+    led.add(report(0))
+    led.close()
+    committed = DeltaTable(str(tmp_path / "acks")).transaction_version("p/r")
+    assert make(tmp_path)._next_version > committed
 
 
 def test_unreachable_warehouse_keeps_acks_spooled_and_says_so(tmp_path, capsys):
