@@ -12,12 +12,17 @@ Each round produces N messages as fast as possible and ends when every
 delivery report is in (and, for ``audited``, when the ledger has committed
 them). Prints the median messages/s per variant and the ratios.
 
+It also reports where the ledger's writer spends its time per message
+(converting reports to Arrow, spooling, committing to Delta), by timing those
+three methods: they share the GIL with the producing thread.
+
 Run: ``bash dev.sh bench [--messages 200000] [--rounds 3]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
 import statistics
 import sys
 import tempfile
@@ -29,6 +34,7 @@ from confluent_kafka import Producer
 
 from kafka_audit.clients import client_logger
 from kafka_audit.deploy.cluster import LocalCluster
+from kafka_audit.producers import ledger
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.settings import Settings, get_settings
 
@@ -68,6 +74,26 @@ def run_bare(bootstrap: str, topic: str, n: int, callback: bool) -> float:
     return n / dt
 
 
+LEDGER_PHASES = {"to Arrow": (ledger.AckLedger, "_to_table"),
+                 "spool": (ledger.SpoolCommitter, "spool"),
+                 "Delta commit": (ledger.SpoolCommitter, "commit")}
+ledger_seconds: collections.Counter = collections.Counter()
+
+
+def time_ledger_phases() -> None:
+    for phase, (cls, name) in LEDGER_PHASES.items():
+        method = getattr(cls, name)
+
+        def timed(*a, _method=method, _phase=phase, **k):
+            t = time.perf_counter()
+            try:
+                return _method(*a, **k)
+            finally:
+                ledger_seconds[_phase] += time.perf_counter() - t
+
+        setattr(cls, name, timed)
+
+
 def run_audited(settings: Settings, topic: str, n: int) -> float:
     p = AuditedProducer(conf(settings.cluster.bootstrap), "bench", settings)
     produce = p.produce
@@ -89,6 +115,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
 
+    time_ledger_phases()
     base = get_settings()
     cluster = LocalCluster(base)
     was_running = bool(cluster.running())
@@ -117,6 +144,9 @@ def main() -> int:
     print(f"  audited / bare+cb = {med['audited'] / med['bare+cb']:.3f}   (target >= 0.97)")
     print(f"  audited / bare    = {med['audited'] / med['bare']:.3f}")
     print(f"  bare+cb / bare    = {med['bare+cb'] / med['bare']:.3f}")
+    total = args.messages * args.rounds
+    print("ledger writer time per audited message: " + ", ".join(
+        f"{phase} {ledger_seconds[phase] / total * 1e6:.2f} us" for phase in LEDGER_PHASES))
     return 0
 
 
