@@ -1,49 +1,103 @@
-"""Plain rows the verdict rules take and give: no Spark, no pandas."""
+"""Plain rows the verdict rules take and give: no Spark, no pandas.
+
+Acks and reads are *runs* (the range ledger): one row stands for ``count``
+consecutive sequence numbers of one producer run at ``count`` consecutive
+offsets of one partition. A single message is a run of one.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-__all__ = ["Ack", "Read", "ClusterEvent", "Finding", "StampKey"]
+__all__ = ["AckRun", "ReadRun", "ClusterEvent", "Finding", "Clock", "Reread",
+           "StampKey", "LOSS_KINDS", "REJECTING_ERRORS"]
 
 StampKey = tuple[str, str, int]  # (producer_id, run_id, seq)
 
+#: verdicts that count as an acknowledged write lost
+LOSS_KINDS = ("lost", "lost_after_seen")
+
+#: errors with which the cluster refused a write (it chose consistency): an availability
+#: event, never a loss (librdkafka error names)
+REJECTING_ERRORS = frozenset({
+    "NOT_ENOUGH_REPLICAS", "POLICY_VIOLATION", "INVALID_REQUIRED_ACKS",
+    "MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD",
+    "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "UNKNOWN_TOPIC_OR_PART",
+    "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "INVALID_MSG_SIZE", "_MSG_TIMED_OUT_QUEUED",
+})
+
 
 @dataclass(frozen=True)
-class Ack:
-    """A successful delivery report: the broker put ``stamp`` at ``(topic, partition, offset)``."""
+class AckRun:
+    """Delivery reports for seqs ``seq .. seq+count-1`` of one producer run.
+
+    On success (``error`` None) the broker put them at offsets ``offset ..
+    offset+count-1`` of ``(topic, partition)``. On failure ``offset`` is None
+    and ``error`` is the librdkafka error name shared by the whole run.
+    ``first_ack`` and ``last_ack`` bound when the reports arrived.
+    """
 
     topic: str
     partition: int
-    offset: int
     producer_id: str
     run_id: str
     seq: int
-    ack_time: datetime | None = None
+    count: int
+    offset: int | None
+    first_ack: datetime
+    last_ack: datetime
+    error: str | None = None
     acks: str = "all"
 
     @property
-    def stamp(self) -> StampKey:
-        return (self.producer_id, self.run_id, self.seq)
+    def end(self) -> int:
+        """One past the last offset (success only)."""
+        assert self.offset is not None
+        return self.offset + self.count
+
+    def piece(self, start: int, stop: int) -> AckRun:
+        """The messages ``start .. stop-1`` (indices into the run) as a run of their own."""
+        return replace(self, seq=self.seq + start, count=stop - start,
+                       offset=None if self.offset is None else self.offset + start)
 
 
 @dataclass(frozen=True)
-class Read:
-    """A record the auditor's consumer read. ``producer_id`` is None for a foreign record."""
+class ReadRun:
+    """What the auditor saw at offsets ``offset .. offset+count-1`` at ``read_time``.
+
+    ``status``: ``record`` (records; ``producer_id`` None for foreign or
+    malformed ones, else seqs ``seq ..`` of that producer run), ``absent`` (a
+    re-read scanned these offsets and found no record: truncated, compacted,
+    a transaction marker) or ``expired`` (below the log start: retention).
+    ``source``: ``stream`` (the consume job) or ``reread`` (a direct re-read).
+    """
 
     topic: str
     partition: int
     offset: int
+    count: int
     producer_id: str | None
     run_id: str | None
     seq: int | None
+    read_time: datetime
+    source: str = "stream"
+    status: str = "record"
+    leader_epoch: int | None = None
 
     @property
-    def stamp(self) -> StampKey | None:
-        if self.producer_id is None or self.run_id is None or self.seq is None:
+    def end(self) -> int:
+        return self.offset + self.count
+
+    @property
+    def stamped(self) -> bool:
+        return self.status == "record" and self.producer_id is not None and self.seq is not None
+
+    def stamp_at(self, offset: int) -> StampKey | None:
+        """The stamp read at ``offset`` (None: foreign record or no record)."""
+        if not self.stamped:
             return None
-        return (self.producer_id, self.run_id, self.seq)
+        return (self.producer_id, self.run_id, self.seq + offset - self.offset)  # type: ignore
 
 
 @dataclass(frozen=True)
@@ -54,26 +108,67 @@ class ClusterEvent:
     kind: str
     leader: int | None = None
     previous_leader: int | None = None
+    isr: tuple[int, ...] | None = None
+    previous_isr: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Clock:
+    """What a pass knows about time for one partition.
+
+    ``settled_frontier``: the consumed frontier as observed at ``settled_at``,
+    at least the settle period ago (0 and None if no such observation).
+    """
+
+    now: datetime
+    settled_frontier: int = 0
+    settled_at: datetime | None = None
+    stream_frontier: int = 0
+    lookback_seconds: float = 30.0
+    unseen_after_seconds: float = 120.0
+    compacted: bool = False
+
+
+@dataclass(frozen=True)
+class Reread:
+    """A request to read ``offset .. end-1`` of a partition again, directly."""
+
+    topic: str
+    partition: int
+    offset: int
+    end: int
+    reason: str
 
 
 @dataclass(frozen=True)
 class Finding:
+    """One anomaly (or confirmed range): ``count`` writes from ``seq``/``offset`` on.
+
+    ``offset`` is the first acked offset (None for failed writes); the writes
+    are seqs ``seq .. seq+count-1`` at offsets ``offset .. offset+count-1``.
+    """
+
     kind: str
     topic: str
     partition: int
-    count: int = 1
-    subkind: str | None = None
-    offset: int | None = None
     producer_id: str | None = None
     run_id: str | None = None
     seq: int | None = None
+    offset: int | None = None
+    count: int = 1
+    subkind: str | None = None
     ack_time: datetime | None = None
     cause: str | None = None
     evidence: dict = field(default_factory=dict, compare=False)
 
     @property
     def finding_id(self) -> str:
-        if self.kind in ("confirmed", "pending"):
-            return f"{self.kind}:{self.topic}:{self.partition}"
-        return (f"{self.kind}:{self.topic}:{self.partition}:{self.offset}:"
-                f"{self.producer_id}:{self.run_id}:{self.seq}")
+        return (f"{self.kind}:{self.topic}:{self.partition}:{self.producer_id}:"
+                f"{self.run_id}:{self.seq}")
+
+    def messages(self) -> list[tuple[str, int, int | None, str | None, str | None, int | None]]:
+        """One tuple ``(kind, partition, offset, producer, run, seq)`` per write it stands for."""
+        return [(self.kind, self.partition,
+                 None if self.offset is None else self.offset + i,
+                 self.producer_id, self.run_id, None if self.seq is None else self.seq + i)
+                for i in range(self.count)]

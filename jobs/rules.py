@@ -1,111 +1,348 @@
 """The verdict rules: plain rows in, findings out. Pure; the Spark audit job,
-the demo, the tests and anything else that judges call these same functions.
+the in-memory auditor, the demo and the tests all call these same functions.
 
-Definitions (``../shared/DESIGN.md``, "Verdicts"). Let a write ``w`` be acked at
-``(topic, partition, offset o)`` with stamp ``(producer, run, seq)``:
+Definitions (``../shared/DESIGN.md``, "Verdicts"). A successful ack says write
+``w`` (stamp ``(producer, run, seq)``) sits at offset ``x`` of a partition. The
+*views* of ``x`` are every read that covered ``x``, in read-time order: a
+record (with its stamp, or foreign), ``absent`` (a re-read found no record)
+or ``expired`` (below the log start). Then, once ``x`` is *settled* (below the
+consumed frontier as it stood at least the settle period ago):
 
-* **confirmed**: some read carries ``w``'s stamp at offset ``o``.
-* **lost**: not confirmed, and ``o`` lies below the partition's *settled
-  frontier* (the consumed frontier as it stood at least ``settle`` seconds
-  ago). Sub-kinds: **overwritten** (``o`` was read and holds another record)
-  and **vanished** (``o`` was never read although the frontier is past it).
-* **pending**: not confirmed and ``o`` is not below the settled frontier: the
-  auditor may simply not have read it yet, so no verdict is given.
+* **confirmed**: the last record seen at ``x`` is ``w``;
+* **lost_after_seen**: ``w`` was seen at ``x``, but the last record seen there
+  is another one (committed data destroyed, e.g. by an unclean election);
+* **lost / overwritten**: ``w`` was never seen at ``x``; another record was;
+* **lost / vanished**: nothing was ever seen at ``x`` and a re-read found no
+  record there;
+* **unverified / retention**: nothing was ever seen at ``x`` and it is now
+  below the log start (retention deleted it first: not a loss);
+* **unverified / compacted**: as vanished, on a compacted topic (not a loss).
+
+Two gates hold a write back (``pending``) and ask for a direct re-read of its
+offsets instead of judging it: a *loss* needs a re-read view of ``x`` (so a
+consumer miss is never reported as broker loss), and a write acked within
+``lookback`` of a leader change needs a view of ``x`` read after that change
+(so truncation after a fail-over is caught even when the consume job had
+already read ``w`` from the old leader).
+
+Secondary anomalies, found when a write is judged:
+
+* **duplicate**: ``w``'s stamp was read at another offset too;
+* **reordered**: a write of the same producer run with a lower seq sits at a
+  higher offset of the partition (sequence order and offset order disagree).
+
+Failed delivery reports are judged once the settled frontier was observed
+after the report: **indeterminate / present** (failed, yet in the log: never
+counted as loss), **rejected** (the cluster refused it, e.g.
+``NOT_ENOUGH_REPLICAS``) or **indeterminate / absent** (a failed write).
+
+:func:`judge_write` is the per-message definition; :func:`judge_partition`
+applies it to runs, one segment of uniformly-viewed messages at a time, so the
+cost follows the number of runs, not messages. ``tests/`` checks the second
+against the first applied message by message (:mod:`kafka_audit.jobs.reference`).
 """
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from kafka_audit.jobs.model import Ack, ClusterEvent, Finding, Read, StampKey
+from kafka_audit.jobs.model import (
+    REJECTING_ERRORS, AckRun, ClusterEvent, Clock, Finding, ReadRun, Reread, StampKey,
+)
 
-__all__ = ["settled_frontier", "judge_partition", "lost_write_cases", "likely_cause"]
+__all__ = ["settled_frontier", "judge_write", "judge_failed", "judge_partition",
+           "likely_cause", "Verdict", "Judgement", "retained_reads", "coalesce_rereads"]
+
+_SOURCE_RANK = {"stream": 0, "reread": 1}
 
 
 def settled_frontier(observations: Iterable[tuple[int, datetime]], now: datetime,
-                     settle_seconds: float) -> int:
-    """The highest frontier observed at least ``settle_seconds`` before ``now`` (0 if none).
+                     settle_seconds: float) -> tuple[int, datetime | None]:
+    """The highest frontier observed at least ``settle_seconds`` before ``now``, and when.
 
-    Why this is safe: the ``consumed`` table is append-only, so a frontier once
-    observed never moves back. An offset below a frontier observed ``settle``
-    seconds ago has had that long to show up in the reads; only then can its
-    absence be a verdict rather than a consumer that has not caught up.
+    The ``consumed`` frontier never moves back, so an offset below a frontier
+    observed ``settle`` seconds ago has had that long to show up in the reads;
+    only then can its absence be a verdict rather than a consumer that has not
+    caught up. Of several observations of that frontier, the latest counts (a
+    failed write is judged once the frontier was observed after its report).
     """
     cutoff = now - timedelta(seconds=settle_seconds)
-    best = 0
+    best, at = 0, None
     for frontier, observed_at in observations:
-        if observed_at <= cutoff and frontier > best:
-            best = frontier
-    return best
+        if observed_at <= cutoff and (frontier > best or (frontier == best and at is not None
+                                                          and observed_at > at)):
+            best, at = frontier, observed_at
+    return best, at
 
 
-def likely_cause(ack: Ack, events: list[ClusterEvent]) -> str:
-    """Attribute a loss from the evidence only: the write's durability and the events after it."""
-    later = [e for e in events if e.topic == ack.topic and e.partition == ack.partition
-             and e.kind == "leader_change"
-             and (ack.ack_time is None or e.event_time >= ack.ack_time - timedelta(seconds=5))]
-    if not later:
+def likely_cause(ack: AckRun, events: Sequence[ClusterEvent]) -> str:
+    """Attribute a loss from the evidence only: the write's durability and the first
+    leader change after it (the most specific explanation wins)."""
+    after = ack.first_ack - timedelta(seconds=5)
+    changes = sorted((e for e in events if e.kind in ("leader_change", "offline")
+                      and e.event_time >= after), key=lambda e: e.event_time)
+    if not changes:
         return "unknown"
-    if ack.acks in ("1", "0"):
+    if ack.acks in ("0", "1"):
         return "acks=1 fail-over"
+    e = changes[0]
+    if e.previous_isr is not None and len(e.previous_isr) <= 1:
+        return "ISR shrunk to leader then leader lost"
+    if e.previous_isr is not None and e.leader is not None and e.leader >= 0 \
+            and e.leader not in e.previous_isr:
+        return "unclean election"
     return "unknown"
 
 
-def judge_partition(acks: Iterable[Ack], reads: Iterable[Read], settled: int,
-                    events: list[ClusterEvent] | None = None) -> list[Finding]:
-    """Every successful ack of one partition, judged against every read of it.
+@dataclass(frozen=True)
+class View:
+    read_time: datetime
+    source: str
+    status: str
+    stamp: StampKey | None
 
-    Returns one ``lost`` finding per lost write (with its evidence) plus one
-    ``confirmed`` and one ``pending`` summary row carrying counts.
-    """
-    events = events or []
-    seen: dict[int, set[StampKey | None]] = defaultdict(set)
-    topic = partition = None
-    for r in reads:
-        seen[r.offset].add(r.stamp)
-        topic, partition = r.topic, r.partition
-    confirmed = pending = 0
-    out: list[Finding] = []
-    for a in acks:
-        topic, partition = a.topic, a.partition
-        at_offset = seen.get(a.offset)
-        if at_offset is not None and a.stamp in at_offset:
-            confirmed += 1
-        elif a.offset >= settled:
-            pending += 1
+
+def _views(reads: Iterable[ReadRun], x: int) -> list[View]:
+    vs = [View(r.read_time, r.source, r.status, r.stamp_at(x))
+          for r in reads if r.offset <= x < r.end]
+    vs.sort(key=lambda v: (v.read_time, _SOURCE_RANK.get(v.source, 9)))
+    return vs
+
+
+def _copies(reads: Iterable[ReadRun], stamp: StampKey) -> list[int]:
+    """Every offset a record with ``stamp`` was read at."""
+    p, r, s = stamp
+    return sorted({rr.offset + s - rr.seq for rr in reads
+                   if rr.stamped and rr.producer_id == p and rr.run_id == r
+                   and rr.seq <= s < rr.seq + rr.count})
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The verdict on one write, or why it is held back (``hold`` set, ``kind`` None)."""
+
+    kind: str | None
+    subkind: str | None = None
+    hold: str | None = None
+    evidence: dict = field(default_factory=dict)
+
+
+def _relevant_changes(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: datetime,
+                      lookback: float) -> list[ClusterEvent]:
+    w = timedelta(seconds=lookback)
+    return [e for e in events if e.kind in ("leader_change", "offline")
+            and first_ack - w <= e.event_time <= last_ack + w]
+
+
+def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequence[ClusterEvent],
+                compacted: bool = False) -> Verdict:
+    """The verdict on one successful write at settled offset ``x`` (the definition)."""
+    records = [v for v in views if v.status == "record"]
+    if records:
+        last = records[-1].stamp
+        if last == stamp:
+            kind, sub = "confirmed", None
+        elif any(v.stamp == stamp for v in records):
+            kind, sub = "lost_after_seen", None
         else:
-            others = sorted((s for s in at_offset or () if s != a.stamp), key=repr)
-            out.append(Finding(
-                kind="lost", subkind="overwritten" if others else "vanished",
-                topic=a.topic, partition=a.partition, offset=a.offset,
-                producer_id=a.producer_id, run_id=a.run_id, seq=a.seq, ack_time=a.ack_time,
-                cause=likely_cause(a, events),
-                evidence={"acked_offset": a.offset, "settled_frontier": settled,
-                          "read_at_offset": [list(s) if s else None for s in others],
-                          "acks": a.acks},
-            ))
-    if topic is not None:
-        out.append(Finding(kind="confirmed", topic=topic, partition=partition, count=confirmed))
-        out.append(Finding(kind="pending", topic=topic, partition=partition, count=pending,
-                           evidence={"settled_frontier": settled}))
+            kind, sub = "lost", "overwritten"
+    elif any(v.status == "expired" for v in views):
+        kind, sub = "unverified", "retention"
+    elif any(v.status == "absent" for v in views):
+        kind, sub = ("unverified", "compacted") if compacted else ("lost", "vanished")
+    else:
+        return Verdict(None, hold="no read of the offset")
+    if kind != "confirmed" and kind != "unverified" \
+            and not any(v.source == "reread" for v in views):
+        return Verdict(None, hold="loss needs a direct re-read")
+    for e in changes:
+        if not any(v.read_time > e.event_time for v in views):
+            return Verdict(None, hold="leader changed: needs a read after the change")
+    evidence = {"seen": [[v.read_time.isoformat(), v.source, v.status,
+                          list(v.stamp) if v.stamp else None] for v in views]}
+    return Verdict(kind, sub, evidence=evidence)
+
+
+def judge_failed(error: str, present_at: Sequence[int]) -> Verdict:
+    """The verdict on one write whose delivery report failed (the definition)."""
+    if present_at:
+        return Verdict("indeterminate", "present", evidence={"error": error,
+                                                             "found_at": list(present_at)})
+    if error in REJECTING_ERRORS:
+        return Verdict("rejected", None, evidence={"error": error})
+    return Verdict("indeterminate", "absent", evidence={"error": error})
+
+
+@dataclass
+class Judgement:
+    """What a pass decided for one partition."""
+
+    findings: list[Finding] = field(default_factory=list)
+    acks: list[AckRun] = field(default_factory=list)  # still pending
+    judged: list[AckRun] = field(default_factory=list)  # successful runs judged now
+    rereads: list[Reread] = field(default_factory=list)
+    pending: int = 0
+    unseen: int = 0
+    oldest_unseen: datetime | None = None
+
+
+def _cuts(start: int, stop: int, points: Iterable[int]) -> list[int]:
+    return sorted({start, stop, *(p for p in points if start < p < stop)})
+
+
+def _later_lower(x: int, s: int, runs: Sequence[AckRun]) -> tuple[int, int] | None:
+    """A write in ``runs`` with seq below ``s`` at an offset above ``x`` (seq, offset)."""
+    best = None
+    for b in runs:
+        lo, hi = max(0, x - b.offset + 1), min(b.count, s - b.seq)  # type: ignore[operator]
+        if lo < hi and (best is None or b.seq + lo < best[0]):
+            best = (b.seq + lo, b.offset + lo)  # type: ignore[operator]
+    return best
+
+
+def _reorder_cuts(a: AckRun, runs: Sequence[AckRun]) -> list[int]:
+    """Offsets of ``a`` where the answer of :func:`_later_lower` may change."""
+    o, s = a.offset, a.seq
+    return [p for b in runs for p in (b.offset, b.offset + b.count - 1,  # type: ignore
+                                      o + b.seq + 1 - s, o + b.seq + b.count - s)]
+
+
+def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
+                    judged: Sequence[AckRun], events: Sequence[ClusterEvent],
+                    clock: Clock) -> Judgement:
+    """Judge every settled write of one partition, run by run.
+
+    ``acks``: the partition's unjudged ack runs; ``reads``: the read runs kept;
+    ``judged``: successful ack runs judged recently (for ``reordered``);
+    ``events``: the partition's cluster events known now. Returns the findings,
+    the ack runs (or pieces) still pending, the runs judged now and re-read requests.
+    """
+    out = Judgement()
+    ok = sorted((a for a in acks if a.error is None), key=lambda a: (a.offset, a.seq))
+    failed = sorted((a for a in acks if a.error is not None), key=lambda a: a.seq)
+    written: dict[tuple[str, str], list[AckRun]] = {}
+    for a in [*ok, *judged]:
+        written.setdefault((a.producer_id, a.run_id), []).append(a)
+    for a in ok:
+        _judge_ok_run(a, reads, written[(a.producer_id, a.run_id)], events, clock, out)
+    for a in failed:
+        _judge_failed_run(a, reads, clock, out)
+    for a in out.acks:
+        out.pending += a.count
+        if a.error is None and a.offset is not None:
+            unread = a.end - max(a.offset, clock.stream_frontier)
+            if unread > 0 and (clock.now - a.last_ack).total_seconds() > clock.unseen_after_seconds:
+                out.unseen += unread
+                if out.oldest_unseen is None or a.first_ack < out.oldest_unseen:
+                    out.oldest_unseen = a.first_ack
+    out.rereads = coalesce_rereads(out.rereads)
     return out
 
 
-def lost_write_cases(acks: Iterable[Ack], reads: Iterable[Read],
-                     settled: dict[tuple[str, int], int]) -> list[Finding]:
-    """All partitions at once: the ``lost`` findings only (for tests and small histories)."""
-    acks_by: dict[tuple[str, int], list[Ack]] = defaultdict(list)
-    reads_by: dict[tuple[str, int], list[Read]] = defaultdict(list)
-    for a in acks:
-        acks_by[(a.topic, a.partition)].append(a)
-    for r in reads:
-        reads_by[(r.topic, r.partition)].append(r)
-    out: list[Finding] = []
-    for key in sorted(acks_by):
-        out.extend(f for f in judge_partition(acks_by[key], reads_by.get(key, []),
-                                              settled.get(key, 0)) if f.kind == "lost")
+def _judge_ok_run(a: AckRun, reads: Sequence[ReadRun], written: Sequence[AckRun],
+                  events: Sequence[ClusterEvent], clock: Clock, out: Judgement) -> None:
+    o, n = a.offset, a.count
+    assert o is not None
+    stop = min(a.end, clock.settled_frontier)
+    if stop <= o:
+        out.acks.append(a)
+        return
+    if stop < a.end:
+        out.acks.append(a.piece(stop - o, n))
+    here = [r for r in reads if r.offset < stop and r.end > o]
+    mine = [r for r in reads if r.stamped and r.producer_id == a.producer_id
+            and r.run_id == a.run_id and r.seq < a.seq + n and r.seq + r.count > a.seq]
+    others = [b for b in written if b is not a]
+    points = [p for r in here for p in (r.offset, r.end)]
+    points += [p for r in mine for p in (o + r.seq - a.seq, o + r.seq + r.count - a.seq)]
+    points += _reorder_cuts(a, others)
+    changes = _relevant_changes(events, a.first_ack, a.last_ack, clock.lookback_seconds)
+    cuts = _cuts(o, stop, points)
+    confirmed: list[tuple[int, int]] = []  # contiguous confirmed pieces, merged
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        stamp = (a.producer_id, a.run_id, a.seq + lo - o)
+        v = judge_write(stamp, lo, _views(here, lo), changes, clock.compacted)
+        if v.kind is None:
+            out.acks.append(a.piece(lo - o, hi - o))
+            out.rereads.append(Reread(a.topic, a.partition, lo, hi, v.hold or ""))
+            continue
+        out.judged.append(a.piece(lo - o, hi - o))
+        witness = _later_lower(lo, stamp[2], others)
+        if witness is not None:
+            out.findings.append(Finding(
+                "reordered", a.topic, a.partition, a.producer_id, a.run_id, stamp[2], lo,
+                hi - lo, ack_time=a.first_ack,
+                evidence={"lower_seq": witness[0], "at_higher_offset": witness[1]}))
+        copies = [c for c in _copies(mine, stamp) if c != lo]
+        if copies:
+            out.findings.append(Finding(
+                "duplicate", a.topic, a.partition, a.producer_id, a.run_id, stamp[2], lo,
+                hi - lo, ack_time=a.first_ack,
+                evidence={"acked_offset": lo, "also_read_at": copies}))
+        if v.kind == "confirmed":
+            if confirmed and confirmed[-1][1] == lo:
+                confirmed[-1] = (confirmed[-1][0], hi)
+            else:
+                confirmed.append((lo, hi))
+            continue
+        cause = likely_cause(a, events) if v.kind in ("lost", "lost_after_seen") else None
+        out.findings.append(Finding(
+            v.kind, a.topic, a.partition, a.producer_id, a.run_id, stamp[2], lo, hi - lo,
+            v.subkind, a.first_ack, cause,
+            {**v.evidence, "acks": a.acks, "settled_frontier": clock.settled_frontier}))
+    for lo, hi in confirmed:
+        out.findings.append(Finding("confirmed", a.topic, a.partition, a.producer_id, a.run_id,
+                                    a.seq + lo - o, lo, hi - lo, ack_time=a.first_ack))
+
+
+def _judge_failed_run(a: AckRun, reads: Sequence[ReadRun], clock: Clock,
+                      out: Judgement) -> None:
+    if a.partition >= 0 and (clock.settled_at is None or clock.settled_at < a.last_ack):
+        out.acks.append(a)
+        return
+    mine = [r for r in reads if r.stamped and r.producer_id == a.producer_id
+            and r.run_id == a.run_id and r.seq < a.seq + a.count and r.seq + r.count > a.seq]
+    cuts = _cuts(a.seq, a.seq + a.count, [p for r in mine for p in (r.seq, r.seq + r.count)])
+    for lo, hi in zip(cuts, cuts[1:], strict=False):
+        found = _copies(mine, (a.producer_id, a.run_id, lo))
+        v = judge_failed(a.error or "", found)
+        out.findings.append(Finding(
+            v.kind or "", a.topic, a.partition, a.producer_id, a.run_id, lo, None, hi - lo,
+            v.subkind, a.first_ack, None, {**v.evidence, "acks": a.acks}))
+        if len(found) > 1:
+            out.findings.append(Finding(
+                "duplicate", a.topic, a.partition, a.producer_id, a.run_id, lo, None, hi - lo,
+                ack_time=a.first_ack, evidence={"acked_offset": None, "also_read_at": found}))
+
+
+def coalesce_rereads(requests: Iterable[Reread]) -> list[Reread]:
+    """Merge overlapping or adjacent re-read requests per partition."""
+    out: list[Reread] = []
+    for r in sorted(requests, key=lambda r: (r.topic, r.partition, r.offset)):
+        last = out[-1] if out else None
+        if last and (last.topic, last.partition) == (r.topic, r.partition) and r.offset <= last.end:
+            out[-1] = Reread(r.topic, r.partition, last.offset, max(last.end, r.end), last.reason)
+        else:
+            out.append(r)
     return out
 
 
+def retained_reads(reads: Sequence[ReadRun], pending: Sequence[AckRun], clock: Clock,
+                   retention_seconds: float) -> list[ReadRun]:
+    """The read runs a partition keeps in hot state.
+
+    A read leaves once it is older than ``retention_seconds`` and no pending
+    write could still need it (at its offsets, or as a copy of its stamps). A
+    write that arrives after its reads left is judged from a direct re-read
+    (the loss gate asks for one), so eviction can delay a verdict, never
+    change it while the log still holds the offsets.
+    """
+    cutoff = clock.now - timedelta(seconds=retention_seconds)
+    offsets = [(a.offset, a.end) for a in pending if a.error is None and a.offset is not None]
+    return [r for r in reads if r.read_time >= cutoff
+            or any(r.offset < hi and r.end > lo for lo, hi in offsets)
+            or (r.stamped and any(a.producer_id == r.producer_id and a.run_id == r.run_id
+                                  and a.seq < r.seq + r.count and r.seq < a.seq + a.count
+                                  for a in pending))]

@@ -1,0 +1,104 @@
+"""The brute-force reference: the verdicts, message by message, over a whole history.
+
+No runs, no hot state, no eviction: every ack run is expanded to single
+messages, and at every pass every unjudged message is judged from *all* rows
+known by then with the per-message definitions (:func:`rules.judge_write`,
+:func:`rules.judge_failed`). The streaming engine (runs, segments, hot state,
+Spark) must give exactly the same verdicts; property tests check that.
+
+A history is a list of ``(arrival_time, row)``; a row is known to a pass at
+time ``t`` when ``arrival_time <= t``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from datetime import datetime
+from typing import Any
+
+from kafka_audit.jobs import rules
+from kafka_audit.jobs.engine import AuditConfig
+from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
+
+__all__ = ["reference_verdicts", "finding_messages", "Message"]
+
+#: (kind, subkind, cause, topic, partition, offset, producer, run, seq, extra)
+Message = tuple[Any, ...]
+
+
+def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence[datetime],
+                       cfg: AuditConfig) -> list[Message]:
+    judged: set[tuple[str, int, str, str, int]] = set()
+    observations: dict[tuple[str, int], list[tuple[int, datetime]]] = defaultdict(list)
+    out: list[Message] = []
+    for now in passes:
+        known = [row for at, row in history if at <= now]
+        acks = [r for r in known if isinstance(r, AckRun)]
+        reads = [r for r in known if isinstance(r, ReadRun)]
+        events = [r for r in known if isinstance(r, ClusterEvent)]
+        parts = sorted({(r.topic, r.partition) for r in [*acks, *reads]})
+        for key in parts:
+            p_reads = [r for r in reads if (r.topic, r.partition) == key]
+            p_events = [e for e in events if (e.topic, e.partition) == key]
+            stream = [r.end for r in p_reads if r.source == "stream"]
+            if stream:
+                observations[key].append((max(stream), now))
+            settled, settled_at = rules.settled_frontier(observations[key], now,
+                                                         cfg.settle_seconds)
+            msgs = sorted(((a.offset + i if a.offset is not None else -1, a.seq + i, a)
+                           for a in acks if (a.topic, a.partition) == key
+                           for i in range(a.count)), key=lambda m: (m[2].error is not None,
+                                                                    m[0], m[1]))
+            for x, seq, a in msgs:
+                mid = (a.topic, a.partition, a.producer_id, a.run_id, seq)
+                if mid in judged:
+                    continue
+                stamp = (a.producer_id, a.run_id, seq)
+                copies = sorted({r.offset + seq - r.seq for r in p_reads
+                                 if r.stamped and r.producer_id == a.producer_id
+                                 and r.run_id == a.run_id and r.seq <= seq < r.seq + r.count})
+                if a.error is not None:
+                    if a.partition >= 0 and (settled_at is None or settled_at < a.last_ack):
+                        continue
+                    v = rules.judge_failed(a.error, copies)
+                    judged.add(mid)
+                    out.append((v.kind, v.subkind, None, *key, None, *stamp, None))
+                    if len(copies) > 1:
+                        out.append(("duplicate", None, None, *key, None, *stamp,
+                                    tuple(copies)))
+                    continue
+                if x >= settled:
+                    continue
+                views = rules._views(p_reads, x)
+                changes = rules._relevant_changes(p_events, a.first_ack, a.last_ack,
+                                                  cfg.lookback_seconds)
+                v = rules.judge_write(stamp, x, views, changes, a.topic in cfg.compacted_topics)
+                if v.kind is None:
+                    continue
+                judged.add(mid)
+                if any(s2 < seq and x2 > x for x2, s2, b in msgs if b.error is None
+                       and (b.producer_id, b.run_id) == (a.producer_id, a.run_id)):
+                    out.append(("reordered", None, None, *key, x, *stamp, None))
+                others = tuple(c for c in copies if c != x)
+                if others:
+                    out.append(("duplicate", None, None, *key, x, *stamp, others))
+                cause = (rules.likely_cause(a, p_events)
+                         if v.kind in ("lost", "lost_after_seen") else None)
+                out.append((v.kind, v.subkind, cause, *key, x, *stamp, None))
+    return sorted(out, key=repr)
+
+
+def finding_messages(findings) -> list[Message]:
+    """Findings (ranges) expanded to the reference's one tuple per message."""
+    out: list[Message] = []
+    for f in findings:
+        for i in range(f.count):
+            off = None if f.offset is None else f.offset + i
+            extra = None
+            if f.kind == "duplicate":
+                extra = tuple(c + i for c in f.evidence["also_read_at"])
+            kind_cause = f.cause if f.kind in ("lost", "lost_after_seen") else None
+            out.append((f.kind, f.subkind, kind_cause, f.topic, f.partition, off,
+                        f.producer_id, f.run_id, f.seq + i, extra))
+    return sorted(out, key=repr)
