@@ -104,8 +104,8 @@ def run_audited(settings: Settings, topic: str, n: int) -> float:
             p.poll(0)
     p.close()
     dt = time.perf_counter() - t
-    if p.acked != n or p.ledger.rows_written != n:
-        raise RuntimeError(f"audited: acked {p.acked}, ledgered {p.ledger.rows_written} of {n}")
+    if p.acked != n or p.ledger.reports_written != n:
+        raise RuntimeError(f"audited: acked {p.acked}, ledgered {p.ledger.reports_written} of {n}")
     return n / dt
 
 

@@ -1,13 +1,22 @@
-"""Audit job (first cut): judge every successful ack against what was read.
+"""Audit job: the streaming verdict engine on Spark, one incremental pass at a time.
 
-* sources: ``acks`` (delta-rs ledger), ``consumed`` (consume job),
-  ``partition_state`` (earlier frontiers), ``cluster_events`` (watcher);
-* rule: :func:`kafka_audit.jobs.rules.judge_partition`, run per
-  ``(topic, partition)`` with ``cogroup().applyInPandas``: the same pure function
-  the unit tests exercise;
-* sinks: ``findings`` (replaced as a whole each pass: the verdicts as of now,
-  idempotent), ``partition_state`` (one frontier observation per partition and
-  pass), ``dq_results`` (great-expectations over the acks added since the last pass);
+* sources: the ``acks`` and ``consumed`` files added since the last pass
+  (both tables are append-only, so the new rows are exactly the new files),
+  plus ``audit_hot`` (the unsettled state the last pass kept) and
+  ``cluster_events``;
+* rule: :func:`kafka_audit.jobs.engine.step_partition` per ``(topic, partition)``
+  with ``groupBy().applyInPandas``: the same pure function the unit and
+  property tests exercise;
+* sinks, in this order: ``findings`` (appended, tagged with the pass id),
+  direct re-reads into ``consumed`` (``source = reread``), ``audit_hot``
+  (overwritten with the new state *and* the progress row: this commit is the
+  pass's commit point), ``partition_state`` (frontier, pending and unseen per
+  partition), ``dq_results`` (great-expectations over the new acks);
+* exactly once: a pass first deletes findings whose pass id is above the
+  committed one (a pass that died before its commit point), then redoes that
+  pass. Re-read and state appends are idempotent Delta transactions keyed by
+  the pass id. So a replayed or restarted pass writes no finding twice and
+  misses none;
 * trigger: a pass every ``audit.interval_seconds`` (``kafka-audit audit``) or
   one pass (``kafka-audit audit --once``).
 """
@@ -15,143 +24,330 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import pandas as pd
 
-from kafka_audit.jobs import rules
-from kafka_audit.jobs.io import table_exists
-from kafka_audit.jobs.model import Ack, ClusterEvent, Read
+from kafka_audit.jobs import quality
+from kafka_audit.jobs.engine import AuditConfig, PartitionHot, step_partition
+from kafka_audit.jobs.io import Progress, files_added_since, read_progress, table_exists
+from kafka_audit.jobs.model import LOSS_KINDS, AckRun, ClusterEvent, ReadRun, Reread
 from kafka_audit.schemas.tables import column_names, spark_schema
 from kafka_audit.settings import Settings
 
-__all__ = ["AuditSummary", "run_audit_pass"]
+__all__ = ["AuditSummary", "run_audit_pass", "audit_config"]
+
+log = logging.getLogger(__name__)
+REREAD_APP = "kafka_audit_reread"
+STATE_APP = "kafka_audit_partition_state"
+_EXTRA = ["row", "finding_id", "subkind", "evidence", "cause", "unseen", "settled"]
 
 
 @dataclass(frozen=True)
 class AuditSummary:
     at: datetime
-    confirmed: int
-    lost: int
+    pass_id: int
+    findings: dict[str, int]
     pending: int
+    unseen: int
+    rereads: int
     partitions: int
     quality_failures: int
 
+    @property
+    def lost(self) -> int:
+        return sum(self.findings.get(k, 0) for k in LOSS_KINDS)
+
     def line(self) -> str:
-        return (f"audit {self.at:%H:%M:%S}: {self.partitions} partitions, "
-                f"{self.confirmed} confirmed, {self.lost} lost, {self.pending} pending, "
-                f"{self.quality_failures} failed expectations")
+        kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.findings.items())) or "no verdicts"
+        return (f"audit pass {self.pass_id} at {self.at:%H:%M:%S}: {self.partitions} partitions; "
+                f"{kinds}; {self.pending} pending ({self.unseen} unseen); "
+                f"{self.rereads} ranges re-read; {self.quality_failures} failed expectations")
 
 
-def _none(v):
-    return None if v is None or (isinstance(v, float) and pd.isna(v)) or v is pd.NaT else v
+def audit_config(settings: Settings, compacted: frozenset[str] = frozenset()) -> AuditConfig:
+    a = settings.audit
+    return AuditConfig(a.settle_seconds, a.lookback_seconds, a.unseen_after_seconds,
+                       a.read_retention_seconds, compacted)
 
 
-def _utc(v) -> datetime | None:
+# ---- rows <-> model ------------------------------------------------------------------------
+
+def _aware(v) -> datetime | None:
     # Spark hands pandas naive timestamps in the session time zone, which is UTC
-    v = _none(v)
-    return None if v is None else pd.Timestamp(v).to_pydatetime().replace(tzinfo=UTC)
-
-
-def _collected_utc(v: datetime) -> datetime:
-    # DataFrame.collect() gives naive datetimes in the driver's *local* zone (not the session
-    # zone); astimezone reads a naive value as local time, so this is right on any machine
-    return v.astimezone(UTC)
+    if v is None or v is pd.NaT or (isinstance(v, float) and pd.isna(v)):
+        return None
+    return pd.Timestamp(v).to_pydatetime().replace(tzinfo=UTC)
 
 
 def _naive(v: datetime | None) -> datetime | None:
     return None if v is None else v.astimezone(UTC).replace(tzinfo=None)
 
 
-def _judge_fn(settled: dict[tuple[str, int], int], events: list[ClusterEvent],
-              detected_at: datetime):
-    cols = column_names("findings")
+def _opt(v):
+    return None if v is None or (isinstance(v, float) and pd.isna(v)) else v
 
-    def judge(key, acks_pdf: pd.DataFrame, reads_pdf: pd.DataFrame) -> pd.DataFrame:
+
+def _opt_int(v) -> int | None:
+    v = _opt(v)
+    return None if v is None or v is pd.NA else int(v)
+
+
+def _hot_from_rows(pdf: pd.DataFrame) -> PartitionHot:
+    hot = PartitionHot()
+    for r in pdf.itertuples(index=False):
+        if r.kind == "ack":
+            hot.acks.append(AckRun(r.topic, int(r.partition), r.producer_id, r.run_id,
+                                   int(r.seq), int(r.count), _opt_int(r.offset), _aware(r.time1),
+                                   _aware(r.time2), _opt(r.error_name), r.acks))
+        elif r.kind == "read":
+            hot.reads.append(ReadRun(r.topic, int(r.partition), int(r.offset), int(r.count),
+                                     _opt(r.producer_id), _opt(r.run_id), _opt_int(r.seq),
+                                     _aware(r.time1), r.source, r.status,
+                                     _opt_int(r.leader_epoch)))
+        elif r.kind == "judged":
+            t = _aware(r.time1)
+            hot.judged.append((AckRun(r.topic, int(r.partition), r.producer_id, r.run_id,
+                                      int(r.seq), int(r.count), int(r.offset), t, t), t))
+        elif r.kind == "observation":
+            hot.observations.append((int(r.offset), _aware(r.time1)))
+    return hot
+
+
+def _row(kind: str, topic: str, partition: int, **kw) -> dict:
+    return {"kind": kind, "topic": topic, "partition": partition, **kw}
+
+
+def _hot_rows(topic: str, partition: int, hot: PartitionHot) -> list[dict]:
+    rows = [_row("ack", topic, partition, producer_id=a.producer_id, run_id=a.run_id,
+                 seq=a.seq, count=a.count, offset=a.offset, time1=_naive(a.first_ack),
+                 time2=_naive(a.last_ack), error_name=a.error, acks=a.acks) for a in hot.acks]
+    rows += [_row("read", topic, partition, producer_id=r.producer_id, run_id=r.run_id,
+                  seq=r.seq, count=r.count, offset=r.offset, time1=_naive(r.read_time),
+                  source=r.source, status=r.status, leader_epoch=r.leader_epoch)
+             for r in hot.reads]
+    rows += [_row("judged", topic, partition, producer_id=a.producer_id, run_id=a.run_id,
+                  seq=a.seq, count=a.count, offset=a.offset, time1=_naive(t))
+             for a, t in hot.judged]
+    rows += [_row("observation", topic, partition, offset=f, time1=_naive(t))
+             for f, t in hot.observations]
+    for r in rows:
+        r["row"] = "hot"
+    return rows
+
+
+def _step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
+             cfg: AuditConfig):
+    from pyspark.sql.types import StringType, TimestampType
+
+    cols = column_names("audit_hot") + _EXTRA
+    # all-null columns would come out float (NaN) and fail Arrow's string/timestamp conversion
+    strings = [f.name for f in _out_schema().fields if isinstance(f.dataType, StringType)]
+    times = [f.name for f in _out_schema().fields if isinstance(f.dataType, TimestampType)]
+
+    def step(key, pdf: pd.DataFrame) -> pd.DataFrame:
         topic, partition = key[0], int(key[1])
-        acks = [Ack(topic, partition, int(r.offset), r.producer_id, r.run_id, int(r.seq),
-                    _utc(r.ack_time), r.acks)
-                for r in acks_pdf.itertuples(index=False)]
-        reads = [Read(topic, partition, int(r.offset), _none(r.producer_id), _none(r.run_id),
-                      None if pd.isna(r.seq) else int(r.seq))
-                 for r in reads_pdf.itertuples(index=False)]
-        findings = rules.judge_partition(acks, reads, settled.get((topic, partition), 0),
-                                         [e for e in events if e.topic == topic
-                                          and e.partition == partition])
-        rows = [{
-            "finding_id": f.finding_id, "kind": f.kind, "subkind": f.subkind,
-            "topic": topic, "partition": partition, "offset": f.offset,
-            "producer_id": f.producer_id, "run_id": f.run_id, "seq": f.seq, "count": f.count,
-            "ack_time": _naive(f.ack_time), "evidence": json.dumps(f.evidence, default=str),
-            "cause": f.cause, "detected_at": _naive(detected_at),
-        } for f in findings]
-        return pd.DataFrame(rows, columns=cols)
+        res = step_partition(topic, _hot_from_rows(pdf), events.get((topic, partition), []),
+                             now, cfg)
+        rows = _hot_rows(topic, partition, res.hot)
+        for f in res.findings:
+            rows.append(_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
+                             producer_id=f.producer_id, run_id=f.run_id, seq=f.seq,
+                             count=f.count, offset=f.offset, time1=_naive(f.ack_time),
+                             subkind=f.subkind, cause=f.cause,
+                             evidence=json.dumps(f.evidence, default=str)))
+        for q in res.rereads:
+            rows.append(_row("reread", topic, partition, row="reread", offset=q.offset,
+                             count=q.end - q.offset, source=q.reason))
+        rows.append(_row("status", topic, partition, row="status", offset=res.clock.stream_frontier,
+                         settled=res.clock.settled_frontier, count=res.pending,
+                         unseen=res.unseen, time1=_naive(res.oldest_unseen)))
+        out = pd.DataFrame(rows, columns=cols)
+        out[strings] = out[strings].astype("string")
+        for c in times:
+            out[c] = pd.to_datetime(out[c])
+        return out
 
-    return judge
+    return step
 
 
-def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> AuditSummary:
+def _out_schema():
+    from pyspark.sql import types as T
+
+    extra = [T.StructField("row", T.StringType()), T.StructField("finding_id", T.StringType()),
+             T.StructField("subkind", T.StringType()), T.StructField("evidence", T.StringType()),
+             T.StructField("cause", T.StringType()), T.StructField("unseen", T.LongType()),
+             T.StructField("settled", T.LongType())]
+    return T.StructType([T.StructField(f.name, f.dataType, True)
+                         for f in spark_schema("audit_hot").fields] + extra)
+
+
+# ---- sources -------------------------------------------------------------------------------
+
+def _new_rows(spark, settings: Settings, progress: Progress):
+    """The rows added to acks and consumed since the last pass, as hot rows."""
     from pyspark.sql import functions as F
 
-    from kafka_audit.jobs import quality
+    schema = _out_schema()
+    frames, versions = [], {}
+    for table, since in (("acks", progress.acks_version), ("consumed", progress.consumed_version)):
+        path = settings.table_path(table)
+        if not table_exists(path):
+            versions[table] = since
+            continue
+        versions[table], files = files_added_since(path, since)
+        if not files:
+            continue
+        df = spark.read.schema(spark_schema(table)).parquet(*files)
+        if table == "acks":
+            df = df.select(F.lit("ack").alias("kind"), "topic", "partition", "producer_id",
+                           "run_id", "seq", "count", "offset", F.col("ack_time").alias("time1"),
+                           F.col("last_ack_time").alias("time2"), "error_name", "acks",
+                           F.lit(None).cast("string").alias("source"),
+                           F.lit(None).cast("string").alias("status"), "leader_epoch")
+        else:
+            stamped = F.col("stamped") & F.coalesce(F.col("checksum_ok"), F.lit(True))
+            df = df.select(F.lit("read").alias("kind"), "topic", "partition",
+                           F.when(stamped, F.col("producer_id")).alias("producer_id"),
+                           F.when(stamped, F.col("run_id")).alias("run_id"),
+                           F.when(stamped, F.col("seq")).alias("seq"), "count", "offset",
+                           F.col("read_time").alias("time1"),
+                           F.lit(None).cast("timestamp").alias("time2"),
+                           F.lit(None).cast("string").alias("error_name"),
+                           F.lit(None).cast("string").alias("acks"), "source", "status",
+                           "leader_epoch")
+        frames.append(df.select(*[F.col(f.name).cast(f.dataType) if f.name in df.columns
+                                  else F.lit(None).cast(f.dataType).alias(f.name)
+                                  for f in schema.fields]))
+    return frames, versions
+
+
+def _events(spark, settings: Settings) -> dict[tuple[str, int], list[ClusterEvent]]:
+    from pyspark.sql import functions as F
+
+    path = settings.table_path("cluster_events")
+    if not table_exists(path):
+        return {}
+    out: dict[tuple[str, int], list[ClusterEvent]] = {}
+    for r in (spark.read.format("delta").load(path)
+              .where(F.col("kind").isin("leader_change", "offline")).collect()):
+        out.setdefault((r.topic, r.partition), []).append(ClusterEvent(
+            r.event_time.astimezone(UTC), r.topic, r.partition, r.kind, r.leader,
+            r.previous_leader, tuple(r.isr) if r.isr is not None else None,
+            tuple(r.previous_isr) if r.previous_isr is not None else None))
+    return out
+
+
+def _compacted_topics(settings: Settings, topics: set[str]) -> frozenset[str]:
+    """Topics whose cleanup policy includes compaction (absence there is not loss)."""
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    from kafka_audit.clients import client_logger
+
+    if not topics:
+        return frozenset()
+    admin = AdminClient({"bootstrap.servers": settings.cluster.bootstrap,
+                         "logger": client_logger()})
+    found = set()
+    futures = admin.describe_configs([ConfigResource("topic", t) for t in sorted(topics)])
+    for res, fut in futures.items():
+        try:
+            policy = fut.result(timeout=10).get("cleanup.policy")
+        except Exception as exc:  # noqa: BLE001 - a deleted topic: nothing left to compact
+            log.warning("cleanup.policy of %s unknown: %s", res.name, exc)
+            continue
+        if policy is not None and "compact" in (policy.value or ""):
+            found.add(res.name)
+    return frozenset(found)
+
+
+# ---- the pass ------------------------------------------------------------------------------
+
+def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> AuditSummary:
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from kafka_audit.jobs.reread import reread
 
     now = now or datetime.now(UTC)
-    acks_path, consumed_path = settings.table_path("acks"), settings.table_path("consumed")
-    state_path = settings.table_path("partition_state")
-    findings_path = settings.table_path("findings")
-
+    paths = {t: settings.table_path(t) for t in
+             ("findings", "audit_hot", "consumed", "partition_state")}
     dq_failures = quality.validate_new_acks(settings)
-    if not table_exists(consumed_path) and not table_exists(acks_path):
-        return AuditSummary(now, 0, 0, 0, 0, dq_failures)
+    progress = read_progress(settings)
+    pass_id = progress.pass_id + 1
+    if table_exists(paths["findings"]):  # a pass that died before its commit point
+        DeltaTable.forPath(spark, paths["findings"]).delete(F.col("pass_id") >= pass_id)
 
-    def load(path: str, table: str):
-        if table_exists(path):
-            return spark.read.format("delta").load(path)
-        return spark.createDataFrame([], spark_schema(table))
+    frames, versions = _new_rows(spark, settings, progress)
+    schema = _out_schema()
+    parts = [spark.read.format("delta").load(paths["audit_hot"])
+             .where(F.col("kind") != "progress")
+             .select(*[F.col(f.name) if f.name in column_names("audit_hot")
+                       else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
+             ] if table_exists(paths["audit_hot"]) else []
+    parts += frames
+    if not parts:
+        return AuditSummary(now, progress.pass_id, {}, 0, 0, 0, 0, dq_failures)
+    rows = parts[0]
+    for p in parts[1:]:
+        rows = rows.unionByName(p)
+    topics = {r.topic for r in rows.select("topic").distinct().collect()}
+    cfg = audit_config(settings, _compacted_topics(settings, topics))
+    out = (rows.groupBy("topic", "partition")
+           .applyInPandas(_step_fn(_events(spark, settings), now, cfg), schema)
+           .localCheckpoint())
 
-    acks = (load(acks_path, "acks")
-            .where(F.col("error_code").isNull() & F.col("offset").isNotNull()
-                   & F.col("partition").isNotNull())
-            .select("topic", "partition", "offset", "producer_id", "run_id", "seq",
-                    "ack_time", "acks"))
-    reads = (load(consumed_path, "consumed")
-             .select("topic", "partition", "offset", "producer_id", "run_id", "seq"))
-
-    # frontier history: earlier observations plus the one made now
-    current = {(r.topic, r.partition): int(r.frontier) for r in
-               reads.groupBy("topic", "partition").agg((F.max("offset") + 1).alias("frontier"))
-               .collect()}
-    history: dict[tuple[str, int], list[tuple[int, datetime]]] = {
-        k: [(f, now)] for k, f in current.items()}
-    if table_exists(state_path):
-        for r in (spark.read.format("delta").load(state_path)
-                  .groupBy("topic", "partition", "frontier")
-                  .agg(F.min("observed_at").alias("first_seen")).collect()):
-            history.setdefault((r.topic, r.partition), []).append(
-                (int(r.frontier), _collected_utc(r.first_seen)))
-    settled = {k: rules.settled_frontier(v, now, settings.audit.settle_seconds)
-               for k, v in history.items()}
-    events = []
-    events_path = settings.table_path("cluster_events")
-    if table_exists(events_path):
-        events = [ClusterEvent(_collected_utc(r.event_time), r.topic, r.partition, r.kind,
-                               r.leader, r.previous_leader)
-                  for r in spark.read.format("delta").load(events_path)
-                  .where(F.col("kind") == "leader_change").collect()]
-
-    judged = (acks.groupBy("topic", "partition").cogroup(reads.groupBy("topic", "partition"))
-              .applyInPandas(_judge_fn(settled, events, now), spark_schema("findings")))
-    judged.write.format("delta").mode("overwrite").save(findings_path)
-
-    findings = spark.read.format("delta").load(findings_path)
-    totals = {r.kind: int(r.n) for r in
+    # 1. findings of this pass
+    findings = (out.where(F.col("row") == "finding")
+                .select(F.col("finding_id"), F.col("kind"), F.col("subkind"), "topic",
+                        "partition", "offset", "producer_id", "run_id", "seq", "count",
+                        F.col("time1").alias("ack_time"), F.coalesce("evidence", F.lit("{}"))
+                        .alias("evidence"), "cause", F.lit(_naive(now)).alias("detected_at"),
+                        F.lit(pass_id).cast("long").alias("pass_id")))
+    findings.write.format("delta").mode("append").save(paths["findings"])
+    counts = {r.kind: int(r.n) for r in
               findings.groupBy("kind").agg(F.sum("count").alias("n")).collect()}
-    pending = {(r.topic, r.partition): int(r["count"]) for r in
-               findings.where(F.col("kind") == "pending").collect()}
-    state_rows = [(t, p, f, now, pending.get((t, p), 0)) for (t, p), f in current.items()]
-    if state_rows:
-        (spark.createDataFrame(state_rows, spark_schema("partition_state"))
-         .write.format("delta").mode("append").save(state_path))
-    return AuditSummary(now, totals.get("confirmed", 0), totals.get("lost", 0),
-                        totals.get("pending", 0), len(current), dq_failures)
+
+    # 2. direct re-reads: consumed rows the next pass judges with
+    requests = [Reread(r.topic, r.partition, r.offset, r.offset + r["count"], r.source)
+                for r in out.where(F.col("row") == "reread").collect()]
+    answers = reread(settings.cluster.bootstrap, requests, settings.audit.reread_timeout_seconds)
+    if answers:
+        cons = [{"topic": a.topic, "partition": a.partition, "offset": a.offset,
+                 "count": a.count, "kafka_timestamp": None,
+                 "stamped": a.producer_id is not None,
+                 "stamp_error": None if a.producer_id is not None or a.status != "record"
+                 else "foreign or malformed", "producer_id": a.producer_id,
+                 "run_id": a.run_id, "seq": a.seq,
+                 "checksum_ok": True if a.producer_id is not None else None,
+                 "read_time": a.read_time, "batch_id": pass_id, "source": a.source,
+                 "status": a.status, "leader_epoch": a.leader_epoch} for a in answers]
+        (spark.createDataFrame(pd.DataFrame(cons, columns=column_names("consumed")),
+                               spark_schema("consumed"))
+         .write.format("delta").mode("append").option("txnAppId", REREAD_APP)
+         .option("txnVersion", pass_id).save(paths["consumed"]))
+
+    # 3. the commit point: new hot state plus progress, in one overwrite
+    done = Progress(pass_id, versions.get("acks", -1), versions.get("consumed", -1))
+    marker = spark.createDataFrame(
+        [("progress", "", -1, json.dumps(done.__dict__))],
+        "kind string, topic string, partition int, progress string")
+    hot = out.where(F.col("row") == "hot").select(*column_names("audit_hot"))
+    (hot.unionByName(marker, allowMissingColumns=True)
+     .select(*[F.col(f.name).cast(f.dataType) for f in spark_schema("audit_hot").fields])
+     .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
+     .save(paths["audit_hot"]))
+
+    # 4. per-partition status for the API
+    status = out.where(F.col("row") == "status").collect()
+    state = [(r.topic, r.partition, int(r.offset), int(r.settled), now, int(r["count"]),
+              int(r.unseen), r.time1 and r.time1.astimezone(UTC), pass_id) for r in status]
+    if state:
+        (spark.createDataFrame(state, spark_schema("partition_state"))
+         .write.format("delta").mode("append").option("txnAppId", STATE_APP)
+         .option("txnVersion", pass_id).save(paths["partition_state"]))
+    return AuditSummary(now, pass_id, counts, sum(int(r["count"]) for r in status),
+                        sum(int(r.unseen) for r in status), len(requests), len(status),
+                        dq_failures)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
@@ -9,7 +11,8 @@ import pyarrow.compute as pc
 
 from kafka_audit.schemas.tables import arrow_schema
 
-__all__ = ["table_exists", "read_table", "append_rows"]
+__all__ = ["table_exists", "read_table", "append_rows", "files_added_since", "Progress",
+           "read_progress"]
 
 
 def table_exists(path: str) -> bool:
@@ -38,3 +41,42 @@ def append_rows(path: str, table: str, rows: list[dict]) -> None:
     if not rows:
         return
     write_deltalake(path, pa.Table.from_pylist(rows, schema=arrow_schema(table)), mode="append")
+
+
+def files_added_since(path: str, version: int) -> tuple[int, list[str]]:
+    """The table's current version and the data files added after ``version`` (-1: all).
+
+    Exact for append-only tables (``acks``, ``consumed``): their files are only ever added.
+    Paths are absolute.
+    """
+    from urllib.parse import unquote
+
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(path)
+    current = dt.version()
+    if version >= current:
+        return current, []
+    files = set(dt.get_add_actions(flatten=True).column("path").to_pylist())
+    if version >= 0:
+        files -= set(DeltaTable(path, version=version).get_add_actions(flatten=True)
+                     .column("path").to_pylist())
+    return current, sorted(str(Path(path) / unquote(f)) for f in files)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The audit's committed progress: the last pass and the source versions it consumed."""
+
+    pass_id: int = 0
+    acks_version: int = -1
+    consumed_version: int = -1
+
+
+def read_progress(settings) -> Progress:
+    """The progress row of ``audit_hot`` (written in the same commit as the audit's state)."""
+    t = read_table(settings.table_path("audit_hot"), "audit_hot", ["kind", "progress"],
+                   where=pc.field("kind") == "progress")
+    if t.num_rows == 0:
+        return Progress()
+    return Progress(**json.loads(t.column("progress")[0].as_py()))

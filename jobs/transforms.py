@@ -1,9 +1,14 @@
-"""Spark column logic shared by the jobs: stamp parsing from Kafka headers.
+"""Spark column logic shared by the jobs: stamp parsing and read runs.
 
 Parses the ``kaudit`` header laid out in ``schemas/stamp.py`` with SQL
 functions only (no Python UDF), so parsing runs in the JVM at source speed.
 A record without the header, or with a malformed one, stays in the output
 with ``stamped = false`` and a ``stamp_error``: counted, never dropped.
+
+:func:`read_runs` then folds the records into runs (the range ledger's read
+side): consecutive offsets holding consecutive seqs of one producer run, or
+consecutive foreign records sharing one reason; any gap, change of producer,
+seq jump or bad checksum starts a new run.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ from pyspark.sql import functions as F
 from kafka_audit.schemas.stamp import HEADER, VERSION
 from kafka_audit.schemas.tables import column_names
 
-__all__ = ["parse_kafka_records"]
+__all__ = ["parse_kafka_records", "read_runs"]
 
 
 def _uint(binary: Column, pos: int | Column, length: int | Column) -> Column:
@@ -53,10 +58,29 @@ def parse_kafka_records(df: DataFrame, batch_id: int) -> DataFrame:
         F.when(well_formed, F.substring(s, F.lit(16) + p_len, r_len).cast("string"))
         .alias("run_id"),
         F.when(well_formed, _uint(s, 2, 8).cast("decimal(20,0)").cast("long")).alias("seq"),
-        F.when(well_formed, checksum).alias("checksum"),
         F.when(well_formed, F.crc32(F.coalesce(F.col("value"), F.lit(b"").cast("binary")))
                == checksum).alias("checksum_ok"),
         F.current_timestamp().alias("read_time"),
         F.lit(batch_id).cast("long").alias("batch_id"),
     )
-    return parsed.select(*column_names("consumed"))
+    return parsed
+
+
+def read_runs(records: DataFrame) -> DataFrame:
+    """Parsed records (:func:`parse_kafka_records`) to rows of the ``consumed`` table."""
+    from pyspark.sql.window import Window
+
+    keys = ["topic", "partition", "stamped", "stamp_error", "producer_id", "run_id",
+            "checksum_ok", "read_time", "batch_id"]
+    # along a run both offset - seq and offset - (row number) stay constant
+    diagonal = F.when(F.col("stamped"), F.col("offset") - F.col("seq")).otherwise(F.lit(0))
+    w = Window.partitionBy(*keys, "_diag").orderBy("offset")
+    runs = (records.withColumn("_diag", diagonal)
+            .withColumn("_island", F.col("offset") - F.row_number().over(w))
+            .groupBy(*keys, "_diag", "_island")
+            .agg(F.min("offset").alias("offset"), F.count(F.lit(1)).alias("count"),
+                 F.min("seq").alias("seq"),
+                 F.min_by("kafka_timestamp", "offset").alias("kafka_timestamp")))
+    return (runs.withColumn("source", F.lit("stream")).withColumn("status", F.lit("record"))
+            .withColumn("leader_epoch", F.lit(None).cast("int"))
+            .select(*column_names("consumed")))

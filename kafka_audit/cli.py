@@ -39,8 +39,8 @@ def _produce(args) -> int:
                     size=args.size, acks=args.acks, idempotence=args.idempotence,
                     retries=args.retries, producer_id=args.producer_id)
     p = run_load(get_settings(), spec, progress=print)
-    print(f"sent {p.sent}, acked {p.acked}, failed {p.failed}, ledger rows {p.ledger.rows_written}"
-          f" (run {p.run_id})")
+    print(f"sent {p.sent}, acked {p.acked}, failed {p.failed}, ledger rows "
+          f"{p.ledger.rows_written} for {p.ledger.reports_written} reports (run {p.run_id})")
     return 0
 
 

@@ -10,7 +10,7 @@ Steps, each printed as it happens:
    truncates its divergent tail when it rejoins) and keep producing;
 4. read the topics with the Spark consume job and run audit passes until no
    verdict is pending;
-5. start the REST API (uvicorn), fetch ``/v1/findings?kind=lost`` over HTTP and
+5. start the REST API (uvicorn), fetch the loss findings over HTTP and
    print it next to the ground truth: the producer's own acks that a final
    full read (plain confluent-kafka consumer, no Spark) cannot find;
 6. stop everything (unless ``--keep-running``). Exit code 0 only if they match.
@@ -30,7 +30,8 @@ from kafka_audit.deploy.cluster import LocalCluster, wait_until
 from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.settings import Settings
 
-__all__ = ["run_demo", "DemoResult", "produce_with_leader_kill", "audit_until_settled"]
+__all__ = ["run_demo", "DemoResult", "produce_with_leader_kill", "audit_until_settled",
+           "fetch_lost", "lost_messages"]
 
 
 @dataclass
@@ -108,10 +109,12 @@ def produce_with_leader_kill(settings: Settings, cluster: LocalCluster, topic: s
 
 def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 180,
                         progress=say, pattern: str | None = None):
-    """Consume to the end and audit until the topic has no pending verdict.
+    """Consume to the end and audit until no write of ``topic`` is pending.
 
     ``pattern`` (a Java regex) narrows what the consume job reads; default: ``topic`` only.
     """
+    import pyarrow.compute as pc
+
     from kafka_audit.jobs.audit_job import run_audit_pass
     from kafka_audit.jobs.consume_job import start_consume
     from kafka_audit.jobs.io import read_table
@@ -121,25 +124,35 @@ def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 
         start_consume(spark, settings, pattern or re.escape(topic), once=True).awaitTermination()
         summary = run_audit_pass(spark, settings)
         progress(summary.line())
-        t = read_table(settings.table_path("findings"), "findings").to_pylist()
-        pending = sum(r["count"] for r in t if r["topic"] == topic and r["kind"] == "pending")
-        if pending == 0:
+        state = read_table(settings.table_path("partition_state"), "partition_state",
+                           where=(pc.field("pass_id") == summary.pass_id)
+                           & (pc.field("topic") == topic))
+        pending = sum(state.column("pending").to_pylist())
+        if state.num_rows and pending == 0:
             return summary
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{pending} verdicts of {topic} still pending after {timeout}s")
+            raise TimeoutError(f"{pending} writes of {topic} still pending after {timeout}s")
         time.sleep(min(settings.audit.settle_seconds, 5) / 2 or 0.5)
 
 
 def fetch_lost(base_url: str, topic: str) -> list[dict]:
+    """Every loss finding of ``topic`` (lost and lost after being seen), over HTTP."""
     items, page = [], 1
     while True:
-        url = f"{base_url}/v1/findings?topic={topic}&kind=lost&page={page}&page_size=1000"
+        url = (f"{base_url}/v1/findings?topic={topic}&kind=lost&kind=lost_after_seen"
+               f"&page={page}&page_size=1000")
         with urllib.request.urlopen(url, timeout=30) as resp:
             body = json.load(resp)
         items.extend(body["items"])
         if len(items) >= body["total"] or not body["items"]:
             return items
         page += 1
+
+
+def lost_messages(items: list[dict]) -> list[tuple[int, int, int]]:
+    """Loss findings (ranges) as one ``(partition, offset, seq)`` per lost write, sorted."""
+    return sorted((i["partition"], i["offset"] + k, i["seq"] + k)
+                  for i in items for k in range(i["count"]))
 
 
 class ApiServer:
@@ -190,7 +203,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> DemoResult:
         say("producing with acks=1; the leader of partition 0 will be killed mid-stream")
         producer, killed = produce_with_leader_kill(settings, cluster, topic)
         say(f"producer done: sent {producer.sent}, acked {producer.acked}, "
-            f"failed {producer.failed}; ledger rows written {producer.ledger.rows_written}")
+            f"failed {producer.failed}; ledger rows {producer.ledger.rows_written} for {producer.ledger.reports_written} reports")
         say("starting Spark; consuming and auditing until every verdict is settled")
         spark = get_spark(settings, "kafka-audit-demo")
         audit_until_settled(spark, settings, topic)
@@ -201,7 +214,7 @@ def run_demo(settings: Settings, keep_running: bool = False) -> DemoResult:
         with ApiServer(settings) as api:
             items = fetch_lost(api.base_url, topic)
             say(f"GET {api.base_url}/v1/findings?topic={topic}&kind=lost -> {len(items)} items")
-        api_lost = sorted((i["partition"], i["offset"], i["seq"]) for i in items)
+        api_lost = lost_messages(items)
         result = DemoResult(topic, producer.acked, truth, api_lost, killed)
         _print_result(result, items)
         say(f"demo took {time.monotonic() - t0:.0f}s")
@@ -226,10 +239,12 @@ def _print_result(r: DemoResult, items: list[dict]) -> None:
     print(f"  lost according to the auditor's REST API : {len(r.api_lost)}")
     print(f"  acked but absent from a final full read  : {len(r.truth_lost)}")
     for item in items[:10]:
-        print(f"    lost p{item['partition']} offset {item['offset']} seq {item['seq']} "
-              f"({item['subkind']}, cause: {item['cause']})")
+        last = item["offset"] + item["count"] - 1
+        print(f"    {item['kind']} p{item['partition']} offsets {item['offset']}..{last} "
+              f"seqs {item['seq']}..{item['seq'] + item['count'] - 1} "
+              f"({item['subkind'] or 'seen, then replaced'}, cause: {item['cause']})")
     if len(items) > 10:
-        print(f"    ... and {len(items) - 10} more")
+        print(f"    ... and {len(items) - 10} more ranges")
     print(f"  verdict: {'MATCH' if r.match else 'MISMATCH'}"
           + ("" if r.match else f" api-only {sorted(set(r.api_lost) - set(r.truth_lost))[:5]} "
              f"truth-only {sorted(set(r.truth_lost) - set(r.api_lost))[:5]}"))

@@ -71,6 +71,10 @@ class SparkSettings(BaseModel):
 class AuditSettings(BaseModel):
     settle_seconds: float = Field(30, ge=0)
     interval_seconds: float = Field(5, gt=0)
+    lookback_seconds: float = Field(30, ge=0)
+    unseen_after_seconds: float = Field(120, gt=0)
+    read_retention_seconds: float = Field(120, gt=0)
+    reread_timeout_seconds: float = Field(30, gt=0)
 
 
 class WatchSettings(BaseModel):

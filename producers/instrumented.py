@@ -72,14 +72,13 @@ class AuditedProducer:
         me = self
 
         # librdkafka hands delivery reports back without their headers, so each record's
-        # stamp is bound to its callback with functools.partial (cheaper than a closure)
-        def on_delivery(stamp, err, msg):
-            add((stamp, msg.topic(), msg.partition(), msg.offset(), err, msg.latency(), now()))
+        # seq is bound to its callback with functools.partial (cheaper than a closure)
+        def on_delivery(seq, err, msg):
+            add((seq, msg.topic(), msg.partition(), msg.offset(), err, msg.latency(), now()))
             if err is None:
                 me.acked += 1
                 if record is not None:
-                    record.append((SEQ_CRC.unpack_from(stamp, 1)[0], msg.topic(),
-                                   msg.partition(), msg.offset()))
+                    record.append((seq, msg.topic(), msg.partition(), msg.offset()))
             else:
                 me.failed += 1
 
@@ -96,7 +95,7 @@ class AuditedProducer:
         seq = self._seq
         stamp = self._head + SEQ_CRC.pack(seq, crc32(value)) + self._tail
         hdrs = [(HEADER, stamp), *headers] if headers else [(HEADER, stamp)]
-        cb = partial(self._on_delivery, stamp)
+        cb = partial(self._on_delivery, seq)
         if partition is None:
             self._producer.produce(topic, value, key, headers=hdrs, on_delivery=cb)
         else:

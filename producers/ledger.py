@@ -2,7 +2,9 @@
 
 The delivery callback only appends a tuple to a deque (never blocks, never
 does I/O). A writer thread drains the deque every ``flush_seconds`` (or at
-``flush_rows``), turns the tuples into one Arrow batch, writes it to a spool
+``flush_rows``), turns the tuples into one Arrow batch of *runs* (the range
+ledger: one row per consecutive seqs at consecutive offsets of one partition,
+split at any gap, duplicate or disorder; failed reports per shared error), writes it to a spool
 segment (``<spool>/<app_id>/<version>.arrow``, fsynced, renamed into place),
 then appends it to the ``acks`` Delta table with delta-rs as an idempotent
 transaction ``(app_id, version)``. A segment is deleted only after its commit.
@@ -39,10 +41,10 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from kafka_audit.errors import LedgerWriteError
-from kafka_audit.schemas.stamp import SEQ_CRC
 from kafka_audit.schemas.tables import arrow_schema
 
 __all__ = ["AckLedger", "DurabilitySettings"]
@@ -79,7 +81,8 @@ class SpoolCommitter:
         # the newest version this app id has in the table's transaction log, as last read or
         # written here; None = unknown, read it again (after a failure the write may have landed)
         self._committed: int | None = None
-        self.rows_written = 0
+        self.rows_written = 0  # ledger rows (runs)
+        self.reports_written = 0  # delivery reports those rows stand for
         self.write_failures = 0
         self.last_error: str | None = None
 
@@ -162,6 +165,7 @@ class SpoolCommitter:
                 self._committed = version
                 seg.unlink()
                 written += table.num_rows
+                self.reports_written += pc.sum(table["count"]).as_py() or 0
             self.rows_written += written
             if self.last_error is not None:
                 print(f"ack ledger {self.app_id}: warehouse writable again", file=sys.stderr)
@@ -194,7 +198,7 @@ def recover_orphaned_spools(spool_root: Path, table_path: str) -> int:
         try:
             rows += orphan.commit()
             if orphan.rows_written:
-                print(f"ack ledger: recovered {orphan.rows_written} acks of crashed run "
+                print(f"ack ledger: recovered {orphan.reports_written} acks of crashed run "
                       f"{orphan.app_id} from {folder}", file=sys.stderr)
         finally:
             orphan.release()
@@ -229,6 +233,10 @@ class AckLedger:
     @property
     def rows_written(self) -> int:
         return self._spool.rows_written
+
+    @property
+    def reports_written(self) -> int:
+        return self._spool.reports_written
 
     @property
     def write_failures(self) -> int:
@@ -317,53 +325,61 @@ class AckLedger:
         return self._to_table(items)
 
     def _to_table(self, items: list[tuple]) -> pa.Table:
-        """Column-wise conversion: the per-row work stays in C (zip, numpy, pyarrow)."""
-        # item: (stamp, topic, partition, offset, err, latency_seconds, ack_epoch_seconds)
+        """Reports to ledger rows, one per run: consecutive seqs at consecutive offsets of
+        one partition (or sharing one error). Column-wise: the per-report work stays in C."""
+        # item: (seq, topic, partition, offset, err, latency_seconds, ack_epoch_seconds)
         n = len(items)
-        stamps, topics, parts, offsets, errs, latencies, acked = zip(*items, strict=True)
-        seq, crc = _unpack_stamps(stamps)
+        seqs, topics, parts, offsets, errs, latencies, acked = zip(*items, strict=True)
+        seq = np.fromiter(seqs, np.int64, n)
         ack_us = (np.fromiter(acked, np.float64, n) * 1e6).astype(np.int64)
         lat = np.fromiter((x or 0.0 for x in latencies), np.float64, n)
         send_us = ack_us - (lat * 1e6).astype(np.int64)
-        parts_np = np.fromiter((-1 if x is None else x for x in parts), np.int64, n)
-        offs_np = np.fromiter((-1 if x is None else x for x in offsets), np.int64, n)
-        failed = [i for i, e in enumerate(errs) if e is not None]
-        codes: list[int | None] = [None] * n
-        names: list[str | None] = [None] * n
-        for i in failed:
-            codes[i] = errs[i].code()
-            names[i] = errs[i].name()
+        part = np.fromiter((-1 if x is None else x for x in parts), np.int64, n)
+        off = np.fromiter((-1 if x is None else x for x in offsets), np.int64, n)
+        names = sorted(set(topics))
+        topic_ix = (np.zeros(n, np.int64) if len(names) == 1
+                    else np.fromiter(map({t: i for i, t in enumerate(names)}.get, topics),
+                                     np.int64, n))
+        code = np.full(n, np.iinfo(np.int32).min, np.int64)  # no error
+        err_name: dict[int, str] = {}
+        for i, e in enumerate(errs):
+            if e is not None:
+                code[i] = e.code()
+                err_name[int(code[i])] = e.name()
+        order = np.lexsort((seq, code, part, topic_ix))
+        seq, part, off, code, topic_ix = seq[order], part[order], off[order], code[order], \
+            topic_ix[order]
+        ack_us, send_us = ack_us[order], send_us[order]
+        ok = code == np.iinfo(np.int32).min
+        starts = np.ones(n, bool)
+        starts[1:] = ((topic_ix[1:] != topic_ix[:-1]) | (part[1:] != part[:-1])
+                      | (code[1:] != code[:-1]) | (seq[1:] != seq[:-1] + 1)
+                      | (ok[1:] & (off[1:] != off[:-1] + 1)))
+        first = np.flatnonzero(starts)
+        count = np.diff(np.append(first, n))
+        run_ok = ok[first]
+        run_code = code[first]
+        m = len(first)
         ts = pa.timestamp("us", tz="UTC")
         acks, idem, retries, inflight = self.durability
         cols: dict[str, Any] = {
-            "run_id": pa.repeat(pa.scalar(self.run_id, pa.string()), n),
-            "producer_id": pa.repeat(pa.scalar(self.producer_id, pa.string()), n),
-            "seq": pa.array(seq, pa.int64()),
-            "topic": pa.array(topics, pa.string()),
-            "partition": pa.array(parts_np, pa.int32(), mask=parts_np < 0),
-            "offset": pa.array(offs_np, pa.int64(), mask=offs_np < 0),
-            "checksum": pa.array(crc, pa.int64()),
-            "send_time": pa.array(send_us, pa.int64()).cast(ts),
-            "ack_time": pa.array(ack_us, pa.int64()).cast(ts),
-            "error_code": pa.array(codes, pa.int32()),
-            "error_name": pa.array(names, pa.string()),
-            "acks": pa.repeat(pa.scalar(acks, pa.string()), n),
-            "idempotence": pa.repeat(pa.scalar(idem, pa.bool_()), n),
-            "retries": pa.repeat(pa.scalar(retries, pa.int32()), n),
-            "max_in_flight": pa.repeat(pa.scalar(inflight, pa.int32()), n),
-            "leader_epoch": pa.nulls(n, pa.int32()),
+            "run_id": pa.repeat(pa.scalar(self.run_id, pa.string()), m),
+            "producer_id": pa.repeat(pa.scalar(self.producer_id, pa.string()), m),
+            "seq": pa.array(seq[first], pa.int64()),
+            "count": pa.array(count, pa.int64()),
+            "topic": pa.array([names[i] for i in topic_ix[first]], pa.string()),
+            "partition": pa.array(part[first], pa.int32()),
+            "offset": pa.array(off[first], pa.int64(), mask=~run_ok | (off[first] < 0)),
+            "send_time": pa.array(np.minimum.reduceat(send_us, first), pa.int64()).cast(ts),
+            "ack_time": pa.array(np.minimum.reduceat(ack_us, first), pa.int64()).cast(ts),
+            "last_ack_time": pa.array(np.maximum.reduceat(ack_us, first), pa.int64()).cast(ts),
+            "error_code": pa.array(run_code, pa.int32(), mask=run_ok),
+            "error_name": pa.array([None if k else err_name[int(c)]
+                                    for k, c in zip(run_ok, run_code, strict=True)], pa.string()),
+            "acks": pa.repeat(pa.scalar(acks, pa.string()), m),
+            "idempotence": pa.repeat(pa.scalar(idem, pa.bool_()), m),
+            "retries": pa.repeat(pa.scalar(retries, pa.int32()), m),
+            "max_in_flight": pa.repeat(pa.scalar(inflight, pa.int32()), m),
+            "leader_epoch": pa.nulls(m, pa.int32()),
         }
         return pa.Table.from_pydict(cols, schema=_SCHEMA)
-
-
-def _unpack_stamps(stamps: tuple[bytes, ...]) -> tuple[np.ndarray, np.ndarray]:
-    """(seq, crc) of every stamp; one producer's stamps all have the same length."""
-    width = len(stamps[0])
-    if all(len(s) == width for s in stamps):
-        raw = np.frombuffer(b"".join(stamps), np.uint8).reshape(len(stamps), width)
-        seq = raw[:, 1:9].copy().view(">u8").ravel().astype(np.int64)
-        crc = raw[:, 9:13].copy().view(">u4").ravel().astype(np.int64)
-        return seq, crc
-    pairs = [SEQ_CRC.unpack_from(s, 1) for s in stamps]
-    return (np.array([p[0] for p in pairs], np.int64), np.array([p[1] for p in pairs], np.int64))
-

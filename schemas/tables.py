@@ -9,11 +9,14 @@ Who writes what (one writing engine per table, see FIELD-NOTES):
 ==================  =====================  ===================================
 table               writer                 one row per
 ==================  =====================  ===================================
-``acks``            producers (delta-rs)   delivery report (success or failure)
-``consumed``        consume job (Spark)    record read from an audited topic
+``acks``            producers (delta-rs)   run of delivery reports (consecutive seqs at
+                                           consecutive offsets, or one shared error)
+``consumed``        consume job, audit     run of records read (stream) or re-read
+                    (Spark)
 ``cluster_events``  watcher (delta-rs)     observed change of leader/ISR
-``findings``        audit job (Spark)      anomaly, or confirmed count per partition
-``partition_state`` audit job (Spark)      partition per audit pass: consumed frontier
+``findings``        audit job (Spark)      verdict on a range of writes
+``partition_state`` audit job (Spark)      partition per audit pass: frontier, pending
+``audit_hot``       audit job (Spark)      the audit's state: unjudged runs, progress
 ``dq_results``      audit job (delta-rs)   expectation result per validated batch
 ==================  =====================  ===================================
 """
@@ -52,35 +55,40 @@ TABLES: dict[str, list[Column]] = {
     "acks": [
         C("run_id", "string", False, "producer run (one process lifetime)"),
         C("producer_id", "string", False, "stable producer name"),
-        C("seq", "long", False, "per-producer sequence stamped in the record"),
+        C("seq", "long", False, "first sequence of the run (stamped in the record)"),
+        C("count", "long", False, "reports in the run: seqs seq..seq+count-1"),
         C("topic", "string", False),
-        C("partition", "int", True, "null when the write failed before a partition was chosen"),
-        C("offset", "long", True, "null when delivery failed"),
-        C("checksum", "long", False, "CRC32 of the payload"),
-        C("send_time", "timestamp", False),
-        C("ack_time", "timestamp", False, "when the delivery report arrived"),
-        C("error_code", "int", True, "librdkafka error code; null on success"),
+        C("partition", "int", False, "-1 when the write failed before a partition was chosen"),
+        C("offset", "long", True, "first offset of the run (seq+i at offset+i); null on failure"),
+        C("send_time", "timestamp", False, "when the run's first record was produced"),
+        C("ack_time", "timestamp", False, "first delivery report of the run"),
+        C("last_ack_time", "timestamp", False, "last delivery report of the run"),
+        C("error_code", "int", True, "librdkafka error code, shared by the run; null on success"),
         C("error_name", "string", True),
         C("acks", "string", False, "producer acks setting"),
         C("idempotence", "bool", False),
         C("retries", "int", False),
         C("max_in_flight", "int", False),
-        C("leader_epoch", "int", True, "leader epoch if the client exposes it (librdkafka: no)"),
+        C("leader_epoch", "int", True, "leader epoch if the client exposes it"),
     ],
     "consumed": [
         C("topic", "string", False),
         C("partition", "int", False),
-        C("offset", "long", False),
-        C("kafka_timestamp", "timestamp", True),
+        C("offset", "long", False, "first offset of the run"),
+        C("count", "long", False, "offsets offset..offset+count-1 (seq+i at offset+i)"),
+        C("kafka_timestamp", "timestamp", True, "Kafka timestamp of the run's first record"),
         C("stamped", "bool", False, "false for foreign or malformed records (counted, not failed)"),
         C("stamp_error", "string", True, "why a stamp could not be parsed"),
         C("producer_id", "string", True),
         C("run_id", "string", True),
-        C("seq", "long", True),
-        C("checksum", "long", True),
-        C("checksum_ok", "bool", True, "payload CRC32 equals the stamped one"),
+        C("seq", "long", True, "first sequence of the run"),
+        C("checksum_ok", "bool", True, "every payload's CRC32 equals its stamped one"),
         C("read_time", "timestamp", False),
-        C("batch_id", "long", False, "consume job micro-batch that read it"),
+        C("batch_id", "long", False, "consume micro-batch, or audit pass for re-reads"),
+        C("source", "string", False, "stream (consume job) | reread (direct re-read by the audit)"),
+        C("status", "string", False, "record | absent (re-read found no record) | "
+                                     "expired (below the log start)"),
+        C("leader_epoch", "int", True, "leader epoch of the records (re-reads only)"),
     ],
     "cluster_events": [
         C("event_time", "timestamp", False),
@@ -97,27 +105,52 @@ TABLES: dict[str, list[Column]] = {
         C("source", "string", False, "who observed it, e.g. watcher:metadata"),
     ],
     "findings": [
-        C("finding_id", "string", False, "deterministic id of the anomaly"),
-        C("kind", "string", False, "lost | confirmed (a count per partition)"),
-        C("subkind", "string", True, "overwritten | vanished"),
+        C("finding_id", "string", False, "deterministic id of the finding"),
+        C("kind", "string", False, "confirmed | lost | lost_after_seen | duplicate | reordered | "
+                                   "indeterminate | rejected | unverified"),
+        C("subkind", "string", True, "overwritten | vanished (lost); present | absent "
+                                     "(indeterminate); retention | compacted (unverified)"),
         C("topic", "string", False),
         C("partition", "int", False),
-        C("offset", "long", True),
+        C("offset", "long", True, "first acked offset (null for failed writes)"),
         C("producer_id", "string", True),
         C("run_id", "string", True),
-        C("seq", "long", True),
+        C("seq", "long", True, "first seq; the finding covers seq..seq+count-1"),
         C("count", "long", False, "writes this row stands for"),
         C("ack_time", "timestamp", True),
         C("evidence", "string", False, "JSON: the rows that prove the verdict"),
-        C("cause", "string", True, "likely cause, from cluster events"),
+        C("cause", "string", True, "likely cause of a loss, from cluster events"),
         C("detected_at", "timestamp", False),
+        C("pass_id", "long", False, "audit pass that wrote it (exactly-once key)"),
     ],
     "partition_state": [
         C("topic", "string", False),
         C("partition", "int", False),
-        C("frontier", "long", False, "highest consumed offset + 1"),
+        C("frontier", "long", False, "highest offset the consume job read + 1"),
+        C("settled_frontier", "long", False, "frontier as it stood a settle period ago"),
         C("observed_at", "timestamp", False),
-        C("pending", "long", False, "acked writes not yet judged (frontier not settled)"),
+        C("pending", "long", False, "acked writes not yet judged"),
+        C("unseen", "long", False, "pending writes unread for longer than audit.unseen_after"),
+        C("oldest_unseen", "timestamp", True, "ack time of the oldest unseen write"),
+        C("pass_id", "long", False),
+    ],
+    "audit_hot": [
+        C("kind", "string", False, "ack | read | judged | observation | progress"),
+        C("topic", "string", False),
+        C("partition", "int", False),
+        C("producer_id", "string", True),
+        C("run_id", "string", True),
+        C("seq", "long", True),
+        C("count", "long", True),
+        C("offset", "long", True),
+        C("time1", "timestamp", True, "ack: first ack; read: read time; judged: when; obs: when"),
+        C("time2", "timestamp", True, "ack: last ack"),
+        C("error_name", "string", True),
+        C("acks", "string", True),
+        C("source", "string", True),
+        C("status", "string", True),
+        C("leader_epoch", "int", True),
+        C("progress", "string", True, "progress row: JSON of source versions and pass id"),
     ],
     "dq_results": [
         C("validated_at", "timestamp", False),

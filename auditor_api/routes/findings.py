@@ -1,4 +1,8 @@
-"""``GET /v1/findings``: anomalies and per-partition counts, filtered and paginated."""
+"""``GET /v1/findings``, ``/v1/summary``, ``/v1/partitions``: verdicts and what is pending.
+
+Only findings of committed audit passes are served: a pass that died before
+its commit point is redone, and its findings are replaced, never shown twice.
+"""
 
 from __future__ import annotations
 
@@ -15,14 +19,20 @@ from fastapi import APIRouter, HTTPException, Query
 from pydantic import BaseModel
 
 from kafka_audit.auditor_api.deps import ReaderDep, SettingsDep
+from kafka_audit.jobs.io import read_progress
 
 router = APIRouter(prefix="/v1", tags=["findings"])
 
 
 class Kind(StrEnum):
-    lost = "lost"
     confirmed = "confirmed"
-    pending = "pending"
+    lost = "lost"
+    lost_after_seen = "lost_after_seen"
+    duplicate = "duplicate"
+    reordered = "reordered"
+    indeterminate = "indeterminate"
+    rejected = "rejected"
+    unverified = "unverified"
 
 
 class FindingOut(BaseModel):
@@ -40,6 +50,7 @@ class FindingOut(BaseModel):
     cause: str | None
     evidence: dict
     detected_at: datetime
+    pass_id: int
 
 
 class FindingsPage(BaseModel):
@@ -55,7 +66,7 @@ def list_findings(
     settings: SettingsDep,
     topic: str | None = None,
     partition: Annotated[int | None, Query(ge=0)] = None,
-    kind: Kind | None = None,
+    kind: Annotated[list[Kind] | None, Query(description="one or more kinds")] = None,
     since: Annotated[datetime | None, Query(description="ack_time >= since (ISO 8601)")] = None,
     until: Annotated[datetime | None, Query(description="ack_time < until (ISO 8601)")] = None,
     page: Annotated[int, Query(ge=1)] = 1,
@@ -70,16 +81,14 @@ def list_findings(
         raise HTTPException(422, "since must be before until")
     # the filter goes into the Delta scan rather than over a whole table read per request
     ts = pa.timestamp("us", tz="UTC")
-    conditions = [
+    where = _committed(reader, [
         pc.field("topic") == topic if topic is not None else None,
         pc.field("partition") == pa.scalar(partition, pa.int32()) if partition is not None
         else None,
-        pc.field("kind") == kind.value if kind is not None else None,
+        pc.field("kind").isin([k.value for k in kind]) if kind else None,
         pc.field("ack_time") >= pa.scalar(since, ts) if since is not None else None,
         pc.field("ack_time") < pa.scalar(until, ts) if until is not None else None,
-    ]
-    given = [c for c in conditions if c is not None]
-    where = functools.reduce(operator.and_, given) if given else None
+    ])
     t = reader.read("findings", where).sort_by(
         [("topic", "ascending"), ("partition", "ascending"), ("kind", "ascending"),
          ("offset", "ascending"), ("finding_id", "ascending")])
@@ -89,3 +98,62 @@ def list_findings(
         r["evidence"] = json.loads(r["evidence"] or "{}")
     return FindingsPage(total=t.num_rows, page=page, page_size=page_size,
                         items=[FindingOut(**r) for r in rows])
+
+
+def _committed(reader, conditions: list) -> pc.Expression:
+    """AND of the given conditions and "written by a committed audit pass"."""
+    committed = read_progress(reader.settings).pass_id
+    given = [c for c in conditions if c is not None]
+    given.append(pc.field("pass_id") <= pa.scalar(committed, pa.int64()))
+    return functools.reduce(operator.and_, given)
+
+
+class Summary(BaseModel):
+    topic: str | None
+    writes: dict[str, int]
+    lost: int
+    pending: int
+    unseen: int
+
+
+@router.get("/summary", response_model=Summary)
+def summary(reader: ReaderDep, topic: str | None = None) -> Summary:
+    """Writes per verdict kind (sum of ``count``), losses, and what is still pending."""
+    t = reader.read("findings", _committed(
+        reader, [pc.field("topic") == topic if topic is not None else None]))
+    by_kind = t.group_by("kind").aggregate([("count", "sum")]).to_pylist()
+    writes = {r["kind"]: int(r["count_sum"]) for r in by_kind}
+    parts = [p for p in latest_partitions(reader) if topic is None or p.topic == topic]
+    return Summary(topic=topic, writes=writes,
+                   lost=writes.get("lost", 0) + writes.get("lost_after_seen", 0),
+                   pending=sum(p.pending for p in parts), unseen=sum(p.unseen for p in parts))
+
+
+class PartitionOut(BaseModel):
+    topic: str
+    partition: int
+    frontier: int
+    settled_frontier: int
+    pending: int
+    unseen: int
+    oldest_unseen: datetime | None
+    observed_at: datetime
+    pass_id: int
+
+
+def latest_partitions(reader) -> list[PartitionOut]:
+    committed = read_progress(reader.settings).pass_id
+    t = reader.read("partition_state", pc.field("pass_id") <= pa.scalar(committed, pa.int64()))
+    latest: dict[tuple[str, int], dict] = {}
+    for r in t.to_pylist():
+        k = (r["topic"], r["partition"])
+        if k not in latest or r["pass_id"] > latest[k]["pass_id"]:
+            latest[k] = r
+    return [PartitionOut(**latest[k]) for k in sorted(latest)]
+
+
+@router.get("/partitions", response_model=list[PartitionOut])
+def partitions(reader: ReaderDep, topic: str | None = None) -> list[PartitionOut]:
+    """Per partition, as of the last committed pass: frontier, settled frontier, pending
+    writes, and ``unseen`` ones (unread longer than ``audit.unseen_after_seconds``)."""
+    return [p for p in latest_partitions(reader) if topic is None or p.topic == topic]

@@ -12,12 +12,13 @@ from kafka_audit.settings import Settings, get_settings
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
 
-def finding(kind, partition, offset=None, count=1, topic="orders"):
+def finding(kind, partition, offset=None, count=1, topic="orders", pass_id=1):
     return {"finding_id": f"{kind}:{topic}:{partition}:{offset}", "kind": kind,
             "subkind": "vanished" if kind == "lost" else None, "topic": topic,
             "partition": partition, "offset": offset, "producer_id": "p", "run_id": "r",
             "seq": offset, "count": count, "ack_time": T if offset is not None else None,
-            "evidence": "{\"acked_offset\": 1}", "cause": None, "detected_at": T}
+            "evidence": "{\"acked_offset\": 1}", "cause": None, "detected_at": T,
+            "pass_id": pass_id}
 
 
 @pytest.fixture
@@ -25,7 +26,17 @@ def client(tmp_path):
     settings = Settings(home=tmp_path)
     append_rows(settings.table_path("findings"), "findings", [
         finding("lost", 0, 5), finding("lost", 0, 3), finding("lost", 1, 9),
-        finding("confirmed", 0, count=10), finding("lost", 0, 1, topic="other")])
+        finding("confirmed", 0, 0, count=10), finding("lost", 0, 1, topic="other"),
+        finding("duplicate", 1, 4, count=2),
+        finding("lost", 0, 8, pass_id=2)])  # an uncommitted pass: never served
+    append_rows(settings.table_path("audit_hot"), "audit_hot", [
+        {"kind": "progress", "topic": "", "partition": -1,
+         "progress": '{"pass_id": 1, "acks_version": 0, "consumed_version": 0}'}])
+    append_rows(settings.table_path("partition_state"), "partition_state", [
+        {"topic": "orders", "partition": p, "frontier": 20, "settled_frontier": 15,
+         "observed_at": T, "pending": n, "unseen": u, "oldest_unseen": T if u else None,
+         "pass_id": pid} for p, n, u, pid in [(0, 9, 9, 0), (0, 5, 2, 1), (1, 1, 0, 1),
+                                              (1, 7, 0, 2)]])
     app = create_app()
     app.dependency_overrides[get_settings] = lambda: settings
     return TestClient(app)
@@ -33,11 +44,21 @@ def client(tmp_path):
 
 def test_filters_and_order(client):
     body = client.get("/v1/findings", params={"topic": "orders", "kind": "lost"}).json()
-    assert body["total"] == 3
+    assert body["total"] == 3  # the uncommitted pass's offset 8 is not served
     assert [(i["partition"], i["offset"]) for i in body["items"]] == [(0, 3), (0, 5), (1, 9)]
     assert body["items"][0]["evidence"] == {"acked_offset": 1}
     one = client.get("/v1/findings", params={"topic": "orders", "partition": 1}).json()
-    assert [i["offset"] for i in one["items"]] == [9]
+    assert [(i["kind"], i["offset"]) for i in one["items"]] == [("duplicate", 4), ("lost", 9)]
+    both = client.get("/v1/findings", params=[("kind", "lost"), ("kind", "duplicate")]).json()
+    assert both["total"] == 5
+
+
+def test_summary_counts_writes_and_pending(client):
+    body = client.get("/v1/summary", params={"topic": "orders"}).json()
+    assert body["writes"] == {"lost": 3, "confirmed": 10, "duplicate": 2}
+    assert (body["lost"], body["pending"], body["unseen"]) == (3, 6, 2)
+    parts = client.get("/v1/partitions").json()
+    assert [(p["partition"], p["pending"], p["pass_id"]) for p in parts] == [(0, 5, 1), (1, 1, 1)]
 
 
 def test_pagination(client):

@@ -7,7 +7,6 @@ from deltalake import DeltaTable
 
 from kafka_audit.errors import LedgerWriteError
 from kafka_audit.producers.ledger import AckLedger, DurabilitySettings
-from kafka_audit.schemas.stamp import build_stamp
 
 
 class FakeError:
@@ -25,13 +24,19 @@ def make(tmp_path, **kw):
                      DurabilitySettings("1", False, 2, 5), flush_seconds=60, **kw)
 
 
-def report(seq, offset=None, err=None):
-    return (build_stamp("p", "r", seq, 77), "t", 0, offset if offset is not None else seq,
-            err, 0.002, time.time())
+def report(seq, offset=None, err=None, partition=0):
+    return (seq, "t", partition, offset if offset is not None else seq, err, 0.002, time.time())
 
 
 def rows(tmp_path):
     return DeltaTable(str(tmp_path / "acks")).to_pyarrow_table().sort_by("seq").to_pylist()
+
+
+def seqs(path, run=False):
+    """Every acked seq the ledger's run rows stand for."""
+    got = DeltaTable(str(path)).to_pyarrow_table().to_pylist()
+    return sorted((r["run_id"], r["seq"] + i) if run else r["seq"] + i
+                  for r in got for i in range(r["count"]))
 
 
 def test_every_report_lands_once_with_its_settings(tmp_path):
@@ -41,10 +46,10 @@ def test_every_report_lands_once_with_its_settings(tmp_path):
     led.add(report(5, offset=-1, err=FakeError()))
     led.close()
     got = rows(tmp_path)
-    assert [r["seq"] for r in got] == [0, 1, 2, 3, 4, 5]
-    assert got[5]["offset"] is None and got[5]["error_name"] == "_MSG_TIMED_OUT"
-    assert got[0]["acks"] == "1" and got[0]["checksum"] == 77
-    assert got[0]["ack_time"] >= got[0]["send_time"]
+    assert [(r["seq"], r["count"], r["offset"]) for r in got] == [(0, 5, 0), (5, 1, None)]
+    assert got[1]["error_name"] == "_MSG_TIMED_OUT" and got[1]["error_code"] == -192
+    assert got[0]["acks"] == "1" and got[0]["error_code"] is None
+    assert got[0]["last_ack_time"] >= got[0]["ack_time"] >= got[0]["send_time"]
     assert led.spooled_segments() == []
 
 
@@ -69,7 +74,7 @@ def test_crash_after_commit_before_spool_delete_does_not_double(tmp_path):
     die(led)
     again = make(tmp_path)
     again.close()
-    assert [r["seq"] for r in rows(tmp_path)] == [0]
+    assert seqs(tmp_path / "acks") == [0]
 
 
 def test_crash_before_commit_is_recovered_from_the_spool(tmp_path):
@@ -80,19 +85,18 @@ def test_crash_before_commit_is_recovered_from_the_spool(tmp_path):
     again = make(tmp_path)
     again.add(report(1))
     again.close()
-    assert [r["seq"] for r in rows(tmp_path)] == [0, 1]
+    assert seqs(tmp_path / "acks") == [0, 1]
 
 
 CRASHING_RUN = """
 import os, sys, time
 from pathlib import Path
 from kafka_audit.producers.ledger import AckLedger, DurabilitySettings
-from kafka_audit.schemas.stamp import build_stamp
 root = Path(sys.argv[1])
 led = AckLedger(str(root / "acks"), root / "spool", "p/crashed", "p", "crashed",
                 DurabilitySettings("1", False, 2, 5), flush_seconds=60)
 for seq in range(3):
-    led.add((build_stamp("p", "crashed", seq, 7), "t", 0, seq, None, 0.001, time.time()))
+    led.add((seq, "t", 0, seq, None, 0.001, time.time()))
 led._spool.spool(led._drain(), led._next_version)
 os._exit(9)  # killed before the commit: no cleanup of any kind
 """
@@ -107,9 +111,9 @@ def test_a_crashed_run_is_committed_by_the_next_run(tmp_path):
     assert len(list((tmp_path / "spool" / "p_crashed").glob("*.arrow"))) == 1
     nxt = AckLedger(str(tmp_path / "acks"), tmp_path / "spool", "p/next", "p", "next",
                     DurabilitySettings("1", False, 2, 5), flush_seconds=60).start()
-    nxt.add((build_stamp("p", "next", 0, 7), "t", 0, 10, None, 0.001, time.time()))
+    nxt.add((0, "t", 0, 10, None, 0.001, time.time()))
     nxt.close()
-    got = sorted((r["run_id"], r["seq"]) for r in rows(tmp_path))
+    got = seqs(tmp_path / "acks", run=True)
     assert got == [("crashed", 0), ("crashed", 1), ("crashed", 2), ("next", 0)]
     assert not (tmp_path / "spool" / "p_crashed").exists()
 
@@ -125,7 +129,7 @@ def test_a_live_ledgers_spool_is_left_to_it(tmp_path):
     with pytest.raises(LedgerWriteError):
         make(tmp_path)  # the same app id cannot be opened twice
     live.close()
-    assert [r["seq"] for r in rows(tmp_path)] == [0]
+    assert seqs(tmp_path / "acks") == [0]
 
 
 def test_a_restarted_app_id_never_reuses_a_version(tmp_path):
@@ -153,8 +157,7 @@ def test_unreachable_warehouse_keeps_acks_spooled_and_says_so(tmp_path, capsys):
     later = AckLedger(str(blocker / "acks"), tmp_path / "spool", "p/r", "p", "r",
                       DurabilitySettings("all", False, 2, 5), flush_seconds=60)
     later.close()
-    assert [r["seq"] for r in
-            DeltaTable(str(blocker / "acks")).to_pyarrow_table().to_pylist()] == [0]
+    assert seqs(blocker / "acks") == [0]
 
 
 
@@ -164,7 +167,26 @@ def test_writer_thread_flushes_at_flush_rows_without_waiting_for_the_interval(tm
     led = make(tmp_path, flush_rows=3).start()  # flush_seconds is 60
     for i in range(3):
         led.add(report(i))
-    wait_until(lambda: led.rows_written == 3, 20, "the row-count flush")
+    wait_until(lambda: led.reports_written == 3, 20, "the row-count flush")
     assert led.spooled_segments() == []
     led.close()
-    assert [r["seq"] for r in rows(tmp_path)] == [0, 1, 2]
+    assert seqs(tmp_path / "acks") == [0, 1, 2]
+
+
+def test_reports_become_runs_split_at_every_gap_duplicate_or_disorder(tmp_path):
+    led = make(tmp_path)
+    # delivery order is not seq order; 0..3 form one run at offsets 10..13
+    for seq, off in [(2, 12), (0, 10), (1, 11), (3, 13),
+                     (4, 20),            # offset gap: new run
+                     (6, 21),            # seq gap: new run
+                     (7, 23), (8, 22)]:  # disorder: seq 8 sits before seq 7
+        led.add(report(seq, offset=off))
+    led.add(report(9, offset=30, partition=1))  # another partition
+    led.add(report(10, offset=-1, err=FakeError()))
+    led.add(report(11, offset=-1, err=FakeError()))
+    led.close()
+    got = [(r["partition"], r["seq"], r["count"], r["offset"]) for r in rows(tmp_path)]
+    assert sorted(got, key=lambda r: r[1]) == [
+        (0, 0, 4, 10), (0, 4, 1, 20), (0, 6, 1, 21), (0, 7, 1, 23), (0, 8, 1, 22),
+        (1, 9, 1, 30), (0, 10, 2, None)]
+    assert led.reports_written == 11 and led.rows_written == 7
