@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs import rules
-from kafka_audit.jobs.model import AckRun, ClusterEvent, Clock, Finding, ReadRun, Reread
+from kafka_audit.jobs.model import AckRun, Clock, ClusterEvent, Finding, ReadRun, Reread
 
 __all__ = ["AuditConfig", "PartitionHot", "StepResult", "step_partition", "InMemoryAuditor"]
 

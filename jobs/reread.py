@@ -48,7 +48,8 @@ def _record(msg) -> Record:
             try:
                 s = parse_stamp(v)
             except StampError as exc:
-                return Record(msg.offset(), None, None, None, None, epoch, f"malformed stamp: {exc}")
+                return Record(msg.offset(), None, None, None, None, epoch,
+                              f"malformed stamp: {exc}")
             ok = zlib.crc32(msg.value() or b"") == s.checksum
             return Record(msg.offset(), s.producer_id, s.run_id, s.seq, ok, epoch)
     return Record(msg.offset(), None, None, None, None, epoch, f"no {HEADER} header")

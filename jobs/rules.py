@@ -49,7 +49,14 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs.model import (
-    REJECTING_ERRORS, AckRun, ClusterEvent, Clock, Finding, ReadRun, Reread, StampKey,
+    REJECTING_ERRORS,
+    AckRun,
+    Clock,
+    ClusterEvent,
+    Finding,
+    ReadRun,
+    Reread,
+    StampKey,
 )
 
 __all__ = ["settled_frontier", "judge_write", "judge_failed", "judge_partition",

@@ -203,7 +203,8 @@ def run_demo(settings: Settings, keep_running: bool = False) -> DemoResult:
         say("producing with acks=1; the leader of partition 0 will be killed mid-stream")
         producer, killed = produce_with_leader_kill(settings, cluster, topic)
         say(f"producer done: sent {producer.sent}, acked {producer.acked}, "
-            f"failed {producer.failed}; ledger rows {producer.ledger.rows_written} for {producer.ledger.reports_written} reports")
+            f"failed {producer.failed}; {producer.ledger.rows_written} ledger rows for "
+            f"{producer.ledger.reports_written} delivery reports")
         say("starting Spark; consuming and auditing until every verdict is settled")
         spark = get_spark(settings, "kafka-audit-demo")
         audit_until_settled(spark, settings, topic)

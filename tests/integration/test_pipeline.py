@@ -7,7 +7,11 @@ from confluent_kafka import Producer
 from deltalake import DeltaTable
 
 from kafka_audit.demo import (
-    ApiServer, audit_until_settled, fetch_lost, lost_messages, produce_with_leader_kill,
+    ApiServer,
+    audit_until_settled,
+    fetch_lost,
+    lost_messages,
+    produce_with_leader_kill,
 )
 from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.jobs.consume_job import start_consume
