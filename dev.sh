@@ -18,6 +18,7 @@ need_debian() {  # need_debian COMMAND PACKAGE
 setup() {
   need_debian java openjdk-17-jre-headless
   need_debian mvn maven
+  need_debian iptables iptables  # network faults on loopback in the fault tests
   local py=python3.11
   command -v "$py" >/dev/null 2>&1 || py=python3
   if [ ! -x .venv/bin/python ]; then

@@ -1,6 +1,7 @@
 """End to end on real parts: 3 KRaft brokers, Spark with the pinned jars, Delta tables."""
 
 import json
+import time
 
 import pyarrow.compute as pc
 from confluent_kafka import Producer
@@ -13,10 +14,12 @@ from kafka_audit.demo import (
     lost_messages,
     produce_with_leader_kill,
 )
+from kafka_audit.deploy.faults import drop_responses
 from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.jobs.consume_job import start_consume
 from kafka_audit.jobs.io import read_table
 from kafka_audit.jobs.watcher import ClusterWatcher
+from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.producers.load import LoadSpec, run_load
 from kafka_audit.schemas.tables import arrow_schema, spark_schema
 
@@ -133,3 +136,56 @@ def test_acks1_leader_kill_loss_matches_ground_truth_over_http(cluster, spark, s
     events = read_table(settings.table_path("cluster_events"), "cluster_events").to_pylist()
     changes = [e for e in events if e["topic"] == topic and e["kind"] == "leader_change"]
     assert any(e["previous_leader"] == killed for e in changes)
+
+
+def produce_for(p, topic, seconds, rate=5000, partition=0):
+    start, sent = time.monotonic(), 0
+    while (elapsed := time.monotonic() - start) < seconds:
+        if sent > elapsed * rate:
+            p.poll(0.005)
+            continue
+        p.produce(topic, b"record %d" % sent, partition=partition)
+        sent += 1
+        if sent % 200 == 0:
+            p.poll(0)
+
+
+def test_retries_without_idempotence_are_found_as_duplicates(cluster, spark, settings, topic):
+    # responses of partition 0's leader are dropped for 2 s: the appends happen, the acks do
+    # not arrive, the producer (no idempotence, 5 requests in flight) times out and retries
+    conf = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": False,
+            "retries": 1000, "max.in.flight.requests.per.connection": 5,
+            "request.timeout.ms": 1000, "message.timeout.ms": 60000, "linger.ms": 5}
+    p = AuditedProducer(conf, "retrier", settings, keep_record=True)
+    produce_for(p, topic, 1.5)
+    leader = cluster.leader_of(topic, 0)
+    with drop_responses(settings.cluster.broker_port(leader)):
+        produce_for(p, topic, 2)
+    produce_for(p, topic, 2)
+    p.close()
+    assert p.failed == 0
+    audit_until_settled(spark, settings, topic, progress=print)
+
+    # ground truth apart from the auditor: stamps a full read finds at more than one offset
+    found = full_read_stamps(cluster.bootstrap, topic)
+    acked = {seq: (part, off) for seq, _t, part, off in p.record}
+    truth = sorted((seq, acked[seq][1], tuple(o for part, o in sorted(places)
+                                              if (part, o) != acked[seq]))
+                   for (pid, run, seq), places in found.items()
+                   if run == p.run_id and len(places) > 1)
+    assert truth, "dropped responses with retries and no idempotence should duplicate"
+    f = findings_of(settings, topic)
+    dups = sorted((r["seq"] + k, r["offset"] + k,
+                   tuple(o + k for o in json.loads(r["evidence"])["also_read_at"]))
+                  for r in f if r["kind"] == "duplicate" for k in range(r["count"]))
+    assert dups == truth
+    # reordered: a write with a lower seq sits at a higher offset of the same partition
+    by_part: dict[int, list[tuple[int, int]]] = {}
+    for seq, (part, off) in acked.items():
+        by_part.setdefault(part, []).append((seq, off))
+    want = sorted((part, off, seq) for part, ws in by_part.items() for seq, off in ws
+                  if any(s2 < seq and o2 > off for s2, o2 in ws))
+    assert want, "retried batches land after later ones"
+    assert expand([r for r in f if r["kind"] == "reordered"], "partition", "offset", "seq") == want
+    assert sum(r["count"] for r in f if r["kind"] == "confirmed") == p.acked
+    assert not [r for r in f if r["kind"] in ("lost", "lost_after_seen")]
