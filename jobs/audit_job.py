@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import json
 import logging
-from dataclasses import dataclass
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -55,6 +57,7 @@ class AuditSummary:
     rereads: int
     partitions: int
     quality_failures: int
+    seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
 
     @property
     def lost(self) -> int:
@@ -64,7 +67,8 @@ class AuditSummary:
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.findings.items())) or "no verdicts"
         return (f"audit pass {self.pass_id} at {self.at:%H:%M:%S}: {self.partitions} partitions; "
                 f"{kinds}; {self.pending} pending ({self.unseen} unseen); "
-                f"{self.rereads} ranges re-read; {self.quality_failures} failed expectations")
+                f"{self.rereads} ranges re-read; {self.quality_failures} failed expectations; "
+                f"{sum(self.seconds.values()):.1f}s")
 
 
 def audit_config(settings: Settings, compacted: frozenset[str] = frozenset()) -> AuditConfig:
@@ -265,16 +269,32 @@ def _compacted_topics(settings: Settings, topics: set[str]) -> frozenset[str]:
 
 # ---- the pass ------------------------------------------------------------------------------
 
-def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> AuditSummary:
+def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
+                   rereader: Callable[[list[Reread]], list[ReadRun]] | None = None,
+                   compacted: Callable[[set[str]], frozenset[str]] | None = None
+                   ) -> AuditSummary:
+    """One pass. ``rereader`` and ``compacted`` default to asking the cluster (direct
+    re-reads, topics' ``cleanup.policy``); tests that replay recorded histories pass their own.
+    """
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     from kafka_audit.jobs.reread import reread
 
     now = now or datetime.now(UTC)
+    if rereader is None:
+        def rereader(requests: list[Reread]) -> list[ReadRun]:
+            return reread(settings.cluster.bootstrap, requests,
+                          settings.audit.reread_timeout_seconds)
+    if compacted is None:
+        def compacted(topics: set[str]) -> frozenset[str]:
+            return _compacted_topics(settings, topics)
+
     paths = {t: settings.table_path(t) for t in
              ("findings", "audit_hot", "consumed", "partition_state")}
+    clock = _PhaseClock()
     dq_failures = quality.validate_new_acks(settings)
+    clock.mark("quality")
     progress = read_progress(settings)
     pass_id = progress.pass_id + 1
     if table_exists(paths["findings"]):  # a pass that died before its commit point
@@ -293,12 +313,14 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> Au
     rows = parts[0]
     for p in parts[1:]:
         rows = rows.unionByName(p)
+    clock.mark("prepare")
     topics = {r.topic for r in rows.select("topic").distinct().collect()}
-    cfg = audit_config(settings, _compacted_topics(settings, topics))
+    cfg = audit_config(settings, compacted(topics))
     out = (rows.groupBy("topic", "partition")
            .applyInPandas(_step_fn(_events(spark, settings), now, cfg), schema)
            .localCheckpoint())
 
+    clock.mark("judge")
     # 1. findings of this pass
     findings = (out.where(F.col("row") == "finding")
                 .select(F.col("finding_id"), F.col("kind"), F.col("subkind"), "topic",
@@ -310,10 +332,11 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> Au
     counts = {r.kind: int(r.n) for r in
               findings.groupBy("kind").agg(F.sum("count").alias("n")).collect()}
 
+    clock.mark("findings")
     # 2. direct re-reads: consumed rows the next pass judges with
     requests = [Reread(r.topic, r.partition, r.offset, r.offset + r["count"], r.source)
                 for r in out.where(F.col("row") == "reread").collect()]
-    answers = reread(settings.cluster.bootstrap, requests, settings.audit.reread_timeout_seconds)
+    answers = rereader(requests)
     if answers:
         cons = [{"topic": a.topic, "partition": a.partition, "offset": a.offset,
                  "count": a.count, "kafka_timestamp": None,
@@ -329,6 +352,7 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> Au
          .write.format("delta").mode("append").option("txnAppId", REREAD_APP)
          .option("txnVersion", pass_id).save(paths["consumed"]))
 
+    clock.mark("reread")
     # 3. the commit point: new hot state plus progress, in one overwrite
     done = Progress(pass_id, versions.get("acks", -1), versions.get("consumed", -1))
     marker = spark.createDataFrame(
@@ -340,6 +364,7 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> Au
      .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
      .save(paths["audit_hot"]))
 
+    clock.mark("commit")
     # 4. per-partition status for the API
     status = out.where(F.col("row") == "status").collect()
     state = [(r.topic, r.partition, int(r.offset), int(r.settled), now, int(r["count"]),
@@ -348,6 +373,18 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None) -> Au
         (spark.createDataFrame(state, spark_schema("partition_state"))
          .write.format("delta").mode("append").option("txnAppId", STATE_APP)
          .option("txnVersion", pass_id).save(paths["partition_state"]))
+    clock.mark("status")
     return AuditSummary(now, pass_id, counts, sum(int(r["count"]) for r in status),
                         sum(int(r.unseen) for r in status), len(requests), len(status),
-                        dq_failures)
+                        dq_failures, clock.seconds)
+
+
+class _PhaseClock:
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = {}
+        self._t = time.perf_counter()
+
+    def mark(self, phase: str) -> None:
+        t = time.perf_counter()
+        self.seconds[phase] = round(t - self._t, 3)
+        self._t = t
