@@ -104,6 +104,19 @@ class AuditedProducer:
         self._seq = seq + 1
         return seq
 
+    # transactions: passed through; every record's delivery report is ledgered as usual
+    def init_transactions(self, timeout: float = 30) -> None:
+        self._producer.init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._producer.begin_transaction()
+
+    def commit_transaction(self, timeout: float = 30) -> None:
+        self._producer.commit_transaction(timeout)
+
+    def abort_transaction(self, timeout: float = 30) -> None:
+        self._producer.abort_transaction(timeout)
+
     def poll(self, timeout: float = 0) -> int:
         return self._producer.poll(timeout)
 
