@@ -2,7 +2,7 @@
 # The README's two commands:
 #   bash dev.sh demo   set up what is missing, run the demo (acks=1 leader kill, audit, REST)
 #   bash dev.sh test   set up what is missing, run every test (unit + real-cluster integration)
-# Other verbs: setup (install only), lint, bench.
+# Other verbs: setup (install only), lint, bench (producer), bench-audit (consume + audit).
 set -euo pipefail
 cd "$(dirname "$0")"
 
@@ -43,5 +43,6 @@ case "${1:-}" in
   test) setup; shift; exec .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@" ;;
   lint) setup; .venv/bin/ruff check . ;;
   bench) setup; shift; exec .venv/bin/python bench/producer_bench.py "$@" ;;
-  *) echo "usage: bash dev.sh demo|test|setup|lint|bench" >&2; exit 2 ;;
+  bench-audit) setup; shift; exec .venv/bin/python bench/audit_bench.py "$@" ;;
+  *) echo "usage: bash dev.sh demo|test|setup|lint|bench|bench-audit" >&2; exit 2 ;;
 esac

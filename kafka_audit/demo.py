@@ -214,7 +214,8 @@ def run_demo(settings: Settings, keep_running: bool = False) -> DemoResult:
                                   found)
         with ApiServer(settings) as api:
             items = fetch_lost(api.base_url, topic)
-            say(f"GET {api.base_url}/v1/findings?topic={topic}&kind=lost -> {len(items)} items")
+            say(f"GET {api.base_url}/v1/findings?topic={topic}&kind=lost&kind=lost_after_seen "
+                f"-> {len(items)} ranges")
         api_lost = lost_messages(items)
         result = DemoResult(topic, producer.acked, truth, api_lost, killed)
         _print_result(result, items)

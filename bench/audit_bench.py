@@ -1,0 +1,138 @@
+"""Audit benchmark: the full consume + audit path against a bare Spark Kafka read.
+
+One process, one local 3-node cluster, one RF=3 topic filled once by the
+instrumented producer (acks=all, batched: ``linger.ms`` 5). Then, in
+interleaved rounds over the same data, each with fresh checkpoints and tables:
+
+* ``bare``: the Spark Kafka source (headers included) into Spark's ``noop``
+  sink, ``availableNow``: the cost of reading the topic at all;
+* ``audit``: the consume job (stamp parsing, read runs, Delta append) followed
+  by one audit pass (settle 0, so every write is judged in that pass; the
+  great-expectations check of the new acks included).
+
+A first round of each is a warm-up and not counted. Prints the median
+messages/s of each, the ratio audit/bare (target >= 0.8),
+the ack ledger's rows per message (target <= 0.01) and the consumed table's.
+
+Run: ``bash dev.sh bench-audit [--messages 1000000] [--rounds 3]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+from kafka_audit.deploy.cluster import LocalCluster
+from kafka_audit.jobs.audit_job import run_audit_pass
+from kafka_audit.jobs.consume_job import start_consume
+from kafka_audit.jobs.io import read_table
+from kafka_audit.jobs.spark import get_spark
+from kafka_audit.producers.instrumented import AuditedProducer
+from kafka_audit.settings import Settings, get_settings
+
+
+def fill(settings: Settings, topic: str, n: int) -> AuditedProducer:
+    conf = {"bootstrap.servers": settings.cluster.bootstrap, "acks": "all", "linger.ms": 5,
+            "batch.num.messages": 10000, "queue.buffering.max.messages": 2_000_000}
+    p = AuditedProducer(conf, "bench", settings)
+    payload = b"x" * 100
+    for i in range(n):
+        while True:
+            try:
+                p.produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 1000 == 0:
+            p.poll(0)
+    p.close()
+    if p.acked != n:
+        raise RuntimeError(f"acked {p.acked} of {n}")
+    return p
+
+
+def bare_read(spark, settings: Settings, topic: str, work: Path) -> float:
+    t = time.perf_counter()
+    (spark.readStream.format("kafka")
+     .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
+     .option("subscribe", topic).option("startingOffsets", "earliest")
+     .option("includeHeaders", "true").option("maxOffsetsPerTrigger", 2_000_000).load()
+     .writeStream.format("noop").option("checkpointLocation", str(work / "noop"))
+     .trigger(availableNow=True).start().awaitTermination())
+    return time.perf_counter() - t
+
+
+def audit_path(spark, settings: Settings, topic: str, n: int) -> tuple[float, dict]:
+    t = time.perf_counter()
+    start_consume(spark, settings, topic, once=True).awaitTermination()
+    consumed = time.perf_counter() - t
+    summary = run_audit_pass(spark, settings)
+    total = time.perf_counter() - t
+    confirmed = summary.findings.get("confirmed", 0)
+    if confirmed != n:
+        raise RuntimeError(f"audit confirmed {confirmed} of {n}: {summary.line()}")
+    return total, {"consume": consumed, **summary.seconds}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=1_000_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args()
+
+    base = get_settings()
+    cluster = LocalCluster(base)
+    cluster.up(print)
+    topic = f"bench-audit-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, partitions=3, replication=3)
+    root = Path(tempfile.mkdtemp(prefix="kafka-audit-bench-"))
+    cfg = {"cluster": base.cluster.model_dump(), "audit": {"settle_seconds": 0}}
+    fill_settings = Settings(home=root / "fill", **cfg)
+    t = time.perf_counter()
+    p = fill(fill_settings, topic, args.messages)
+    print(f"filled {topic}: {args.messages} messages in {time.perf_counter() - t:.1f}s; "
+          f"ledger {p.ledger.rows_written} rows for {p.ledger.reports_written} reports")
+    spark = get_spark(fill_settings, "kafka-audit-bench")
+    times: dict[str, list[float]] = {"bare": [], "audit": []}
+    phases = []
+    consumed_rows = 0
+    try:
+        # warm-up, not counted: JIT, connections, Python workers of both paths
+        bare_read(spark, fill_settings, topic, root / "warm")
+        warm = Settings(home=root / "warm", **cfg)
+        shutil.copytree(fill_settings.table_path("acks"), warm.table_path("acks"))
+        audit_path(spark, warm, topic, args.messages)
+        for r in range(args.rounds):
+            work = root / f"round{r}"
+            times["bare"].append(bare_read(spark, fill_settings, topic, work))
+            s = Settings(home=work, **cfg)
+            shutil.copytree(fill_settings.table_path("acks"), s.table_path("acks"))
+            dt, ph = audit_path(spark, s, topic, args.messages)
+            times["audit"].append(dt)
+            phases.append(ph)
+            consumed_rows = read_table(s.table_path("consumed"), "consumed").num_rows
+            print(f"round {r + 1}: bare {times['bare'][-1]:.1f}s, audit {dt:.1f}s "
+                  f"({', '.join(f'{k} {v:.1f}s' for k, v in ph.items())})", flush=True)
+    finally:
+        spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    n = args.messages
+    bare = n / statistics.median(times["bare"])
+    audit = n / statistics.median(times["audit"])
+    print()
+    print(f"bare Spark Kafka read -> noop : {bare:10,.0f} msg/s")
+    print(f"consume + audit               : {audit:10,.0f} msg/s")
+    print(f"ratio audit/bare              : {audit / bare:10.2f}   (target >= 0.8)")
+    print(f"ack ledger rows per message   : {p.ledger.rows_written / n:10.4f}   (target <= 0.01)")
+    print(f"consumed rows per message     : {consumed_rows / n:10.4f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
