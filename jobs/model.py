@@ -68,8 +68,10 @@ class ReadRun:
 
     ``status``: ``record`` (records; ``producer_id`` None for foreign or
     malformed ones, else seqs ``seq ..`` of that producer run), ``absent`` (a
-    re-read scanned these offsets and found no record: truncated, compacted,
-    a transaction marker) or ``expired`` (below the log start: retention).
+    re-read scanned these offsets inside the log and found no record:
+    compacted, a transaction marker), ``truncated`` (at or past the log end
+    now, although the consumed frontier had passed them) or ``expired``
+    (below the log start: retention).
     ``source``: ``stream`` (the consume job) or ``reread`` (a direct re-read).
     """
 

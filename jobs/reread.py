@@ -8,7 +8,10 @@ destroyed). A re-read answers for *every* offset asked:
 * records found become read runs (``status = record``) with their leader epoch;
 * offsets below the log start are ``expired`` (retention deleted them);
 * offsets inside the log that returned no record (compaction, transaction
-  markers, truncation) and offsets at or past the log end are ``absent``.
+  markers) are ``absent``;
+* offsets at or past the log end are ``truncated``: the audit only asks about
+  offsets the consume job's frontier has passed, so a log that ends below them
+  now was cut back (a fail-over truncated it).
 
 :func:`fold_records` is the pure part (records in, runs out); :func:`reread`
 does the I/O with confluent-kafka (``read_uncommitted``: the audit judges
@@ -94,7 +97,8 @@ def fold_records(req: Reread, records: Iterable[Record], low: int, high: int,
         pos = r.offset + 1
     if cur:
         runs.append(cur)
-    gap(pos, req.end, "absent")
+    gap(pos, min(req.end, high), "absent")
+    gap(max(pos, high, req.offset), req.end, "truncated")
     return runs
 
 

@@ -9,11 +9,13 @@ or ``expired`` (below the log start). Then, once ``x`` is *settled* (below the
 consumed frontier as it stood at least the settle period ago):
 
 * **confirmed**: the last record seen at ``x`` is ``w``;
-* **lost_after_seen**: ``w`` was seen at ``x``, but the last record seen there
-  is another one (committed data destroyed, e.g. by an unclean election);
+* **lost_after_seen**: ``w`` was seen at ``x``, but the last read there shows
+  another record, or a log that now ends below ``x`` (committed data destroyed,
+  e.g. by an unclean election); a record removed later by retention or
+  compaction was not lost;
 * **lost / overwritten**: ``w`` was never seen at ``x``; another record was;
 * **lost / vanished**: nothing was ever seen at ``x`` and a re-read found no
-  record there;
+  record there (or found the log now ends below ``x``);
 * **unverified / retention**: nothing was ever seen at ``x`` and it is now
   below the log start (retention deleted it first: not a loss);
 * **unverified / compacted**: as vanished, on a compacted topic (not a loss).
@@ -109,10 +111,11 @@ class View:
     source: str
     status: str
     stamp: StampKey | None
+    leader_epoch: int | None = None
 
 
 def _views(reads: Iterable[ReadRun], x: int) -> list[View]:
-    vs = [View(r.read_time, r.source, r.status, r.stamp_at(x))
+    vs = [View(r.read_time, r.source, r.status, r.stamp_at(x), r.leader_epoch)
           for r in reads if r.offset <= x < r.end]
     vs.sort(key=lambda v: (v.read_time, _SOURCE_RANK.get(v.source, 9)))
     return vs
@@ -146,15 +149,17 @@ def _relevant_changes(events: Sequence[ClusterEvent], first_ack: datetime, last_
 def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequence[ClusterEvent],
                 compacted: bool = False) -> Verdict:
     """The verdict on one successful write at settled offset ``x`` (the definition)."""
-    records = [v for v in views if v.status == "record"]
+    records = [v for v in views if v.status in ("record", "truncated")]
     if records:
-        last = records[-1].stamp
-        if last == stamp:
+        last = records[-1]
+        if last.status == "record" and last.stamp == stamp:
             kind, sub = "confirmed", None
-        elif any(v.stamp == stamp for v in records):
+        elif any(v.status == "record" and v.stamp == stamp for v in records):
             kind, sub = "lost_after_seen", None
-        else:
+        elif any(v.status == "record" for v in records):
             kind, sub = "lost", "overwritten"
+        else:
+            kind, sub = "lost", "vanished"
     elif any(v.status == "expired" for v in views):
         kind, sub = "unverified", "retention"
     elif any(v.status == "absent" for v in views):
@@ -167,8 +172,9 @@ def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequenc
     for e in changes:
         if not any(v.read_time > e.event_time for v in views):
             return Verdict(None, hold="leader changed: needs a read after the change")
+    # each view: [read time, stream|reread, status, stamp read, leader epoch of the read]
     evidence = {"seen": [[v.read_time.isoformat(), v.source, v.status,
-                          list(v.stamp) if v.stamp else None] for v in views]}
+                          list(v.stamp) if v.stamp else None, v.leader_epoch] for v in views]}
     return Verdict(kind, sub, evidence=evidence)
 
 

@@ -62,13 +62,16 @@ class AuditedProducer:
         self.acked = 0
         self.failed = 0
         # the producer's own record (ground truth for tests): (seq, topic, partition, offset)
+        # per acked write, and (seq, topic, partition, error name) per failed one
         self.record: list[tuple[int, str, int, int]] | None = [] if keep_record else None
+        self.failures: list[tuple[int, str, int, str]] | None = [] if keep_record else None
         self._on_delivery = self._make_callback()
 
     def _make_callback(self):
         add = self.ledger.add
         now = time.time
         record = self.record
+        failures = self.failures
         me = self
 
         # librdkafka hands delivery reports back without their headers, so each record's
@@ -81,6 +84,8 @@ class AuditedProducer:
                     record.append((seq, msg.topic(), msg.partition(), msg.offset()))
             else:
                 me.failed += 1
+                if failures is not None:
+                    failures.append((seq, msg.topic(), msg.partition(), err.name()))
 
         return on_delivery
 

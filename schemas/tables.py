@@ -87,7 +87,8 @@ TABLES: dict[str, list[Column]] = {
         C("batch_id", "long", False, "consume micro-batch, or audit pass for re-reads"),
         C("source", "string", False, "stream (consume job) | reread (direct re-read by the audit)"),
         C("status", "string", False, "record | absent (re-read found no record) | "
-                                     "expired (below the log start)"),
+                                     "truncated (past the log end) | expired (below the log "
+                                     "start)"),
         C("leader_epoch", "int", True, "leader epoch of the records (re-reads only)"),
     ],
     "cluster_events": [

@@ -14,6 +14,7 @@ from kafka_audit.demo import (
     lost_messages,
     produce_with_leader_kill,
 )
+from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.deploy.faults import drop_responses
 from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.jobs.consume_job import start_consume
@@ -187,5 +188,49 @@ def test_retries_without_idempotence_are_found_as_duplicates(cluster, spark, set
                   if any(s2 < seq and o2 > off for s2, o2 in ws))
     assert want, "retried batches land after later ones"
     assert expand([r for r in f if r["kind"] == "reordered"], "partition", "offset", "seq") == want
+    assert sum(r["count"] for r in f if r["kind"] == "confirmed") == p.acked
+    assert not [r for r in f if r["kind"] in ("lost", "lost_after_seen")]
+
+
+def test_failed_writes_are_rejected_or_indeterminate_never_lost(cluster, spark, settings):
+    topic = f"strict-{time.time_ns()}"
+    cluster.create_topic(topic, partitions=1, replication=3, config={"min.insync.replicas": "3"})
+    conf = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": False,
+            "retries": 0, "request.timeout.ms": 1000, "message.timeout.ms": 1500,
+            "linger.ms": 5}
+    p = AuditedProducer(conf, "strict", settings, keep_record=True)
+    produce_for(p, topic, 1)
+    leader = cluster.leader_of(topic, 0)
+    # 1. requests applied but unanswered: the writes fail (timed out) yet sit in the log
+    with drop_responses(settings.cluster.broker_port(leader)):
+        produce_for(p, topic, 1.5)
+        p.flush(10)
+    produce_for(p, topic, 1)
+    # 2. one replica down, min.insync.replicas=3: the cluster refuses every write
+    follower = next(n for n in cluster.running() if n != leader)
+    cluster.stop(follower)
+    try:
+        wait_until(lambda: len(cluster.partitions(topic)[0].isr) == 2, 60, "the ISR to shrink")
+        produce_for(p, topic, 1)
+        p.flush(10)
+    finally:
+        cluster.start(follower)
+        wait_until(lambda: len(cluster.partitions(topic)[0].isr) == 3, 60, "the ISR to heal")
+    produce_for(p, topic, 1)
+    p.close()
+    audit_until_settled(spark, settings, topic, progress=print)
+
+    found = full_read_stamps(cluster.bootstrap, topic)
+    present = sorted(seq for seq, *_ in p.failures if ("strict", p.run_id, seq) in found)
+    refused = sorted(seq for seq, _t, _p, err in p.failures if err == "NOT_ENOUGH_REPLICAS"
+                     and ("strict", p.run_id, seq) not in found)
+    assert present and refused, (len(present), len(refused), p.failed)
+    f = findings_of(settings, topic)
+    assert expand([r for r in f if r["kind"] == "indeterminate" and r["subkind"] == "present"],
+                  "seq") == present
+    assert expand([r for r in f if r["kind"] == "rejected"], "seq") == refused
+    absent = sorted(seq for seq, *_ in p.failures if ("strict", p.run_id, seq) not in found)
+    assert expand([r for r in f if r["kind"] in ("rejected", "indeterminate")
+                   and r["subkind"] != "present"], "seq") == absent
     assert sum(r["count"] for r in f if r["kind"] == "confirmed") == p.acked
     assert not [r for r in f if r["kind"] in ("lost", "lost_after_seen")]

@@ -9,6 +9,7 @@ nothing may be written twice or missed.
 """
 
 import json
+import os
 import time
 
 import pytest
@@ -23,7 +24,8 @@ from kafka_audit.settings import Settings
 from ..unit.histories import at
 from ..unit.random_histories import seeded_history
 
-HISTORIES = 100
+# 100 in CI; KAFKA_AUDIT_SPARK_HISTORIES=2000 for a longer run by hand
+HISTORIES = int(os.environ.get("KAFKA_AUDIT_SPARK_HISTORIES", "100"))
 PASSES = [at(t) for t in (4, 11, 19, 27, 35, 48, 60, 140, 440)]
 AUDIT = {"settle_seconds": 5, "lookback_seconds": 3, "unseen_after_seconds": 20,
          "read_retention_seconds": 200}

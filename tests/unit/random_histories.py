@@ -87,7 +87,7 @@ def build(c, topics=("t",), partitions=(0, 1), max_offset=40, span=40.0):
         t = c.float(0, span + 20)
         source = c.pick(["stream", "stream", "reread"])
         status = "record" if source == "stream" else c.pick(["record", "record", "absent",
-                                                             "expired"])
+                                                             "truncated", "expired"])
         if acked and status == "record" and c.pick([True, False]):
             a = c.pick(acked)
             shift = c.pick([0, 0, 0, 1, -1, 3])

@@ -26,7 +26,7 @@ def test_every_offset_asked_is_answered():
         (8, 1, "absent", None, None, None),
         (9, 2, "record", None, None, 3),
         (11, 1, "record", "p", 40, 3),
-        (12, 3, "absent", None, None, None),
+        (12, 3, "truncated", None, None, None),
     ]
     assert sum(r.count for r in runs) == 13 and all(r.source == "reread" for r in runs)
 

@@ -84,6 +84,25 @@ def test_lost_after_being_seen_needs_a_read_after_the_leader_change():
     assert a.findings[0].cause == "unclean election"
 
 
+def test_read_then_cut_off_by_a_shorter_log_is_lost_after_being_seen():
+    a = audit((0, [ack(0, 0, count=2)], [read(0, 0, count=2, t=1)], [leader_change(2)]),
+              (11, [], [read(0, 0, t=11, source="reread"),
+                        read(1, None, t=11, source="reread", status="truncated")], []))
+    assert table(a.findings) == [("confirmed", None, 0, 0, 1), ("lost_after_seen", None, 1, 1, 1)]
+
+
+def test_never_read_and_past_the_log_end_is_vanished():
+    a = audit((0, [ack(0, 0, count=2)], [read(0, 0), read(2, None)], []),
+              (11, [], [read(1, None, t=11, source="reread", status="truncated")], []))
+    assert ("lost", "vanished", 1, 1, 1) in table(a.findings)
+
+
+def test_compacted_after_being_read_is_not_lost():
+    a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None)], []),
+              (11, [], [read(0, None, t=11, source="reread", status="absent")], []))
+    assert table(a.findings) == [("confirmed", None, 0, 0, 1)]
+
+
 def test_a_write_still_there_after_the_leader_change_is_confirmed():
     a = audit((0, [ack(0, 0)], [read(0, 0, t=1)], [leader_change(2)]),
               (11, [], [read(0, 0, t=11, source="reread")], []))
