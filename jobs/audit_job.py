@@ -26,7 +26,6 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -71,10 +70,11 @@ class AuditSummary:
                 f"{sum(self.seconds.values()):.1f}s")
 
 
-def audit_config(settings: Settings, compacted: frozenset[str] = frozenset()) -> AuditConfig:
+def audit_config(settings: Settings, compacted: frozenset[str] = frozenset(),
+                 unknown: frozenset[str] = frozenset()) -> AuditConfig:
     a = settings.audit
     return AuditConfig(a.settle_seconds, a.lookback_seconds, a.unseen_after_seconds,
-                       a.read_retention_seconds, compacted)
+                       a.read_retention_seconds, compacted, unknown)
 
 
 # ---- rows <-> model ------------------------------------------------------------------------
@@ -105,7 +105,8 @@ def _hot_from_rows(pdf: pd.DataFrame) -> PartitionHot:
         if r.kind == "ack":
             hot.acks.append(AckRun(r.topic, int(r.partition), r.producer_id, r.run_id,
                                    int(r.seq), int(r.count), _opt_int(r.offset), _aware(r.time1),
-                                   _aware(r.time2), _opt(r.error_name), r.acks))
+                                   _aware(r.time2), _opt(r.error_name), r.acks,
+                                   _opt_int(r.horizon)))
         elif r.kind == "read":
             hot.reads.append(ReadRun(r.topic, int(r.partition), int(r.offset), int(r.count),
                                      _opt(r.producer_id), _opt(r.run_id), _opt_int(r.seq),
@@ -127,7 +128,8 @@ def _row(kind: str, topic: str, partition: int, **kw) -> dict:
 def _hot_rows(topic: str, partition: int, hot: PartitionHot) -> list[dict]:
     rows = [_row("ack", topic, partition, producer_id=a.producer_id, run_id=a.run_id,
                  seq=a.seq, count=a.count, offset=a.offset, time1=_naive(a.first_ack),
-                 time2=_naive(a.last_ack), error_name=a.error, acks=a.acks) for a in hot.acks]
+                 time2=_naive(a.last_ack), error_name=a.error, acks=a.acks, horizon=a.horizon)
+            for a in hot.acks]
     rows += [_row("read", topic, partition, producer_id=r.producer_id, run_id=r.run_id,
                   seq=r.seq, count=r.count, offset=r.offset, time1=_naive(r.read_time),
                   source=r.source, status=r.status, leader_epoch=r.leader_epoch)
@@ -143,7 +145,7 @@ def _hot_rows(topic: str, partition: int, hot: PartitionHot) -> list[dict]:
 
 
 def _step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
-             cfg: AuditConfig):
+             cfg: AuditConfig, log_ends: dict[tuple[str, int], int]):
     from pyspark.sql.types import StringType, TimestampType
 
     cols = column_names("audit_hot") + _EXTRA
@@ -154,7 +156,7 @@ def _step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
     def step(key, pdf: pd.DataFrame) -> pd.DataFrame:
         topic, partition = key[0], int(key[1])
         res = step_partition(topic, _hot_from_rows(pdf), events.get((topic, partition), []),
-                             now, cfg)
+                             now, cfg, log_ends.get((topic, partition)))
         rows = _hot_rows(topic, partition, res.hot)
         for f in res.findings:
             rows.append(_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
@@ -244,51 +246,81 @@ def _events(spark, settings: Settings) -> dict[tuple[str, int], list[ClusterEven
     return out
 
 
-def _compacted_topics(settings: Settings, topics: set[str]) -> frozenset[str]:
-    """Topics whose cleanup policy includes compaction (absence there is not loss)."""
-    from confluent_kafka.admin import AdminClient, ConfigResource
+class ClusterLookups:
+    """What a pass asks the audited cluster: cleanup policies, log ends, direct re-reads.
 
-    from kafka_audit.clients import client_logger
+    Every answer may be partial: a topic whose policy cannot be read is
+    *unknown* (verdicts that rest on it wait), a partition whose log end cannot
+    be read gets none this pass, a range that cannot be re-read is asked again
+    next pass. Tests that replay recorded histories pass their own lookups.
+    """
 
-    if not topics:
-        return frozenset()
-    admin = AdminClient({"bootstrap.servers": settings.cluster.bootstrap,
-                         "logger": client_logger()})
-    found = set()
-    futures = admin.describe_configs([ConfigResource("topic", t) for t in sorted(topics)])
-    for res, fut in futures.items():
-        try:
-            policy = fut.result(timeout=10).get("cleanup.policy")
-        except Exception as exc:  # noqa: BLE001 - a deleted topic: nothing left to compact
-            log.warning("cleanup.policy of %s unknown: %s", res.name, exc)
-            continue
-        if policy is not None and "compact" in (policy.value or ""):
-            found.add(res.name)
-    return frozenset(found)
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+
+    def _admin(self):
+        from confluent_kafka.admin import AdminClient
+
+        from kafka_audit.clients import client_logger
+
+        return AdminClient({"bootstrap.servers": self.settings.cluster.bootstrap,
+                            "logger": client_logger()})
+
+    def policies(self, topics: set[str]) -> tuple[frozenset[str], frozenset[str]]:
+        """(compacted topics, topics whose policy is unknown)."""
+        from confluent_kafka.admin import ConfigResource
+
+        if not topics:
+            return frozenset(), frozenset()
+        admin = self._admin()
+        compacted, unknown = set(), set()
+        futures = admin.describe_configs([ConfigResource("topic", t) for t in sorted(topics)])
+        for res, fut in futures.items():
+            try:
+                policy = fut.result(timeout=10).get("cleanup.policy")
+            except Exception as exc:  # noqa: BLE001 - unknown this pass; verdicts wait
+                log.warning("cleanup.policy of %s unknown: %s", res.name, exc)
+                unknown.add(res.name)
+                continue
+            if policy is not None and "compact" in (policy.value or ""):
+                compacted.add(res.name)
+        return frozenset(compacted), frozenset(unknown)
+
+    def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        """The high watermark of each partition that answers."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        if not partitions:
+            return {}
+        admin = self._admin()
+        futures = admin.list_offsets({TopicPartition(t, p): OffsetSpec.latest()
+                                      for t, p in partitions}, request_timeout=10)
+        out = {}
+        for tp, fut in futures.items():
+            try:
+                out[(tp.topic, tp.partition)] = int(fut.result(timeout=15).offset)
+            except Exception as exc:  # noqa: BLE001 - no horizon this pass; asked again
+                log.warning("log end of %s/%s unknown: %s", tp.topic, tp.partition, exc)
+        return out
+
+    def reread(self, requests: list[Reread]) -> list[ReadRun]:
+        from kafka_audit.jobs.reread import reread
+
+        return reread(self.settings.cluster.bootstrap, requests,
+                      self.settings.audit.reread_timeout_seconds)
 
 
 # ---- the pass ------------------------------------------------------------------------------
 
 def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
-                   rereader: Callable[[list[Reread]], list[ReadRun]] | None = None,
-                   compacted: Callable[[set[str]], frozenset[str]] | None = None
-                   ) -> AuditSummary:
-    """One pass. ``rereader`` and ``compacted`` default to asking the cluster (direct
-    re-reads, topics' ``cleanup.policy``); tests that replay recorded histories pass their own.
-    """
+                   lookups: ClusterLookups | None = None) -> AuditSummary:
+    """One pass; ``lookups`` defaults to asking the audited cluster."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
-    from kafka_audit.jobs.reread import reread
-
     now = now or datetime.now(UTC)
-    if rereader is None:
-        def rereader(requests: list[Reread]) -> list[ReadRun]:
-            return reread(settings.cluster.bootstrap, requests,
-                          settings.audit.reread_timeout_seconds)
-    if compacted is None:
-        def compacted(topics: set[str]) -> frozenset[str]:
-            return _compacted_topics(settings, topics)
+    lookups = lookups or ClusterLookups(settings)
 
     paths = {t: settings.table_path(t) for t in
              ("findings", "audit_hot", "consumed", "partition_state")}
@@ -315,9 +347,13 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
         rows = rows.unionByName(p)
     clock.mark("prepare")
     topics = {r.topic for r in rows.select("topic").distinct().collect()}
-    cfg = audit_config(settings, compacted(topics))
+    cfg = audit_config(settings, *lookups.policies(topics))
+    unplaced = (rows.where((F.col("kind") == "ack") & F.col("offset").isNull()
+                           & F.col("horizon").isNull() & (F.col("partition") >= 0))
+                .select("topic", "partition").distinct().collect())
+    log_ends = lookups.log_ends([(r.topic, r.partition) for r in unplaced])
     out = (rows.groupBy("topic", "partition")
-           .applyInPandas(_step_fn(_events(spark, settings), now, cfg), schema)
+           .applyInPandas(_step_fn(_events(spark, settings), now, cfg, log_ends), schema)
            .localCheckpoint())
 
     clock.mark("judge")
@@ -326,7 +362,7 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
                 .select(F.col("finding_id"), F.col("kind"), F.col("subkind"), "topic",
                         "partition", "offset", "producer_id", "run_id", "seq", "count",
                         F.col("time1").alias("ack_time"), F.coalesce("evidence", F.lit("{}"))
-                        .alias("evidence"), "cause", F.lit(_naive(now)).alias("detected_at"),
+                        .alias("evidence"), "cause", F.lit(now).alias("detected_at"),
                         F.lit(pass_id).cast("long").alias("pass_id")))
     findings.write.format("delta").mode("append").save(paths["findings"])
     counts = {r.kind: int(r.n) for r in
@@ -336,7 +372,7 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
     # 2. direct re-reads: consumed rows the next pass judges with
     requests = [Reread(r.topic, r.partition, r.offset, r.offset + r["count"], r.source)
                 for r in out.where(F.col("row") == "reread").collect()]
-    answers = rereader(requests)
+    answers = lookups.reread(requests)
     if answers:
         cons = [{"topic": a.topic, "partition": a.partition, "offset": a.offset,
                  "count": a.count, "kafka_timestamp": None,

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs import rules
@@ -32,8 +32,9 @@ class AuditConfig:
     settle_seconds: float = 30.0
     lookback_seconds: float = 30.0
     unseen_after_seconds: float = 120.0
-    read_retention_seconds: float = 120.0
+    read_retention_seconds: float = 600.0
     compacted_topics: frozenset[str] = frozenset()
+    unknown_policy_topics: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -58,17 +59,24 @@ class StepResult:
 
 
 def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent],
-                   now: datetime, cfg: AuditConfig) -> StepResult:
+                   now: datetime, cfg: AuditConfig, log_end: int | None = None) -> StepResult:
     """One pass: observe the frontier, judge what settled, keep what is still needed.
 
-    ``hot`` already holds the rows that arrived since the last pass.
+    ``hot`` already holds the rows that arrived since the last pass; ``log_end``
+    is the partition's log end now (None if unknown), the horizon of failed
+    reports that have none yet.
     """
+    if log_end is not None:
+        hot.acks = [a if a.placed or a.horizon is not None else replace(a, horizon=log_end)
+                    for a in hot.acks]
     observed = max((f for f, _ in hot.observations), default=0)
     frontier = max([observed, *(r.end for r in hot.reads if r.source == "stream")])
     observations = [*hot.observations, (frontier, now)] if frontier else list(hot.observations)
     settled, settled_at = rules.settled_frontier(observations, now, cfg.settle_seconds)
+    compacted = (None if topic in cfg.unknown_policy_topics
+                 else topic in cfg.compacted_topics)
     clock = Clock(now, settled, settled_at, frontier, cfg.lookback_seconds,
-                  cfg.unseen_after_seconds, topic in cfg.compacted_topics)
+                  cfg.unseen_after_seconds, compacted)
     j = rules.judge_partition(hot.acks, hot.reads, [a for a, _ in hot.judged], events, clock)
     cutoff = now - timedelta(seconds=cfg.settle_seconds)
     kept_obs = [o for o in observations if o[1] > cutoff]
@@ -96,8 +104,8 @@ class InMemoryAuditor:
         self.status: dict[tuple[str, int], StepResult] = {}
 
     def run_pass(self, now: datetime, acks: Iterable[AckRun] = (),
-                 reads: Iterable[ReadRun] = (), events: Iterable[ClusterEvent] = ()
-                 ) -> list[Finding]:
+                 reads: Iterable[ReadRun] = (), events: Iterable[ClusterEvent] = (),
+                 log_ends: dict[tuple[str, int], int] | None = None) -> list[Finding]:
         for a in acks:
             self.hot[(a.topic, a.partition)].acks.append(a)
         for r in reads:
@@ -106,7 +114,8 @@ class InMemoryAuditor:
         new: list[Finding] = []
         for key in sorted(self.hot):
             evs = [e for e in self.events if (e.topic, e.partition) == key]
-            res = step_partition(key[0], self.hot[key], evs, now, self.cfg)
+            res = step_partition(key[0], self.hot[key], evs, now, self.cfg,
+                                 (log_ends or {}).get(key))
             self.hot[key] = res.hot
             self.status[key] = res
             new.extend(res.findings)

@@ -49,6 +49,15 @@ class AckRun:
     last_ack: datetime
     error: str | None = None
     acks: str = "all"
+    #: a failed (or offset-less) run's *horizon*: the partition's log end as seen by the
+    #: first audit pass after the report. Every record appended before the report lies
+    #: below it, so once the settled frontier passes it, absence is a verdict.
+    horizon: int | None = None
+
+    @property
+    def placed(self) -> bool:
+        """A successful report that names its offset (acks=0 and some retries do not)."""
+        return self.error is None and self.offset is not None
 
     @property
     def end(self) -> int:
@@ -120,6 +129,8 @@ class Clock:
 
     ``settled_frontier``: the consumed frontier as observed at ``settled_at``,
     at least the settle period ago (0 and None if no such observation).
+    ``compacted`` None means the topic's cleanup policy is unknown this pass:
+    verdicts that would rest on it wait.
     """
 
     now: datetime
@@ -128,7 +139,7 @@ class Clock:
     stream_frontier: int = 0
     lookback_seconds: float = 30.0
     unseen_after_seconds: float = 120.0
-    compacted: bool = False
+    compacted: bool | None = False  # None: the topic's cleanup.policy could not be read
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ time ``t`` when ``arrival_time <= t``.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,8 +28,13 @@ Message = tuple[Any, ...]
 
 
 def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence[datetime],
-                       cfg: AuditConfig) -> list[Message]:
+                       cfg: AuditConfig,
+                       log_ends: Callable[[str, int, datetime], int | None] | None = None
+                       ) -> list[Message]:
+    """``log_ends(topic, partition, now)``: the partition's log end seen by a pass (None:
+    unknown); a failed write's horizon is the first one known after its report."""
     judged: set[tuple[str, int, str, str, int]] = set()
+    horizons: dict[tuple[str, int, str, str, int], int] = {}
     observations: dict[tuple[str, int], list[tuple[int, datetime]]] = defaultdict(list)
     out: list[Message] = []
     for now in passes:
@@ -44,12 +49,12 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
             stream = [r.end for r in p_reads if r.source == "stream"]
             if stream:
                 observations[key].append((max(stream), now))
-            settled, settled_at = rules.settled_frontier(observations[key], now,
-                                                         cfg.settle_seconds)
+            settled, _at = rules.settled_frontier(observations[key], now, cfg.settle_seconds)
             msgs = sorted(((a.offset + i if a.offset is not None else -1, a.seq + i, a)
                            for a in acks if (a.topic, a.partition) == key
-                           for i in range(a.count)), key=lambda m: (m[2].error is not None,
+                           for i in range(a.count)), key=lambda m: (not m[2].placed,
                                                                     m[0], m[1]))
+            log_end = log_ends(*key, now) if log_ends else None
             for x, seq, a in msgs:
                 mid = (a.topic, a.partition, a.producer_id, a.run_id, seq)
                 if mid in judged:
@@ -58,10 +63,12 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
                 copies = sorted({r.offset + seq - r.seq for r in p_reads
                                  if r.stamped and r.producer_id == a.producer_id
                                  and r.run_id == a.run_id and r.seq <= seq < r.seq + r.count})
-                if a.error is not None:
-                    if a.partition >= 0 and (settled_at is None or settled_at < a.last_ack):
+                if not a.placed:
+                    if mid not in horizons and log_end is not None:
+                        horizons[mid] = log_end
+                    if a.partition >= 0 and (mid not in horizons or settled < horizons[mid]):
                         continue
-                    v = rules.judge_failed(a.error, copies)
+                    v = rules.judge_failed(a.error or "NO_OFFSET", copies)
                     judged.add(mid)
                     out.append((v.kind, v.subkind, None, *key, None, *stamp, None))
                     if len(copies) > 1:
@@ -73,11 +80,13 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
                 views = rules._views(p_reads, x)
                 changes = rules._relevant_changes(p_events, a.first_ack, a.last_ack,
                                                   cfg.lookback_seconds)
-                v = rules.judge_write(stamp, x, views, changes, a.topic in cfg.compacted_topics)
+                compacted = (None if a.topic in cfg.unknown_policy_topics
+                             else a.topic in cfg.compacted_topics)
+                v = rules.judge_write(stamp, x, views, changes, compacted)
                 if v.kind is None:
                     continue
                 judged.add(mid)
-                if any(s2 < seq and x2 > x for x2, s2, b in msgs if b.error is None
+                if any(s2 < seq and x2 > x for x2, s2, b in msgs if b.placed
                        and (b.producer_id, b.run_id) == (a.producer_id, a.run_id)):
                     out.append(("reordered", None, None, *key, x, *stamp, None))
                 others = tuple(c for c in copies if c != x)

@@ -20,6 +20,7 @@ what the broker stored, not what a transactional reader would be shown).
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 import zlib
@@ -31,6 +32,8 @@ from kafka_audit.jobs.model import ReadRun, Reread
 from kafka_audit.schemas.stamp import HEADER, StampError, parse_stamp
 
 __all__ = ["Record", "fold_records", "reread"]
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -104,44 +107,57 @@ def fold_records(req: Reread, records: Iterable[Record], low: int, high: int,
 
 def reread(bootstrap: str, requests: Sequence[Reread], timeout: float = 30.0) -> list[ReadRun]:
     """Read every requested range directly from the cluster; one answer per offset asked."""
-    from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+    from confluent_kafka import Consumer
 
     from kafka_audit.clients import client_logger
 
     if not requests:
         return []
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kafka-audit-reread-{uuid.uuid4()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "earliest",
+                  "enable.auto.commit": False, "auto.offset.reset": "error",
                   "enable.partition.eof": True, "isolation.level": "read_uncommitted",
                   "logger": client_logger()})
     out: list[ReadRun] = []
     try:
         for req in requests:
-            tp = TopicPartition(req.topic, req.partition)
-            low, high = c.get_watermark_offsets(tp, timeout=timeout)
-            start, stop = max(req.offset, low), min(req.end, high)
-            records: list[Record] = []
-            if stop > start:
-                c.assign([TopicPartition(req.topic, req.partition, start)])
-                deadline = time.monotonic() + timeout
-                pos = start
-                while pos < stop:
-                    if time.monotonic() > deadline:
-                        raise TimeoutError(f"re-read of {req.topic}/{req.partition} "
-                                           f"[{start}, {stop}) stuck at {pos}")
-                    for m in c.consume(5000, timeout=1):
-                        err = m.error()
-                        if err is not None:
-                            if err.code() == KafkaError._PARTITION_EOF:
-                                pos = max(pos, stop)  # nothing more: the rest is absent
-                                break
-                            raise KafkaException(err)
-                        pos = max(pos, m.offset() + 1)
-                        if m.offset() < stop:
-                            records.append(_record(m))
-                c.unassign()
-            read_time = datetime.now(UTC)
-            out.extend(fold_records(req, records, low, high, read_time))
+            try:
+                out.extend(_reread_one(c, req, timeout))
+            except Exception as exc:  # noqa: BLE001 - asked again next pass; others go on
+                log.warning("re-read of %s/%s [%s, %s) failed: %s", req.topic, req.partition,
+                            req.offset, req.end, exc)
     finally:
         c.close()
     return out
+
+
+def _reread_one(c, req: Reread, timeout: float) -> list[ReadRun]:
+    from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+    tp = TopicPartition(req.topic, req.partition)
+    low, high = c.get_watermark_offsets(tp, timeout=timeout)
+    start, stop = max(req.offset, low), min(req.end, high)
+    records: list[Record] = []
+    if stop > start:
+        c.assign([TopicPartition(req.topic, req.partition, start)])
+        try:
+            deadline = time.monotonic() + timeout
+            pos = start
+            while pos < stop:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"re-read of {req.topic}/{req.partition} "
+                                       f"[{start}, {stop}) stuck at {pos}")
+                for m in c.consume(5000, timeout=1):
+                    err = m.error()
+                    if err is not None:
+                        if err.code() == KafkaError._PARTITION_EOF:
+                            pos = max(pos, stop)  # nothing more: the rest is absent
+                            break
+                        raise KafkaException(err)
+                    pos = max(pos, m.offset() + 1)
+                    if m.offset() < stop:
+                        records.append(_record(m))
+        finally:
+            c.unassign()
+        # retention may have moved the log start while we read: a gap below it is expired
+        low = max(low, c.get_watermark_offsets(tp, timeout=timeout)[0])
+    return fold_records(req, records, low, high, datetime.now(UTC))

@@ -33,9 +33,11 @@ Secondary anomalies, found when a write is judged:
 * **reordered**: a write of the same producer run with a lower seq sits at a
   higher offset of the partition (sequence order and offset order disagree).
 
-Failed delivery reports are judged once the settled frontier was observed
-after the report: **indeterminate / present** (failed, yet in the log: never
-counted as loss), **rejected** (the cluster refused it, e.g.
+Failed delivery reports (and successful ones that name no offset, as with
+``acks=0``) are judged once the settled frontier has passed their *horizon*,
+the log end seen by the first pass after the report: **indeterminate /
+present** (failed, yet in the log: never counted as loss), **rejected** (the
+cluster refused it, e.g.
 ``NOT_ENOUGH_REPLICAS``) or **indeterminate / absent** (a failed write).
 
 :func:`judge_write` is the per-message definition; :func:`judge_partition`
@@ -147,7 +149,7 @@ def _relevant_changes(events: Sequence[ClusterEvent], first_ack: datetime, last_
 
 
 def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequence[ClusterEvent],
-                compacted: bool = False) -> Verdict:
+                compacted: bool | None = False) -> Verdict:
     """The verdict on one successful write at settled offset ``x`` (the definition)."""
     records = [v for v in views if v.status in ("record", "truncated")]
     if records:
@@ -163,6 +165,8 @@ def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequenc
     elif any(v.status == "expired" for v in views):
         kind, sub = "unverified", "retention"
     elif any(v.status == "absent" for v in views):
+        if compacted is None:
+            return Verdict(None, hold="cleanup.policy unknown")
         kind, sub = ("unverified", "compacted") if compacted else ("lost", "vanished")
     else:
         return Verdict(None, hold="no read of the offset")
@@ -233,8 +237,8 @@ def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
     the ack runs (or pieces) still pending, the runs judged now and re-read requests.
     """
     out = Judgement()
-    ok = sorted((a for a in acks if a.error is None), key=lambda a: (a.offset, a.seq))
-    failed = sorted((a for a in acks if a.error is not None), key=lambda a: a.seq)
+    ok = sorted((a for a in acks if a.placed), key=lambda a: (a.offset, a.seq))
+    failed = sorted((a for a in acks if not a.placed), key=lambda a: a.seq)
     written: dict[tuple[str, str], list[AckRun]] = {}
     for a in [*ok, *judged]:
         written.setdefault((a.producer_id, a.run_id), []).append(a)
@@ -244,7 +248,7 @@ def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
         _judge_failed_run(a, reads, clock, out)
     for a in out.acks:
         out.pending += a.count
-        if a.error is None and a.offset is not None:
+        if a.placed:
             unread = a.end - max(a.offset, clock.stream_frontier)
             if unread > 0 and (clock.now - a.last_ack).total_seconds() > clock.unseen_after_seconds:
                 out.unseen += unread
@@ -312,7 +316,7 @@ def _judge_ok_run(a: AckRun, reads: Sequence[ReadRun], written: Sequence[AckRun]
 
 def _judge_failed_run(a: AckRun, reads: Sequence[ReadRun], clock: Clock,
                       out: Judgement) -> None:
-    if a.partition >= 0 and (clock.settled_at is None or clock.settled_at < a.last_ack):
+    if a.partition >= 0 and (a.horizon is None or clock.settled_frontier < a.horizon):
         out.acks.append(a)
         return
     mine = [r for r in reads if r.stamped and r.producer_id == a.producer_id
@@ -320,7 +324,7 @@ def _judge_failed_run(a: AckRun, reads: Sequence[ReadRun], clock: Clock,
     cuts = _cuts(a.seq, a.seq + a.count, [p for r in mine for p in (r.seq, r.seq + r.count)])
     for lo, hi in zip(cuts, cuts[1:], strict=False):
         found = _copies(mine, (a.producer_id, a.run_id, lo))
-        v = judge_failed(a.error or "", found)
+        v = judge_failed(a.error or "NO_OFFSET", found)
         out.findings.append(Finding(
             v.kind or "", a.topic, a.partition, a.producer_id, a.run_id, lo, None, hi - lo,
             v.subkind, a.first_ack, None, {**v.evidence, "acks": a.acks}))
@@ -353,7 +357,7 @@ def retained_reads(reads: Sequence[ReadRun], pending: Sequence[AckRun], clock: C
     change it while the log still holds the offsets.
     """
     cutoff = clock.now - timedelta(seconds=retention_seconds)
-    offsets = [(a.offset, a.end) for a in pending if a.error is None and a.offset is not None]
+    offsets = [(a.offset, a.end) for a in pending if a.placed]
     return [r for r in reads if r.read_time >= cutoff
             or any(r.offset < hi and r.end > lo for lo, hi in offsets)
             or (r.stamped and any(a.producer_id == r.producer_id and a.run_id == r.run_id

@@ -73,7 +73,7 @@ class AuditSettings(BaseModel):
     interval_seconds: float = Field(5, gt=0)
     lookback_seconds: float = Field(30, ge=0)
     unseen_after_seconds: float = Field(120, gt=0)
-    read_retention_seconds: float = Field(120, gt=0)
+    read_retention_seconds: float = Field(600, gt=0)
     reread_timeout_seconds: float = Field(30, gt=0)
 
 

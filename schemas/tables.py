@@ -151,6 +151,7 @@ TABLES: dict[str, list[Column]] = {
         C("source", "string", True),
         C("status", "string", True),
         C("leader_epoch", "int", True),
+        C("horizon", "long", True, "ack without offset: the log end after its report"),
         C("progress", "string", True, "progress row: JSON of source versions and pass id"),
     ],
     "dq_results": [

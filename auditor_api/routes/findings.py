@@ -142,14 +142,12 @@ class PartitionOut(BaseModel):
 
 
 def latest_partitions(reader) -> list[PartitionOut]:
+    """The rows of the last committed pass (it writes one per partition it holds state for;
+    a partition with nothing pending and nothing retained is absent)."""
     committed = read_progress(reader.settings).pass_id
-    t = reader.read("partition_state", pc.field("pass_id") <= pa.scalar(committed, pa.int64()))
-    latest: dict[tuple[str, int], dict] = {}
-    for r in t.to_pylist():
-        k = (r["topic"], r["partition"])
-        if k not in latest or r["pass_id"] > latest[k]["pass_id"]:
-            latest[k] = r
-    return [PartitionOut(**latest[k]) for k in sorted(latest)]
+    t = reader.read("partition_state", pc.field("pass_id") == pa.scalar(committed, pa.int64()))
+    rows = sorted(t.to_pylist(), key=lambda r: (r["topic"], r["partition"]))
+    return [PartitionOut(**r) for r in rows]
 
 
 @router.get("/partitions", response_model=list[PartitionOut])

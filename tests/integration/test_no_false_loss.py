@@ -5,6 +5,7 @@ from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from kafka_audit.demo import audit_until_settled
+from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.jobs.consume_job import start_consume
 from kafka_audit.jobs.io import read_table
 from kafka_audit.producers.instrumented import AuditedProducer
@@ -87,9 +88,14 @@ def test_partitions_added_mid_stream_lose_nothing(cluster, spark, settings, topi
     admin = cluster.admin()  # keep the client alive until its futures are done
     for fut in admin.create_partitions([NewPartitions(topic, 5)]).values():
         fut.result(30)
-    p = run_load(settings, LoadSpec(topic=topic, rate=0, count=2000, acks="all",
-                                    producer_id="b"), keep_record=True)
-    assert {part for _s, _t, part, _o in p.record} >= {3, 4}
+    wait_until(lambda: len([i for i in cluster.partitions(topic) if i.leader >= 0]) == 5, 60,
+               "the new partitions to have leaders")
+    p = AuditedProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all"}, "b", settings,
+                        keep_record=True)
+    for i in range(2000):
+        p.produce(topic, b"after %d" % i, partition=i % 5)  # old and new partitions
+    p.close()
+    assert {part for _s, _t, part, _o in p.record} == {0, 1, 2, 3, 4}
     audit_until_settled(spark, settings, topic, progress=print)
     f = findings_of(settings, topic)
     assert kinds(f) == {"confirmed": 3000}

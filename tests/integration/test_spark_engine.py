@@ -22,7 +22,7 @@ from kafka_audit.jobs.reference import finding_messages, reference_verdicts
 from kafka_audit.settings import Settings
 
 from ..unit.histories import at
-from ..unit.random_histories import seeded_history
+from ..unit.random_histories import log_end_fn, seeded_history
 
 # 100 in CI; KAFKA_AUDIT_SPARK_HISTORIES=2000 for a longer run by hand
 HISTORIES = int(os.environ.get("KAFKA_AUDIT_SPARK_HISTORIES", "100"))
@@ -73,12 +73,32 @@ class Crash(RuntimeError):
     pass
 
 
+class Recorded:
+    """Cluster lookups answered from the recorded histories (they hold their re-reads)."""
+
+    def __init__(self, compacted, unknown, log_end, crash=False):
+        self.compacted, self.unknown, self.log_end, self.crash = compacted, unknown, log_end, crash
+        self.now = None
+
+    def policies(self, topics):
+        return self.compacted, self.unknown
+
+    def log_ends(self, partitions):
+        return {k: e for k in partitions if (e := self.log_end(*k, self.now)) is not None}
+
+    def reread(self, requests):
+        if self.crash:
+            raise Crash("the audit process dies here")
+        return []
+
+
 def test_spark_audit_equals_the_reference_on_random_histories(spark, tmp_path):
     settings = Settings(home=tmp_path, audit=AUDIT)
-    histories = {f"h{i}": seeded_history(i, topics=("t", "c")) for i in range(HISTORIES)}
+    histories = {f"h{i}": seeded_history(i, topics=("t", "c", "u")) for i in range(HISTORIES)}
     rows = sorted(((when, rename(row, name)) for name, (hist, _) in histories.items()
                    for when, row in hist), key=lambda x: x[0])
-    compacted = frozenset(f"h{i}-c" for i in range(HISTORIES))
+    lookups = Recorded(frozenset(f"h{i}-c" for i in range(HISTORIES)),
+                       frozenset(f"h{i}-u" for i in range(HISTORIES)), log_end_fn(rows))
     fed = 0
     for n, now in enumerate(PASSES):
         new = [row for when, row in rows[fed:] if when <= now]
@@ -89,15 +109,14 @@ def test_spark_audit_equals_the_reference_on_random_histories(spark, tmp_path):
                     [read_row(r) for r in new if isinstance(r, ReadRun)])
         append_rows(settings.table_path("cluster_events"), "cluster_events",
                     [event_row(r) for r in new if isinstance(r, ClusterEvent)])
+        lookups.now = now
         if n == 3:  # die after the findings are written, before the commit point
-            def crash(_requests):
-                raise Crash("the audit process dies here")
+            lookups.crash = True
             with pytest.raises(Crash):
-                run_audit_pass(spark, settings, now, rereader=crash,
-                               compacted=lambda _t: compacted)
+                run_audit_pass(spark, settings, now, lookups)
+            lookups.crash = False
         t0 = time.monotonic()
-        summary = run_audit_pass(spark, settings, now, rereader=lambda _r: [],
-                                 compacted=lambda _t: compacted)
+        summary = run_audit_pass(spark, settings, now, lookups)
         print(f"{summary.line()} ({time.monotonic() - t0:.1f}s) {summary.seconds}")
 
     found = findings_as_model(read_table(settings.table_path("findings"), "findings")
@@ -105,10 +124,11 @@ def test_spark_audit_equals_the_reference_on_random_histories(spark, tmp_path):
     by_history: dict[str, list[Finding]] = {}
     for f in found:
         by_history.setdefault(f.topic.split("-")[0], []).append(f)
-    cfg_ref = AuditConfig(**AUDIT, compacted_topics=frozenset({"c"}))
+    cfg_ref = AuditConfig(**AUDIT, compacted_topics=frozenset({"c"}),
+                          unknown_policy_topics=frozenset({"u"}))
     checked = verdicts = 0
     for name, (hist, _) in histories.items():
-        want = reference_verdicts(hist, PASSES, cfg_ref)
+        want = reference_verdicts(hist, PASSES, cfg_ref, log_end_fn(hist))
         got = [(m[0], m[1], m[2], m[3].split("-", 1)[1], *m[4:])
                for m in finding_messages(by_history.get(name, []))]
         assert sorted(got, key=repr) == want, name

@@ -77,9 +77,11 @@ def build(c, topics=("t",), partitions=(0, 1), max_offset=40, span=40.0):
             arrive = t_last + c.pick([0.0, 1.0, 5.0])
             seq += c.int(0, 3)  # seqs that went to other partitions
             failed = c.int(0, 4) == 0
+            unplaced = not failed and c.int(0, 9) == 0  # acks=0: success, no offset
             a = AckRun(topic, part, producer, run, seq, count,
-                       None if failed else c.int(0, max_offset), at(t), at(t_last),
-                       c.pick(ERRORS) if failed else None, c.pick(["all", "1"]))
+                       None if failed or unplaced else c.int(0, max_offset), at(t), at(t_last),
+                       c.pick(ERRORS) if failed else None,
+                       "0" if unplaced else c.pick(["all", "1"]))
             seq += count
             acked.append(a)
             rows.append((at(arrive), a))
@@ -121,3 +123,16 @@ def histories(draw, **kw):
 
 def seeded_history(seed: int, **kw):
     return build(_Random(seed), **kw)
+
+
+def log_end_fn(rows):
+    """A partition's log end as a pass at ``now`` sees it: one past the highest placed ack
+    known by then, plus a little; unknown (None) at some passes."""
+    def log_end(topic: str, partition: int, now) -> int | None:
+        if int(now.timestamp()) % 5 == 0:
+            return None
+        ends = [r.end for when, r in rows if isinstance(r, AckRun) and r.placed
+                and (r.topic, r.partition) == (topic, partition) and when <= now]
+        return max(ends, default=0) + int(now.timestamp()) % 3
+
+    return log_end

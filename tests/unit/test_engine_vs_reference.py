@@ -7,31 +7,36 @@ from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
 from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.jobs.reference import finding_messages, reference_verdicts
 
-from .random_histories import histories
+from .random_histories import histories, log_end_fn
 
 CFG = AuditConfig(settle_seconds=5, lookback_seconds=3, unseen_after_seconds=20,
-                  read_retention_seconds=200, compacted_topics=frozenset({"c"}))
+                  read_retention_seconds=200, compacted_topics=frozenset({"c"}),
+                  unknown_policy_topics=frozenset({"u"}))
 
 
 def run_engine(rows, passes, cfg=CFG):
     auditor = InMemoryAuditor(cfg)
     fed = 0
     ordered = sorted(rows, key=lambda x: x[0])
+    log_end = log_end_fn(rows)
+    keys = {(r.topic, r.partition) for _w, r in rows}
     for now in passes:
         new = [row for when, row in ordered[fed:] if when <= now]
         fed += len(new)
+        ends = {k: e for k in keys if (e := log_end(*k, now)) is not None}
         auditor.run_pass(now, [r for r in new if isinstance(r, AckRun)],
                          [r for r in new if isinstance(r, ReadRun)],
-                         [r for r in new if isinstance(r, ClusterEvent)])
+                         [r for r in new if isinstance(r, ClusterEvent)], ends)
     return auditor
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(histories(topics=("t", "c")))
+@given(histories(topics=("t", "c", "u")))
 def test_engine_equals_reference(history):
     rows, passes = history
     auditor = run_engine(rows, passes)
-    assert finding_messages(auditor.findings) == reference_verdicts(rows, passes, CFG)
+    assert finding_messages(auditor.findings) == reference_verdicts(rows, passes, CFG,
+                                                                    log_end_fn(rows))
 
 
 @settings(max_examples=500, deadline=None)

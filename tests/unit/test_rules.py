@@ -11,11 +11,13 @@ CFG = AuditConfig(settle_seconds=10, lookback_seconds=5, unseen_after_seconds=60
                   read_retention_seconds=100)
 
 
-def audit(*passes, cfg=CFG):
-    """Run passes ``(t, acks, reads, events)``; return the auditor."""
+def audit(*passes, cfg=CFG, log_end=None):
+    """Run passes ``(t, acks, reads, events)``; return the auditor. ``log_end``: the log end
+    of partition 0 every pass sees (the horizon of failed writes)."""
     a = InMemoryAuditor(cfg)
     for t, acks, reads, events in passes:
-        a.run_pass(at(t), acks, reads, events)
+        a.run_pass(at(t), acks, reads, events,
+                   None if log_end is None else {("t", 0): log_end})
     return a
 
 
@@ -143,31 +145,60 @@ def test_in_order_writes_are_not_reordered():
 
 def test_failed_yet_in_the_log_is_indeterminate_present():
     a = audit((0, [ack(None, 4, error="REQUEST_TIMED_OUT")], [read(7, 4)], []),
-              (11, [], [], []))
+              (11, [], [], []), log_end=8)
     assert table(a.findings) == [("indeterminate", "present", None, 4, 1)]
     assert a.findings[0].evidence["found_at"] == [7]
 
 
 def test_failed_and_absent_is_a_failed_write_not_a_loss():
     a = audit((0, [ack(None, 4, error="_MSG_TIMED_OUT")], [read(0, None)], []),
-              (11, [], [], []))
+              (11, [], [], []), log_end=1)
     assert table(a.findings) == [("indeterminate", "absent", None, 4, 1)]
 
 
 def test_not_enough_replicas_is_rejected():
     a = audit((0, [ack(None, 0, count=5, error="NOT_ENOUGH_REPLICAS")],
-               [read(0, None)], []), (11, [], [], []))
+               [read(0, None)], []), (11, [], [], []), log_end=1)
     assert table(a.findings) == [("rejected", None, None, 0, 5)]
 
 
-def test_failed_write_waits_for_a_frontier_observed_after_its_report():
-    a = audit((0, [], [read(0, None)], []),
-              (1, [ack(None, 4, error="_MSG_TIMED_OUT", t=2)], [], []), (11, [], [], []))
-    assert a.findings == []
-    a.run_pass(at(13), [], [], [])
-    assert a.findings == []  # the frontier seen at 1 was before the report at 2
-    a.run_pass(at(21), [], [], [])
-    assert table(a.findings) == [("indeterminate", "absent", None, 4, 1)]
+def test_failed_write_waits_until_the_settled_frontier_passes_its_horizon():
+    # the report came when the log ended at 6; the consumer is stuck at 1: no verdict yet,
+    # the write may sit at offsets 1..5, unread
+    a = InMemoryAuditor(CFG)
+    a.run_pass(at(0), [], [read(0, None)], [], {("t", 0): 6})
+    a.run_pass(at(1), [ack(None, 4, error="NOT_ENOUGH_REPLICAS", t=0.5)], [], [],
+               {("t", 0): 6})
+    a.run_pass(at(30), [], [], [], {("t", 0): 9})
+    assert a.findings == [] and a.status[("t", 0)].pending == 1
+    # the consumer reads on: the write was there after all
+    a.run_pass(at(31), [], [read(1, None, count=3, t=31), read(4, 4, t=31),
+                            read(5, None, count=4, t=31)], [], {("t", 0): 9})
+    a.run_pass(at(42), [], [], [], {("t", 0): 9})
+    assert table(a.findings) == [("indeterminate", "present", None, 4, 1)]
+
+
+def test_failed_write_without_a_known_log_end_waits():
+    a = audit((0, [ack(None, 4, error="_MSG_TIMED_OUT")], [read(0, None)], []),
+              (11, [], [], []))
+    assert a.findings == [] and a.status[("t", 0)].pending == 1
+
+
+def test_a_success_without_an_offset_is_judged_by_its_stamp():
+    # acks=0: librdkafka reports success but no offset
+    a = audit((0, [ack(None, 3, count=2, acks="0")], [read(0, 3), read(1, None)], []),
+              (11, [], [], []), log_end=2)
+    assert table(a.findings) == [("indeterminate", "absent", None, 4, 1),
+                                 ("indeterminate", "present", None, 3, 1)]
+    assert {f.evidence["error"] for f in a.findings} == {"NO_OFFSET"}
+
+
+def test_unknown_cleanup_policy_holds_a_verdict_that_rests_on_it():
+    cfg = AuditConfig(settle_seconds=10, unknown_policy_topics=frozenset({"t"}))
+    a = audit((0, [ack(0, 0)], [read(1, None)], []),
+              (11, [], [read(0, None, t=11, source="reread", status="absent")], []),
+              (12, [], [], []), cfg=cfg)
+    assert a.findings == [] and a.status[("t", 0)].pending == 1
 
 
 def test_retention_is_unverified_not_lost():
