@@ -1,11 +1,14 @@
-"""No false loss on a healthy cluster: retention, transactions (markers and aborts),
-consumer restarts and partitions added mid-stream, each on the real cluster."""
+"""No false loss on a healthy cluster: retention, compaction, transactions (markers and
+aborts), consumer restarts and partitions added mid-stream, each on the real cluster."""
+
+import time
 
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 
 from kafka_audit.demo import audit_until_settled
 from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.groundtruth import full_read_stamps
 from kafka_audit.jobs.consume_job import start_consume
 from kafka_audit.jobs.io import read_table
 from kafka_audit.producers.instrumented import AuditedProducer
@@ -100,3 +103,42 @@ def test_partitions_added_mid_stream_lose_nothing(cluster, spark, settings, topi
     f = findings_of(settings, topic)
     assert kinds(f) == {"confirmed": 3000}
     assert {r["partition"] for r in f} == {0, 1, 2, 3, 4}
+
+
+def test_records_removed_by_compaction_are_unverified_not_lost(cluster, spark, settings):
+    topic = f"compacted-{time.time_ns()}"
+    cluster.create_topic(topic, partitions=1, replication=3, config={
+        "cleanup.policy": "compact", "segment.ms": "200", "min.cleanable.dirty.ratio": "0.01",
+        "min.compaction.lag.ms": "0", "delete.retention.ms": "0"})
+    p = AuditedProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all"}, "keys",
+                        settings, keep_record=True)
+
+    def burst(n: int) -> None:
+        for i in range(n):
+            p.produce(topic, b"value %d" % i, key=b"key-%d" % (i % 10))
+        p.flush()
+
+    burst(100)  # ten versions of each of ten keys
+    # keep writing so segments roll; the cleaner keeps the last version of each key only
+    start_offsets = lambda: sum(1 for _ in full_read_stamps(cluster.bootstrap, topic))  # noqa: E731
+    wait_until(lambda: (burst(10), start_offsets() < p.acked)[1], 120,
+               "the log cleaner to compact the topic", every=1)
+    p.close()
+    # no more appends: the active segment stays; wait until the cleaner is done with the rest
+    counts = [start_offsets()]
+
+    def stable() -> bool:
+        counts.append(start_offsets())
+        return counts[-1] == counts[-2]
+
+    wait_until(stable, 60, "compaction to settle", every=3)
+    audit_until_settled(spark, settings, topic, progress=print)
+    found = full_read_stamps(cluster.bootstrap, topic)
+    gone = sorted((off, seq) for seq, _t, _part, off in p.record
+                  if ("keys", p.run_id, seq) not in found)
+    assert gone, "compaction removed nothing"
+    f = findings_of(settings, topic)
+    assert sorted((off, seq) for _p, off, seq in expand(
+        [r for r in f if r["kind"] == "unverified"], "partition", "offset", "seq")) == gone
+    assert {r["subkind"] for r in f if r["kind"] == "unverified"} == {"compacted"}
+    assert kinds(f) == {"confirmed": p.acked - len(gone), "unverified/compacted": len(gone)}
