@@ -127,7 +127,10 @@ class LocalCluster:
             if (self.node_dir(node) / "meta" / "meta.properties").exists():
                 continue
             conf = self._write_config(node)
-            cmd = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id, "-c", str(conf),
+            # "--cluster-id=ID": base64url ids may start with "-", which a separate argument
+            # would hand to the tool's argument parser as an option (1 id in 64 starts so)
+            cmd = self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
+                             "-c", str(conf),
                              "--feature", "eligible.leader.replicas.version=0", node=node)
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
