@@ -23,6 +23,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import time
@@ -34,11 +35,11 @@ import pandas as pd
 from kafka_audit.jobs import quality
 from kafka_audit.jobs.engine import AuditConfig, PartitionHot, step_partition
 from kafka_audit.jobs.io import Progress, files_added_since, read_progress, table_exists
-from kafka_audit.jobs.model import LOSS_KINDS, AckRun, ClusterEvent, ReadRun, Reread
+from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun, Reread
 from kafka_audit.schemas.tables import column_names, spark_schema
 from kafka_audit.settings import Settings
 
-__all__ = ["AuditSummary", "run_audit_pass", "audit_config"]
+__all__ = ["AuditSummary", "run_audit_pass", "audit_config", "ClusterLookups", "consumed_row"]
 
 log = logging.getLogger(__name__)
 REREAD_APP = "kafka_audit_reread"
@@ -57,10 +58,6 @@ class AuditSummary:
     partitions: int
     quality_failures: int
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
-
-    @property
-    def lost(self) -> int:
-        return sum(self.findings.get(k, 0) for k in LOSS_KINDS)
 
     def line(self) -> str:
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.findings.items())) or "no verdicts"
@@ -150,8 +147,9 @@ def _step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
 
     cols = column_names("audit_hot") + _EXTRA
     # all-null columns would come out float (NaN) and fail Arrow's string/timestamp conversion
-    strings = [f.name for f in _out_schema().fields if isinstance(f.dataType, StringType)]
-    times = [f.name for f in _out_schema().fields if isinstance(f.dataType, TimestampType)]
+    fields = _out_schema().fields
+    strings = [f.name for f in fields if isinstance(f.dataType, StringType)]
+    times = [f.name for f in fields if isinstance(f.dataType, TimestampType)]
 
     def step(key, pdf: pd.DataFrame) -> pd.DataFrame:
         topic, partition = key[0], int(key[1])
@@ -179,7 +177,9 @@ def _step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
     return step
 
 
+@functools.cache
 def _out_schema():
+    """``audit_hot``'s columns plus what the pandas step returns besides hot rows."""
     from pyspark.sql import types as T
 
     extra = [T.StructField("row", T.StringType()), T.StructField("finding_id", T.StringType()),
@@ -188,6 +188,18 @@ def _out_schema():
              T.StructField("settled", T.LongType())]
     return T.StructType([T.StructField(f.name, f.dataType, True)
                          for f in spark_schema("audit_hot").fields] + extra)
+
+
+def consumed_row(r: ReadRun, batch_id: int) -> dict:
+    """A read run as a row of the ``consumed`` table (re-reads; recorded test histories)."""
+    stamped = r.producer_id is not None
+    return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "count": r.count,
+            "kafka_timestamp": None, "stamped": stamped,
+            "stamp_error": None if stamped or r.status != "record" else "foreign or malformed",
+            "producer_id": r.producer_id, "run_id": r.run_id, "seq": r.seq,
+            "checksum_ok": True if stamped else None, "read_time": r.read_time,
+            "batch_id": batch_id, "source": r.source, "status": r.status,
+            "leader_epoch": r.leader_epoch}
 
 
 # ---- sources -------------------------------------------------------------------------------
@@ -334,9 +346,10 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
 
     frames, versions = _new_rows(spark, settings, progress)
     schema = _out_schema()
+    hot_cols = set(column_names("audit_hot"))
     parts = [spark.read.format("delta").load(paths["audit_hot"])
              .where(F.col("kind") != "progress")
-             .select(*[F.col(f.name) if f.name in column_names("audit_hot")
+             .select(*[F.col(f.name) if f.name in hot_cols
                        else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
              ] if table_exists(paths["audit_hot"]) else []
     parts += frames
@@ -374,15 +387,7 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
                 for r in out.where(F.col("row") == "reread").collect()]
     answers = lookups.reread(requests)
     if answers:
-        cons = [{"topic": a.topic, "partition": a.partition, "offset": a.offset,
-                 "count": a.count, "kafka_timestamp": None,
-                 "stamped": a.producer_id is not None,
-                 "stamp_error": None if a.producer_id is not None or a.status != "record"
-                 else "foreign or malformed", "producer_id": a.producer_id,
-                 "run_id": a.run_id, "seq": a.seq,
-                 "checksum_ok": True if a.producer_id is not None else None,
-                 "read_time": a.read_time, "batch_id": pass_id, "source": a.source,
-                 "status": a.status, "leader_epoch": a.leader_epoch} for a in answers]
+        cons = [consumed_row(a, pass_id) for a in answers]
         (spark.createDataFrame(pd.DataFrame(cons, columns=column_names("consumed")),
                                spark_schema("consumed"))
          .write.format("delta").mode("append").option("txnAppId", REREAD_APP)

@@ -66,18 +66,18 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
     is the partition's log end now (None if unknown), the horizon of failed
     reports that have none yet.
     """
-    if log_end is not None:
-        hot.acks = [a if a.placed or a.horizon is not None else replace(a, horizon=log_end)
-                    for a in hot.acks]
+    acks = hot.acks if log_end is None else [
+        a if a.placed or a.horizon is not None else replace(a, horizon=log_end)
+        for a in hot.acks]
     observed = max((f for f, _ in hot.observations), default=0)
     frontier = max([observed, *(r.end for r in hot.reads if r.source == "stream")])
     observations = [*hot.observations, (frontier, now)] if frontier else list(hot.observations)
     settled, settled_at = rules.settled_frontier(observations, now, cfg.settle_seconds)
     compacted = (None if topic in cfg.unknown_policy_topics
                  else topic in cfg.compacted_topics)
-    clock = Clock(now, settled, settled_at, frontier, cfg.lookback_seconds,
-                  cfg.unseen_after_seconds, compacted)
-    j = rules.judge_partition(hot.acks, hot.reads, [a for a, _ in hot.judged], events, clock)
+    clock = Clock(now, settled, frontier, cfg.lookback_seconds, cfg.unseen_after_seconds,
+                  compacted)
+    j = rules.judge_partition(acks, hot.reads, [a for a, _ in hot.judged], events, clock)
     cutoff = now - timedelta(seconds=cfg.settle_seconds)
     kept_obs = [o for o in observations if o[1] > cutoff]
     if settled_at is not None:

@@ -11,12 +11,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 __all__ = ["AckRun", "ReadRun", "ClusterEvent", "Finding", "Clock", "Reread",
-           "StampKey", "LOSS_KINDS", "REJECTING_ERRORS"]
+           "StampKey", "REJECTING_ERRORS"]
 
 StampKey = tuple[str, str, int]  # (producer_id, run_id, seq)
-
-#: verdicts that count as an acknowledged write lost
-LOSS_KINDS = ("lost", "lost_after_seen")
 
 #: errors with which the cluster refused a write (it chose consistency): an availability
 #: event, never a loss (librdkafka error names)
@@ -127,15 +124,14 @@ class ClusterEvent:
 class Clock:
     """What a pass knows about time for one partition.
 
-    ``settled_frontier``: the consumed frontier as observed at ``settled_at``,
-    at least the settle period ago (0 and None if no such observation).
+    ``settled_frontier``: the consumed frontier as observed at least the settle
+    period ago (0 if no such observation).
     ``compacted`` None means the topic's cleanup policy is unknown this pass:
     verdicts that would rest on it wait.
     """
 
     now: datetime
     settled_frontier: int = 0
-    settled_at: datetime | None = None
     stream_frontier: int = 0
     lookback_seconds: float = 30.0
     unseen_after_seconds: float = 120.0
@@ -178,10 +174,3 @@ class Finding:
     def finding_id(self) -> str:
         return (f"{self.kind}:{self.topic}:{self.partition}:{self.producer_id}:"
                 f"{self.run_id}:{self.seq}")
-
-    def messages(self) -> list[tuple[str, int, int | None, str | None, str | None, int | None]]:
-        """One tuple ``(kind, partition, offset, producer, run, seq)`` per write it stands for."""
-        return [(self.kind, self.partition,
-                 None if self.offset is None else self.offset + i,
-                 self.producer_id, self.run_id, None if self.seq is None else self.seq + i)
-                for i in range(self.count)]

@@ -31,7 +31,7 @@ from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.settings import Settings
 
 __all__ = ["run_demo", "DemoResult", "produce_with_leader_kill", "audit_until_settled",
-           "fetch_lost", "lost_messages"]
+           "fetch_lost", "lost_messages", "expand_rows"]
 
 
 @dataclass
@@ -149,10 +149,17 @@ def fetch_lost(base_url: str, topic: str) -> list[dict]:
         page += 1
 
 
+def expand_rows(rows: list[dict], *cols: str) -> list:
+    """Run rows (``offset``/``seq`` first, ``count``) as one value (one column asked) or
+    tuple per message, sorted: findings, ledger and consumed rows alike."""
+    out = sorted(tuple(r[c] + k if c in ("offset", "seq") else r[c] for c in cols)
+                 for r in rows for k in range(r["count"]))
+    return [t[0] for t in out] if len(cols) == 1 else out
+
+
 def lost_messages(items: list[dict]) -> list[tuple[int, int, int]]:
     """Loss findings (ranges) as one ``(partition, offset, seq)`` per lost write, sorted."""
-    return sorted((i["partition"], i["offset"] + k, i["seq"] + k)
-                  for i in items for k in range(i["count"]))
+    return expand_rows(items, "partition", "offset", "seq")
 
 
 class ApiServer:

@@ -120,15 +120,20 @@ def test_records_removed_by_compaction_are_unverified_not_lost(cluster, spark, s
 
     burst(100)  # ten versions of each of ten keys
     # keep writing so segments roll; the cleaner keeps the last version of each key only
-    start_offsets = lambda: sum(1 for _ in full_read_stamps(cluster.bootstrap, topic))  # noqa: E731
-    wait_until(lambda: (burst(10), start_offsets() < p.acked)[1], 120,
-               "the log cleaner to compact the topic", every=1)
+    def stamps_in_log() -> int:
+        return len(full_read_stamps(cluster.bootstrap, topic))
+
+    def compacted_some() -> bool:
+        burst(10)
+        return stamps_in_log() < p.acked
+
+    wait_until(compacted_some, 120, "the log cleaner to compact the topic", every=1)
     p.close()
     # no more appends: the active segment stays; wait until the cleaner is done with the rest
-    counts = [start_offsets()]
+    counts = [stamps_in_log()]
 
     def stable() -> bool:
-        counts.append(start_offsets())
+        counts.append(stamps_in_log())
         return counts[-1] == counts[-2]
 
     wait_until(stable, 60, "compaction to settle", every=3)

@@ -14,6 +14,7 @@ from kafka_audit.demo import (
     lost_messages,
     produce_with_leader_kill,
 )
+from kafka_audit.demo import expand_rows as expand
 from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.deploy.faults import drop_responses
 from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
@@ -28,13 +29,6 @@ from kafka_audit.schemas.tables import arrow_schema, spark_schema
 def findings_of(settings, topic):
     return [r for r in read_table(settings.table_path("findings"), "findings").to_pylist()
             if r["topic"] == topic]
-
-
-def expand(rows, *cols):
-    """Run rows (``offset``/``seq`` first, ``count``) as one value or tuple per message."""
-    out = sorted(tuple(r[c] + k if c in ("offset", "seq") else r[c] for c in cols)
-                 for r in rows for k in range(r["count"]))
-    return [t[0] for t in out] if len(cols) == 1 else out
 
 
 def test_healthy_run_confirms_every_ack(cluster, spark, settings, topic):

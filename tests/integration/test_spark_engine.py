@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from kafka_audit.jobs.audit_job import run_audit_pass
+from kafka_audit.jobs.audit_job import consumed_row, run_audit_pass
 from kafka_audit.jobs.engine import AuditConfig
 from kafka_audit.jobs.io import append_rows, read_table
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding, ReadRun
@@ -44,16 +44,6 @@ def ack_row(a: AckRun) -> dict:
             "error_code": None if a.error is None else -1, "error_name": a.error,
             "acks": a.acks, "idempotence": False, "retries": 2, "max_in_flight": 5,
             "leader_epoch": None}
-
-
-def read_row(r: ReadRun) -> dict:
-    return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "count": r.count,
-            "kafka_timestamp": None, "stamped": r.producer_id is not None,
-            "stamp_error": None if r.producer_id is not None else "no kaudit header",
-            "producer_id": r.producer_id, "run_id": r.run_id, "seq": r.seq,
-            "checksum_ok": True if r.producer_id is not None else None,
-            "read_time": r.read_time, "batch_id": 0, "source": r.source, "status": r.status,
-            "leader_epoch": r.leader_epoch}
 
 
 def event_row(e: ClusterEvent) -> dict:
@@ -106,7 +96,7 @@ def test_spark_audit_equals_the_reference_on_random_histories(spark, tmp_path):
         append_rows(settings.table_path("acks"), "acks",
                     [ack_row(r) for r in new if isinstance(r, AckRun)])
         append_rows(settings.table_path("consumed"), "consumed",
-                    [read_row(r) for r in new if isinstance(r, ReadRun)])
+                    [consumed_row(r, n) for r in new if isinstance(r, ReadRun)])
         append_rows(settings.table_path("cluster_events"), "cluster_events",
                     [event_row(r) for r in new if isinstance(r, ClusterEvent)])
         lookups.now = now

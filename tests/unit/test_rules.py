@@ -2,7 +2,6 @@
 exact findings expected (in the manner of Jepsen's kafka checker tests)."""
 
 from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
-from kafka_audit.jobs.model import Finding
 from kafka_audit.jobs.rules import likely_cause, settled_frontier
 
 from .histories import ack, at, leader_change, read
@@ -246,9 +245,3 @@ def test_likely_cause_from_the_events_after_the_ack():
         == "ISR shrunk to leader then leader lost"
     assert likely_cause(lost, [leader_change(-9, leader=3, previous_isr=(1, 2))]) == "unknown"
     assert likely_cause(ack(0, 0, acks="1"), [leader_change(1)]) == "acks=1 fail-over"
-
-
-def test_finding_messages_expand_a_range():
-    f = Finding("lost", "t", 0, "p", "r", 10, 100, 3, "vanished")
-    assert [m[2] for m in f.messages()] == [100, 101, 102]
-    assert [m[5] for m in f.messages()] == [10, 11, 12]
