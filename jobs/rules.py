@@ -10,9 +10,11 @@ consumed frontier as it stood at least the settle period ago):
 
 * **confirmed**: the last record seen at ``x`` is ``w``;
 * **lost_after_seen**: ``w`` was seen at ``x``, but the last read there shows
-  another record, or a log that now ends below ``x`` (committed data destroyed,
-  e.g. by an unclean election); a record removed later by retention or
-  compaction was not lost;
+  another record, a log that now ends below ``x``, or (on a topic that is not
+  compacted) no record at ``x`` below the log end, as when a transaction
+  marker of the new leader's log sits there (committed data destroyed, e.g. by
+  an unclean election); a record removed later by retention or compaction was
+  not lost;
 * **lost / overwritten**: ``w`` was never seen at ``x``; another record was;
 * **lost / vanished**: nothing was ever seen at ``x`` and a re-read found no
   record there (or found the log now ends below ``x``);
@@ -151,7 +153,12 @@ def _relevant_changes(events: Sequence[ClusterEvent], first_ack: datetime, last_
 def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequence[ClusterEvent],
                 compacted: bool | None = False) -> Verdict:
     """The verdict on one successful write at settled offset ``x`` (the definition)."""
-    records = [v for v in views if v.status in ("record", "truncated")]
+    if compacted is None and any(v.status == "absent" for v in views):
+        return Verdict(None, hold="cleanup.policy unknown")
+    # an offset that now has no record below the log end was destroyed, unless the log
+    # cleaner may have removed it (compacted topics)
+    gone = ("truncated",) if compacted else ("truncated", "absent")
+    records = [v for v in views if v.status == "record" or v.status in gone]
     if records:
         last = records[-1]
         if last.status == "record" and last.stamp == stamp:
@@ -165,9 +172,7 @@ def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequenc
     elif any(v.status == "expired" for v in views):
         kind, sub = "unverified", "retention"
     elif any(v.status == "absent" for v in views):
-        if compacted is None:
-            return Verdict(None, hold="cleanup.policy unknown")
-        kind, sub = ("unverified", "compacted") if compacted else ("lost", "vanished")
+        kind, sub = "unverified", "compacted"
     else:
         return Verdict(None, hold="no read of the offset")
     if kind != "confirmed" and kind != "unverified" \

@@ -100,8 +100,23 @@ def test_never_read_and_past_the_log_end_is_vanished():
 
 def test_compacted_after_being_read_is_not_lost():
     a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None)], []),
-              (11, [], [read(0, None, t=11, source="reread", status="absent")], []))
+              (11, [], [read(0, None, t=11, source="reread", status="absent")], []),
+              cfg=AuditConfig(settle_seconds=10, compacted_topics=frozenset({"t"})))
     assert table(a.findings) == [("confirmed", None, 0, 0, 1)]
+
+
+def test_read_then_no_record_on_a_topic_not_compacted_is_lost_after_being_seen():
+    # the new leader's log holds a transaction marker where w was read: w was destroyed
+    a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None)], []),
+              (11, [], [read(0, None, t=11, source="reread", status="absent")], []))
+    assert table(a.findings) == [("lost_after_seen", None, 0, 0, 1)]
+
+
+def test_read_then_no_record_waits_while_the_cleanup_policy_is_unknown():
+    a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None)], []),
+              (11, [], [read(0, None, t=11, source="reread", status="absent")], []),
+              cfg=AuditConfig(settle_seconds=10, unknown_policy_topics=frozenset({"t"})))
+    assert a.findings == [] and a.status[("t", 0)].pending == 1
 
 
 def test_a_write_still_there_after_the_leader_change_is_confirmed():
