@@ -87,12 +87,17 @@ class LocalCluster:
             "process.roles": "broker,controller",
             "node.id": node,
             "controller.quorum.voters": voters,
+            # clients use PLAINTEXT, followers fetch over REPLICATION: a fault can cut a
+            # leader's replication while its clients still reach it (scenarios 2, 3, 5)
             "listeners": f"PLAINTEXT://{c.host}:{c.broker_port(node)},"
+                         f"REPLICATION://{c.host}:{c.replication_port(node)},"
                          f"CONTROLLER://{c.host}:{c.controller_port(node)}",
-            "advertised.listeners": f"PLAINTEXT://{c.host}:{c.broker_port(node)}",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "advertised.listeners": f"PLAINTEXT://{c.host}:{c.broker_port(node)},"
+                                    f"REPLICATION://{c.host}:{c.replication_port(node)}",
+            "listener.security.protocol.map":
+                "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "controller.listener.names": "CONTROLLER",
-            "inter.broker.listener.name": "PLAINTEXT",
+            "inter.broker.listener.name": "REPLICATION",
             "log.dirs": str(self.node_dir(node) / "data"),
             "metadata.log.dir": str(self.node_dir(node) / "meta"),
             **c.broker_overrides,

@@ -4,7 +4,17 @@
 its client port, for as long as the context lasts: requests still arrive and
 are applied (records appended), but no response gets back, so clients time
 out and retry. That is the classic way a producer without idempotence writes
-a record twice. The rule is removed on exit, whatever happens inside.
+a record twice.
+
+``cut_port(port)`` drops every segment to and from a port: a network
+partition of that one listener. Both ways matter: a follower's fetch already
+waiting at the leader would otherwise still bring back the next appends. On
+a broker's replication port (``ClusterSettings.replication_port``) it cuts
+the leader off from its followers while its clients still reach it: the
+followers stop fetching and leave the ISR at the next append. On a client
+port it makes a new client's writes to that broker time out unsent.
+
+The rule is removed on exit, whatever happens inside.
 
 Needs root and the ``iptables`` command (``bash dev.sh setup`` installs it).
 Only loopback is touched: ``-o lo`` and the cluster's own port.
@@ -15,11 +25,11 @@ from __future__ import annotations
 import shutil
 import subprocess
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 
 from kafka_audit.errors import ClusterError
 
-__all__ = ["drop_responses"]
+__all__ = ["drop_responses", "cut_port"]
 
 
 def _iptables(action: str, rule: list[str]) -> None:
@@ -32,11 +42,27 @@ def _iptables(action: str, rule: list[str]) -> None:
 
 
 @contextmanager
-def drop_responses(port: int) -> Iterator[None]:
-    """Drop what the broker listening on loopback ``port`` sends, until the block ends."""
-    rule = ["OUTPUT", "-o", "lo", "-p", "tcp", "--sport", str(port), "-j", "DROP"]
-    _iptables("-A", rule)
+def _dropping(*rules: list[str]) -> Iterator[None]:
+    added: list[list[str]] = []
     try:
+        for rule in rules:
+            _iptables("-A", rule)
+            added.append(rule)
         yield
     finally:
-        _iptables("-D", rule)
+        for rule in added:
+            _iptables("-D", rule)
+
+
+def _drop(direction: str, port: int) -> list[str]:
+    return ["OUTPUT", "-o", "lo", "-p", "tcp", direction, str(port), "-j", "DROP"]
+
+
+def drop_responses(port: int) -> AbstractContextManager[None]:
+    """Drop what the broker listening on loopback ``port`` sends, until the block ends."""
+    return _dropping(_drop("--sport", port))
+
+
+def cut_port(port: int) -> AbstractContextManager[None]:
+    """Drop everything to and from loopback ``port``, until the block ends."""
+    return _dropping(_drop("--dport", port), _drop("--sport", port))

@@ -21,6 +21,8 @@ class ClusterSettings(BaseModel):
     host: str = "127.0.0.1"
     broker_base_port: int = 29091
     controller_base_port: int = 29191
+    # brokers replicate over their own listener, so a fault can cut replication alone
+    replication_base_port: int = 29291
     heap: str = "-Xms256m -Xmx512m"
     broker_overrides: dict[str, Any] = Field(default_factory=dict)
     ready_timeout_seconds: float = 90
@@ -38,6 +40,9 @@ class ClusterSettings(BaseModel):
 
     def controller_port(self, node: int) -> int:
         return self.controller_base_port + node - 1
+
+    def replication_port(self, node: int) -> int:
+        return self.replication_base_port + node - 1
 
     @property
     def bootstrap(self) -> str:

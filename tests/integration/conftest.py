@@ -15,7 +15,8 @@ from kafka_audit.deploy.cluster import LocalCluster
 from kafka_audit.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER = {"broker_base_port": 39091, "controller_base_port": 39191}
+CLUSTER = {"broker_base_port": 39091, "controller_base_port": 39191,
+           "replication_base_port": 39291}
 
 
 def pytest_collection_modifyitems(items):
