@@ -12,12 +12,27 @@ import uuid
 
 from kafka_audit.schemas.stamp import HEADER, StampError, parse_stamp
 
-__all__ = ["full_read_stamps", "acked_but_missing"]
+__all__ = ["full_read", "full_read_stamps", "acked_but_missing"]
+
+
+Stamp = tuple[str, str, int]
 
 
 def full_read_stamps(bootstrap: str, topic: str, timeout: float = 60
-                     ) -> dict[tuple[str, str, int], list[tuple[int, int]]]:
+                     ) -> dict[Stamp, list[tuple[int, int]]]:
     """Every stamp in the topic now -> the (partition, offset) places it was found."""
+    found: dict[Stamp, list[tuple[int, int]]] = {}
+    for place, stamp in sorted(full_read(bootstrap, topic, timeout).items()):
+        if stamp is not None:
+            found.setdefault(stamp, []).append(place)
+    return found
+
+
+def full_read(bootstrap: str, topic: str, timeout: float = 60
+              ) -> dict[tuple[int, int], Stamp | None]:
+    """Every record in the topic now: (partition, offset) -> its stamp (None: not stamped).
+
+    Offsets missing from the answer hold no record (transaction markers, compaction)."""
     import time
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -32,7 +47,7 @@ def full_read_stamps(bootstrap: str, topic: str, timeout: float = 60
         parts = sorted(md.topics[topic].partitions)
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        found: dict[tuple[str, str, int], list[tuple[int, int]]] = {}
+        found: dict[tuple[int, int], Stamp | None] = {}
         remaining = {p for p in parts if ends[p] > 0}
         positions = {p: -1 for p in parts}
         deadline = time.monotonic() + timeout
@@ -44,15 +59,19 @@ def full_read_stamps(bootstrap: str, topic: str, timeout: float = 60
                     continue
                 p, o = m.partition(), m.offset()
                 positions[p] = max(positions[p], o)
+                found[(p, o)] = None
                 for k, v in m.headers() or []:
                     if k == HEADER:
                         try:
                             s = parse_stamp(v)
                         except StampError:
                             break
-                        found.setdefault((s.producer_id, s.run_id, s.seq), []).append((p, o))
+                        found[(p, o)] = (s.producer_id, s.run_id, s.seq)
                         break
-            remaining = {p for p in remaining if positions[p] + 1 < ends[p]}
+            # the consumer's position, not the last record: it moves past transaction markers
+            at = c.position([TopicPartition(topic, p) for p in remaining])
+            remaining = {tp.partition for tp in at if max(tp.offset, positions[tp.partition] + 1)
+                         < ends[tp.partition]}
         return found
     finally:
         c.close()

@@ -16,7 +16,7 @@ from kafka_audit.demo import (
 )
 from kafka_audit.demo import expand_rows as expand
 from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.deploy.faults import drop_responses
+from kafka_audit.deploy.faults import cut_port, drop_responses
 from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.jobs.consume_job import start_consume
 from kafka_audit.jobs.io import read_table
@@ -212,14 +212,26 @@ def test_failed_writes_are_rejected_or_indeterminate_never_lost(cluster, spark, 
         wait_until(lambda: len(cluster.partitions(topic)[0].isr) == 3, 60, "the ISR to heal")
     produce_for(p, topic, 1)
     p.close()
+    # 3. the leader's client port cut before a new producer connects: its writes time out
+    # unsent (a failed write, indeterminate / absent, never a loss)
+    unsent = AuditedProducer(conf, "unsent", settings, keep_record=True)
+    with cut_port(settings.cluster.broker_port(cluster.leader_of(topic, 0))):
+        produce_for(unsent, topic, 0.5, rate=400)
+        unsent.flush(10)
+    unsent.close()
     audit_until_settled(spark, settings, topic, progress=print)
 
     found = full_read_stamps(cluster.bootstrap, topic)
+    assert unsent.sent > 0 and unsent.acked == 0 and unsent.failed == unsent.sent
+    assert not [s for s in found if s[0] == "unsent"]
+    timed_out = [r for r in findings_of(settings, topic) if r["producer_id"] == "unsent"]
+    assert {(r["kind"], r["subkind"]) for r in timed_out} == {("indeterminate", "absent")}
+    assert expand(timed_out, "seq") == list(range(unsent.sent))
     present = sorted(seq for seq, *_ in p.failures if ("strict", p.run_id, seq) in found)
     refused = sorted(seq for seq, _t, _p, err in p.failures if err == "NOT_ENOUGH_REPLICAS"
                      and ("strict", p.run_id, seq) not in found)
     assert present and refused, (len(present), len(refused), p.failed)
-    f = findings_of(settings, topic)
+    f = [r for r in findings_of(settings, topic) if r["producer_id"] == "strict"]
     assert expand([r for r in f if r["kind"] == "indeterminate" and r["subkind"] == "present"],
                   "seq") == present
     assert expand([r for r in f if r["kind"] == "rejected"], "seq") == refused
