@@ -104,8 +104,9 @@ def test_unclean_election_after_reads_finds_every_kind_of_loss(cluster, spark, s
     def at_acked(seqs):
         return {(seq, acked[seq]) for seq in seqs}
 
+    unread = lost - read_before
     print(f"lost after seen {len(lost & read_before)}, overwritten "
-          f"{len(lost - read_before - marker_at)}, vanished {len((lost - read_before) & marker_at)}")
+          f"{len(unread - marker_at)}, vanished {len(unread & marker_at)}")
     assert writes("lost_after_seen") == at_acked(lost & read_before)
     assert writes("lost", "overwritten") == at_acked(lost - read_before - marker_at)
     assert writes("lost", "vanished") == at_acked((lost - read_before) & marker_at)
