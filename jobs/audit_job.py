@@ -243,18 +243,18 @@ def _new_rows(spark, settings: Settings, progress: Progress):
 
 
 def _events(spark, settings: Settings) -> dict[tuple[str, int], list[ClusterEvent]]:
-    from pyspark.sql import functions as F
-
     path = settings.table_path("cluster_events")
     if not table_exists(path):
         return {}
     out: dict[tuple[str, int], list[ClusterEvent]] = {}
-    for r in (spark.read.format("delta").load(path)
-              .where(F.col("kind").isin("leader_change", "offline")).collect()):
+    def opt(v):
+        return tuple(v) if v is not None else None
+
+    # every kind: leader changes for the re-read gates, ISR sizes for the exposure gate
+    for r in spark.read.format("delta").load(path).collect():
         out.setdefault((r.topic, r.partition), []).append(ClusterEvent(
             r.event_time.astimezone(UTC), r.topic, r.partition, r.kind, r.leader,
-            r.previous_leader, tuple(r.isr) if r.isr is not None else None,
-            tuple(r.previous_isr) if r.previous_isr is not None else None))
+            r.previous_leader, opt(r.isr), opt(r.previous_isr), opt(r.replicas)))
     return out
 
 

@@ -118,6 +118,7 @@ class ClusterEvent:
     previous_leader: int | None = None
     isr: tuple[int, ...] | None = None
     previous_isr: tuple[int, ...] | None = None
+    replicas: tuple[int, ...] | None = None  # None: unknown, taken as replicated
 
 
 @dataclass(frozen=True)

@@ -78,8 +78,10 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
                 if x >= settled:
                     continue
                 views = rules._views(p_reads, x)
-                changes = rules._relevant_changes(p_events, a.first_ack, a.last_ack,
-                                                  cfg.lookback_seconds)
+                changes, exposed = rules.change_gate(p_events, a.first_ack, a.last_ack,
+                                                     cfg.lookback_seconds)
+                if exposed:
+                    continue
                 compacted = (None if a.topic in cfg.unknown_policy_topics
                              else a.topic in cfg.compacted_topics)
                 v = rules.judge_write(stamp, x, views, changes, compacted)

@@ -65,7 +65,7 @@ from kafka_audit.jobs.model import (
     StampKey,
 )
 
-__all__ = ["settled_frontier", "judge_write", "judge_failed", "judge_partition",
+__all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "judge_partition",
            "likely_cause", "Verdict", "Judgement", "retained_reads", "coalesce_rereads"]
 
 _SOURCE_RANK = {"stream": 0, "reread": 1}
@@ -148,6 +148,42 @@ def _relevant_changes(events: Sequence[ClusterEvent], first_ack: datetime, last_
     w = timedelta(seconds=lookback)
     return [e for e in events if e.kind in ("leader_change", "offline")
             and first_ack - w <= e.event_time <= last_ack + w]
+
+
+def _alone(e: ClusterEvent) -> bool:
+    """The ISR is the leader alone (or empty) on a replicated partition."""
+    return e.isr is not None and len(e.isr) <= 1 and (e.replicas is None or len(e.replicas) > 1)
+
+
+def change_gate(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: datetime,
+                lookback: float) -> tuple[list[ClusterEvent], str | None]:
+    """The leader changes a write must be read after, or why it must wait (the definition).
+
+    A leader change within ``lookback`` of the ack may have truncated the write
+    after it was read. A write acked while the ISR was the leader alone (that
+    ISR in force at its first ack, or observed up to ``lookback`` after its last
+    one: metadata lags) sits on one replica: an unclean election may destroy it
+    at any time, however long after it was read. Such a write waits until an
+    ISR of two or more is observed after both its ack and that observation (a
+    follower then holds it) or the leader changes, and must be read after every
+    leader change from ``lookback`` before its ack on.
+    """
+    changes = _relevant_changes(events, first_ack, last_ack, lookback)
+    w = timedelta(seconds=lookback)
+    timeline = sorted((e for e in events if e.isr is not None), key=lambda e: e.event_time)
+    in_force = [e for e in timeline if e.event_time <= first_ack]
+    marks = [e for e in in_force[-1:] if _alone(e)]
+    marks += [e for e in timeline if first_ack < e.event_time <= last_ack + w and _alone(e)]
+    if not marks:
+        return changes, None
+    since = max(last_ack, marks[-1].event_time)
+    if not any(e.event_time > since and (len(e.isr or ()) >= 2
+                                         or e.kind in ("leader_change", "offline"))
+               for e in events):
+        return changes, "acked while the ISR was the leader alone: at risk until it grows"
+    later = [e for e in events if e.kind in ("leader_change", "offline")
+             and e.event_time >= first_ack - w and e not in changes]
+    return [*changes, *later], None
 
 
 def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequence[ClusterEvent],
@@ -280,7 +316,10 @@ def _judge_ok_run(a: AckRun, reads: Sequence[ReadRun], written: Sequence[AckRun]
     points = [p for r in here for p in (r.offset, r.end)]
     points += [p for r in mine for p in (o + r.seq - a.seq, o + r.seq + r.count - a.seq)]
     points += _reorder_cuts(a, others)
-    changes = _relevant_changes(events, a.first_ack, a.last_ack, clock.lookback_seconds)
+    changes, exposed = change_gate(events, a.first_ack, a.last_ack, clock.lookback_seconds)
+    if exposed:  # no re-read helps until the ISR grows or the leader changes
+        out.acks.append(a.piece(0, stop - o))
+        return
     cuts = _cuts(o, stop, points)
     confirmed: list[tuple[int, int]] = []  # contiguous confirmed pieces, merged
     for lo, hi in zip(cuts, cuts[1:], strict=False):

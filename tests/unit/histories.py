@@ -30,5 +30,7 @@ def read(offset: int, seq: int | None, count: int = 1, t: float = 1, source: str
 def leader_change(t: float, leader: int = 2, previous: int = 1,
                   previous_isr: tuple[int, ...] = (1, 2, 3), partition: int = 0,
                   topic: str = "t") -> ClusterEvent:
+    # a fail-over keeps the rest of the ISR; an unclean election leaves the new leader alone
+    isr = tuple(sorted({leader, *(r for r in previous_isr if r != previous)}))
     return ClusterEvent(at(t), topic, partition, "leader_change", leader, previous,
-                        (leader,), previous_isr)
+                        isr, previous_isr)

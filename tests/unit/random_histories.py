@@ -108,9 +108,10 @@ def build(c, topics=("t",), partitions=(0, 1), max_offset=40, span=40.0):
     for _ in range(c.int(0, 2)):
         t = c.float(0, span)
         leader = c.int(1, 3)
-        isr = tuple(sorted(c.sets([1, 2, 3], 1)))
+        before = tuple(sorted(c.sets([1, 2, 3], 1)))
+        after = tuple(sorted({leader, *c.sets([1, 2, 3], 0)}))  # alone now and then
         e = ClusterEvent(at(t), c.pick(topics), c.pick(partitions), "leader_change", leader,
-                         None, (leader,), isr)
+                         None, after, before)
         rows.append((at(t + c.pick([0.0, 1.0])), e))
     passes = sorted(set(c.times(0, span + 30, 8)))
     return rows, [at(p) for p in passes] + [at(span + 100), at(span + 400)]

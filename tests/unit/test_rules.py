@@ -2,6 +2,7 @@
 exact findings expected (in the manner of Jepsen's kafka checker tests)."""
 
 from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
+from kafka_audit.jobs.model import ClusterEvent
 from kafka_audit.jobs.rules import likely_cause, settled_frontier
 
 from .histories import ack, at, leader_change, read
@@ -260,3 +261,35 @@ def test_likely_cause_from_the_events_after_the_ack():
         == "ISR shrunk to leader then leader lost"
     assert likely_cause(lost, [leader_change(-9, leader=3, previous_isr=(1, 2))]) == "unknown"
     assert likely_cause(ack(0, 0, acks="1"), [leader_change(1)]) == "acks=1 fail-over"
+
+
+def isr_event(t: float, isr: tuple[int, ...], previous: tuple[int, ...],
+              replicas: tuple[int, ...] = (1, 2, 3)) -> ClusterEvent:
+    kind = "isr_shrink" if len(isr) < len(previous) else "isr_expand"
+    return ClusterEvent(at(t), "t", 0, kind, 1, 1, isr, previous, replicas)
+
+
+def test_a_write_acked_while_the_isr_is_the_leader_alone_waits_for_the_isr_to_grow():
+    shrink = isr_event(-1, (1,), (1, 2, 3))
+    a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None, t=1)], [shrink]),
+              (20, [], [], []))
+    assert a.findings == [] and a.rereads == [] and a.status[("t", 0)].pending == 1
+    a.run_pass(at(30), [], [], [isr_event(25, (1, 2), (1,))])
+    assert table(a.findings) == [("confirmed", None, 0, 0, 1)]
+
+
+def test_a_write_read_while_exposed_and_destroyed_by_a_late_unclean_election():
+    # read at once, settled long before the leader dies: the late election must still count
+    shrink = isr_event(-1, (1,), (1, 2, 3))
+    a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None, t=1)], [shrink]),
+              (100, [], [], [leader_change(90, previous_isr=(1,))]))
+    assert a.findings == [] and [r.offset for r in a.rereads] == [0]
+    a.run_pass(at(101), [], [read(0, 0, producer="q", t=101, source="reread")], [])
+    assert table(a.findings) == [("lost_after_seen", None, 0, 0, 1)]
+    assert a.findings[0].cause == "ISR shrunk to leader then leader lost"
+
+
+def test_an_isr_of_one_on_an_unreplicated_partition_is_no_exposure():
+    alone = isr_event(-1, (1,), (1,), replicas=(1,))
+    a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None, t=1)], [alone]), (20, [], [], []))
+    assert table(a.findings) == [("confirmed", None, 0, 0, 1)]
