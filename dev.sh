@@ -17,6 +17,7 @@ need_debian() {  # need_debian COMMAND PACKAGE
 
 setup() {
   need_debian java openjdk-17-jre-headless
+  need_debian javac openjdk-17-jdk-headless  # compiles the project's one Java class
   need_debian mvn maven
   need_debian iptables iptables  # network faults on loopback in the fault tests
   local py=python3.11

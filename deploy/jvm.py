@@ -12,6 +12,11 @@ Two Maven files in ``deploy/jvm/`` pin what the JVM processes need:
 the Maven file, so a second call is a no-op and an edited pin is fetched again.
 Spark sessions get the extras through ``spark.jars``; nothing downloads through
 Ivy at run time.
+
+``native_jar`` compiles the project's own JVM code (``deploy/jvm/src``: the
+consume job's one-pass read-run folder) with ``javac`` against the jars the
+pyspark wheel ships, once per source and pyspark version, into
+``.cache/jars/native``; it joins the other extras on ``spark.jars``.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from pathlib import Path
 
 from kafka_audit.errors import JarsMissing
 
-__all__ = ["jar_cache", "ensure_jars", "broker_classpath", "spark_jars"]
+__all__ = ["jar_cache", "ensure_jars", "broker_classpath", "spark_jars", "native_jar"]
 
 _POMS = {"kafka": "kafka-broker.pom.xml", "spark": "spark-extras.pom.xml"}
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
@@ -102,6 +107,44 @@ def broker_classpath() -> str:
     return os.pathsep.join(str(p) for p in sorted(folder.glob("*.jar")))
 
 
+def _sources() -> list[Path]:
+    return sorted((Path(__file__).resolve().parent / "jvm" / "src").rglob("*.java"))
+
+
+def native_jar(quiet: bool = False) -> Path:
+    """The project's JVM code as a jar, compiled when its sources or pyspark changed."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    digest = hashlib.sha256(pyspark.__version__.encode())
+    for src in _sources():
+        digest.update(src.read_bytes())
+    folder = jar_cache() / "native"
+    jar, marker = folder / "kafka-audit-spark.jar", folder / ".complete"
+    if jar.exists() and marker.exists() and marker.read_text().strip() == digest.hexdigest():
+        return jar
+    for tool in ("javac", "jar"):
+        if shutil.which(tool) is None:
+            raise JarsMissing(f"the JDK's {tool} is needed once to build {jar.name}")
+    if not quiet:
+        print(f"compiling {jar.name} against pyspark {pyspark.__version__} (once)", flush=True)
+    staging = folder.with_name("native.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "classes").mkdir(parents=True)
+    steps = [["javac", "-Xlint:all,-path", "-Werror", "--release", "17", "-cp", f"{jars}/*",
+              "-d", str(staging / "classes"), *map(str, _sources())],
+             ["jar", "cf", str(staging / jar.name), "-C", str(staging / "classes"), "."]]
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise JarsMissing(f"{cmd[0]} failed:\n{proc.stdout}{proc.stderr}")
+    shutil.rmtree(staging / "classes")
+    (staging / ".complete").write_text(digest.hexdigest())
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return jar
+
+
 def spark_jars() -> str:
     folder = ensure_jars(("spark",)) / "spark"
-    return ",".join(str(p) for p in sorted(folder.glob("*.jar")))
+    return ",".join([*(str(p) for p in sorted(folder.glob("*.jar"))), str(native_jar())])

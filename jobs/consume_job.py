@@ -4,7 +4,8 @@
   starting with ``_``), ``startingOffsets=earliest``, ``includeHeaders=true``,
   ``failOnDataLoss=false`` (truncated offsets are what we audit, not an error);
 * sink: ``<warehouse>/consumed`` (Delta), one row per run of records
-  (:func:`~kafka_audit.jobs.transforms.read_runs`), appended in ``foreachBatch`` with
+  (:func:`~kafka_audit.jobs.transforms.fold_read_runs`: one pass per task on the
+  JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch`` with
   ``txnAppId``/``txnVersion=batch_id`` so a replayed micro-batch writes nothing twice;
 * checkpoint: ``<home>/checkpoints/consume``;
 * trigger: ``processingTime`` every ``spark.consume_trigger_seconds``, or
@@ -15,7 +16,7 @@ Command: ``kafka-audit consume [--once] [--topics PATTERN]``.
 
 from __future__ import annotations
 
-from kafka_audit.jobs.transforms import parse_kafka_records, read_runs
+from kafka_audit.jobs.transforms import fold_read_runs
 from kafka_audit.settings import Settings
 
 __all__ = ["start_consume", "QUERY_NAME", "DEFAULT_PATTERN"]
@@ -31,7 +32,7 @@ def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
     app_id = f"{QUERY_NAME}:{settings.checkpoints / 'consume'}"
 
     def write_batch(batch_df, batch_id: int) -> None:
-        (read_runs(parse_kafka_records(batch_df, batch_id)).write.format("delta").mode("append")
+        (fold_read_runs(batch_df, batch_id).write.format("delta").mode("append")
          .option("txnAppId", app_id).option("txnVersion", batch_id).save(table))
 
     source = (

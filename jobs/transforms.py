@@ -9,6 +9,12 @@ with ``stamped = false`` and a ``stamp_error``: counted, never dropped.
 side): consecutive offsets holding consecutive seqs of one producer run, or
 consecutive foreign records sharing one reason; any gap, change of producer,
 seq jump or bad checksum starts a new run.
+
+These two are the readable definition. The consume job runs
+:func:`fold_read_runs`, the same fold in one pass per task on the JVM
+(``deploy/jvm/src/kafka_audit/spark/ReadRuns.java``): no per-record SQL
+expressions, no sort. ``tests/integration`` holds the two equal on real
+records (stamped, foreign, malformed, bad checksums, gaps).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from pyspark.sql import functions as F
 from kafka_audit.schemas.stamp import HEADER, VERSION
 from kafka_audit.schemas.tables import column_names
 
-__all__ = ["parse_kafka_records", "read_runs"]
+__all__ = ["parse_kafka_records", "read_runs", "fold_read_runs"]
 
 
 def _uint(binary: Column, pos: int | Column, length: int | Column) -> Column:
@@ -29,7 +35,9 @@ def _uint(binary: Column, pos: int | Column, length: int | Column) -> Column:
 
 def parse_kafka_records(df: DataFrame, batch_id: int) -> DataFrame:
     """Kafka source rows (with ``includeHeaders``) to rows of the ``consumed`` table."""
-    stamp = F.element_at(F.filter("headers", lambda h: h["key"] == F.lit(HEADER)), 1)["value"]
+    # try_: a record with headers, none of them ours, leaves an empty array (ANSI would fail)
+    stamp = F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(HEADER)),
+                             F.lit(1))["value"]
     with_stamp = df.withColumn("_s", stamp)
     s = F.col("_s")
     p_len = _uint(s, 14, 1).cast("int")
@@ -43,6 +51,7 @@ def parse_kafka_records(df: DataFrame, batch_id: int) -> DataFrame:
         & r_len.isNotNull()
         & (r_len > 0)
         & (F.length(s) == F.lit(15) + p_len + r_len)
+        & (_uint(s, 2, 1).cast("int") < 128)  # a seq past 2^63 - 1 fits no long column
     )
     error = (F.when(s.isNull(), F.lit(f"no {HEADER} header"))
              .when(~well_formed, F.lit("malformed stamp")))
@@ -57,7 +66,7 @@ def parse_kafka_records(df: DataFrame, batch_id: int) -> DataFrame:
         F.when(well_formed, F.substring(s, 15, p_len).cast("string")).alias("producer_id"),
         F.when(well_formed, F.substring(s, F.lit(16) + p_len, r_len).cast("string"))
         .alias("run_id"),
-        F.when(well_formed, _uint(s, 2, 8).cast("decimal(20,0)").cast("long")).alias("seq"),
+        F.when(well_formed, _uint(s, 2, 8).cast("long")).alias("seq"),
         F.when(well_formed, F.crc32(F.coalesce(F.col("value"), F.lit(b"").cast("binary")))
                == checksum).alias("checksum_ok"),
         F.current_timestamp().alias("read_time"),
@@ -84,3 +93,20 @@ def read_runs(records: DataFrame) -> DataFrame:
     return (runs.withColumn("source", F.lit("stream")).withColumn("status", F.lit("record"))
             .withColumn("leader_epoch", F.lit(None).cast("int"))
             .select(*column_names("consumed")))
+
+
+def fold_read_runs(kafka: DataFrame, batch_id: int) -> DataFrame:
+    """Kafka source rows (with ``includeHeaders``) to ``consumed`` rows, on the JVM in one pass.
+
+    Same rows as ``read_runs(parse_kafka_records(kafka, batch_id))`` but for runs that a
+    task edge splits in two; ``read_time`` is the time of this call.
+    """
+    from datetime import UTC, datetime
+
+    from kafka_audit.schemas.tables import spark_schema
+
+    spark = kafka.sparkSession
+    jschema = spark._jsparkSession.parseDataType(spark_schema("consumed").json())
+    micros = int(datetime.now(UTC).timestamp() * 1_000_000)
+    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(kafka._jdf, jschema, batch_id, micros)
+    return DataFrame(jdf, spark)

@@ -97,9 +97,9 @@ def _serve(args) -> int:
 
 
 def _setup(args) -> int:
-    from kafka_audit.deploy.jvm import ensure_jars
+    from kafka_audit.deploy.jvm import ensure_jars, native_jar
 
-    print(f"jars ready in {ensure_jars()}")
+    print(f"jars ready in {ensure_jars()}; project jar {native_jar()}")
     return 0
 
 

@@ -146,15 +146,16 @@ def produce_for(p, topic, seconds, rate=5000, partition=0):
 
 
 def test_retries_without_idempotence_are_found_as_duplicates(cluster, spark, settings, topic):
-    # responses of partition 0's leader are dropped for 2 s: the appends happen, the acks do
-    # not arrive, the producer (no idempotence, 5 requests in flight) times out and retries
+    # partition 0's leader is cut off from its followers for 2 s: its appends wait for them
+    # until the broker times the requests out (request.timeout.ms is enforced by the broker),
+    # the producer (no idempotence, 5 requests in flight) retries, the first appends stay
     conf = {"bootstrap.servers": cluster.bootstrap, "acks": "all", "enable.idempotence": False,
             "retries": 1000, "max.in.flight.requests.per.connection": 5,
             "request.timeout.ms": 1000, "message.timeout.ms": 60000, "linger.ms": 5}
     p = AuditedProducer(conf, "retrier", settings, keep_record=True)
     produce_for(p, topic, 1.5)
     leader = cluster.leader_of(topic, 0)
-    with drop_responses(settings.cluster.broker_port(leader)):
+    with cut_port(settings.cluster.replication_port(leader)):
         produce_for(p, topic, 2)
     produce_for(p, topic, 2)
     p.close()
@@ -168,7 +169,7 @@ def test_retries_without_idempotence_are_found_as_duplicates(cluster, spark, set
                                               if (part, o) != acked[seq]))
                    for (pid, run, seq), places in found.items()
                    if run == p.run_id and len(places) > 1)
-    assert truth, "dropped responses with retries and no idempotence should duplicate"
+    assert truth, "broker-side timeouts with retries and no idempotence should duplicate"
     f = findings_of(settings, topic)
     dups = sorted((r["seq"] + k, r["offset"] + k,
                    tuple(o + k for o in json.loads(r["evidence"])["also_read_at"]))
