@@ -50,6 +50,7 @@ against the first applied message by message (:mod:`kafka_audit.jobs.reference`)
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -267,6 +268,56 @@ def _reorder_cuts(a: AckRun, runs: Sequence[AckRun]) -> list[int]:
                                       o + b.seq + 1 - s, o + b.seq + b.count - s)]
 
 
+class _Intervals:
+    """Runs as intervals ``[start, start + length)``, for overlap queries in input order.
+
+    Only narrows which runs are looked at (a query's answer is exactly the runs a
+    full scan would keep), so a pass costs about the number of runs, not its square.
+    """
+
+    def __init__(self, runs: Sequence, start, length) -> None:
+        order = sorted(range(len(runs)), key=lambda i: start(runs[i]))
+        self._runs = [runs[i] for i in order]
+        self._index = order
+        self._keys = [start(r) for r in self._runs]
+        self._start, self._length = start, length
+        self._max = max((length(r) for r in runs), default=0)
+
+    def overlapping(self, lo: int, hi: int) -> list:
+        i = bisect_left(self._keys, lo - self._max + 1)
+        j = bisect_left(self._keys, hi)
+        hits = [(self._index[k], r) for k, r in enumerate(self._runs[i:j], i)
+                if self._start(r) + self._length(r) > lo]
+        return [r for _, r in sorted(hits, key=lambda h: h[0])]
+
+
+class _Written:
+    """One producer run's successful ack runs, for reorder witnesses.
+
+    ``candidates(a)``: every other run holding a seq below ``a``'s last at an
+    offset above ``a``'s first (only those can witness a reorder inside ``a``),
+    found by walking back from ``a``'s seqs while a prefix maximum allows one.
+    """
+
+    def __init__(self, runs: Sequence[AckRun]) -> None:
+        self._runs = sorted(runs, key=lambda b: b.seq)
+        self._seqs = [b.seq for b in self._runs]
+        self._peak: list[int] = []
+        for b in self._runs:
+            last = b.offset + b.count - 1  # type: ignore[operator]
+            self._peak.append(max(last, self._peak[-1]) if self._peak else last)
+
+    def candidates(self, a: AckRun) -> list[AckRun]:
+        out = []
+        i = bisect_left(self._seqs, a.seq + a.count - 1) - 1
+        while i >= 0 and self._peak[i] > a.offset:  # type: ignore[operator]
+            b = self._runs[i]
+            if b is not a and b.offset + b.count - 1 > a.offset:  # type: ignore[operator]
+                out.append(b)
+            i -= 1
+        return out
+
+
 def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
                     judged: Sequence[AckRun], events: Sequence[ClusterEvent],
                     clock: Clock) -> Judgement:
@@ -280,13 +331,22 @@ def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
     out = Judgement()
     ok = sorted((a for a in acks if a.placed), key=lambda a: (a.offset, a.seq))
     failed = sorted((a for a in acks if not a.placed), key=lambda a: a.seq)
-    written: dict[tuple[str, str], list[AckRun]] = {}
+    by_run: dict[tuple[str, str], list[AckRun]] = {}
     for a in [*ok, *judged]:
-        written.setdefault((a.producer_id, a.run_id), []).append(a)
+        by_run.setdefault((a.producer_id, a.run_id), []).append(a)
+    written = {k: _Written(v) for k, v in by_run.items()}
+    at_offsets = _Intervals(reads, lambda r: r.offset, lambda r: r.count)
+    stamped: dict[tuple[str | None, str | None], list[ReadRun]] = {}
+    for r in reads:
+        if r.stamped:
+            stamped.setdefault((r.producer_id, r.run_id), []).append(r)
+    by_seq = {k: _Intervals(v, lambda r: r.seq, lambda r: r.count) for k, v in stamped.items()}
+    none = _Intervals([], lambda r: 0, lambda r: 0)
     for a in ok:
-        _judge_ok_run(a, reads, written[(a.producer_id, a.run_id)], events, clock, out)
+        key = (a.producer_id, a.run_id)
+        _judge_ok_run(a, at_offsets, by_seq.get(key, none), written[key], events, clock, out)
     for a in failed:
-        _judge_failed_run(a, reads, clock, out)
+        _judge_failed_run(a, by_seq.get((a.producer_id, a.run_id), none), clock, out)
     for a in out.acks:
         out.pending += a.count
         if a.placed:
@@ -299,7 +359,7 @@ def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
     return out
 
 
-def _judge_ok_run(a: AckRun, reads: Sequence[ReadRun], written: Sequence[AckRun],
+def _judge_ok_run(a: AckRun, at_offsets: _Intervals, by_seq: _Intervals, written: _Written,
                   events: Sequence[ClusterEvent], clock: Clock, out: Judgement) -> None:
     o, n = a.offset, a.count
     assert o is not None
@@ -309,10 +369,9 @@ def _judge_ok_run(a: AckRun, reads: Sequence[ReadRun], written: Sequence[AckRun]
         return
     if stop < a.end:
         out.acks.append(a.piece(stop - o, n))
-    here = [r for r in reads if r.offset < stop and r.end > o]
-    mine = [r for r in reads if r.stamped and r.producer_id == a.producer_id
-            and r.run_id == a.run_id and r.seq < a.seq + n and r.seq + r.count > a.seq]
-    others = [b for b in written if b is not a]
+    here = at_offsets.overlapping(o, stop)
+    mine = by_seq.overlapping(a.seq, a.seq + n)
+    others = written.candidates(a)
     points = [p for r in here for p in (r.offset, r.end)]
     points += [p for r in mine for p in (o + r.seq - a.seq, o + r.seq + r.count - a.seq)]
     points += _reorder_cuts(a, others)
@@ -358,13 +417,11 @@ def _judge_ok_run(a: AckRun, reads: Sequence[ReadRun], written: Sequence[AckRun]
                                     a.seq + lo - o, lo, hi - lo, ack_time=a.first_ack))
 
 
-def _judge_failed_run(a: AckRun, reads: Sequence[ReadRun], clock: Clock,
-                      out: Judgement) -> None:
+def _judge_failed_run(a: AckRun, by_seq: _Intervals, clock: Clock, out: Judgement) -> None:
     if a.partition >= 0 and (a.horizon is None or clock.settled_frontier < a.horizon):
         out.acks.append(a)
         return
-    mine = [r for r in reads if r.stamped and r.producer_id == a.producer_id
-            and r.run_id == a.run_id and r.seq < a.seq + a.count and r.seq + r.count > a.seq]
+    mine = by_seq.overlapping(a.seq, a.seq + a.count)
     cuts = _cuts(a.seq, a.seq + a.count, [p for r in mine for p in (r.seq, r.seq + r.count)])
     for lo, hi in zip(cuts, cuts[1:], strict=False):
         found = _copies(mine, (a.producer_id, a.run_id, lo))
