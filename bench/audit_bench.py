@@ -122,6 +122,9 @@ def main() -> int:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
+        # the topic is big (3 copies of every message): do not leave it to pile up
+        for fut in cluster.admin().delete_topics([topic]).values():
+            fut.result()
     n = args.messages
     bare = n / statistics.median(times["bare"])
     audit = n / statistics.median(times["audit"])
