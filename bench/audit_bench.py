@@ -123,7 +123,8 @@ def main() -> int:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
         # the topic is big (3 copies of every message): do not leave it to pile up
-        for fut in cluster.admin().delete_topics([topic]).values():
+        admin = cluster.admin()  # referenced until the futures resolve
+        for fut in admin.delete_topics([topic]).values():
             fut.result()
     n = args.messages
     bare = n / statistics.median(times["bare"])

@@ -134,7 +134,8 @@ def main() -> int:
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s"
                                                  for k, v in results.items()), flush=True)
     finally:
-        for fut in cluster.admin().delete_topics([topic]).values():  # do not let them pile up
+        admin = cluster.admin()  # referenced until the futures resolve
+        for fut in admin.delete_topics([topic]).values():  # do not let them pile up
             fut.result()
         if not was_running:
             cluster.down()
