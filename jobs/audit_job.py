@@ -34,7 +34,13 @@ import pandas as pd
 
 from kafka_audit.jobs import quality
 from kafka_audit.jobs.engine import AuditConfig, PartitionHot, step_partition
-from kafka_audit.jobs.io import Progress, files_added_since, read_progress, table_exists
+from kafka_audit.jobs.io import (
+    Progress,
+    files_added_since,
+    read_progress,
+    table_exists,
+    upgrade_tables,
+)
 from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun, Reread
 from kafka_audit.schemas.tables import column_names, spark_schema
 from kafka_audit.settings import Settings
@@ -337,6 +343,8 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
     paths = {t: settings.table_path(t) for t in
              ("findings", "audit_hot", "consumed", "partition_state")}
     clock = _PhaseClock()
+    upgrade_tables(settings, ("acks", "consumed", "cluster_events", "findings", "audit_hot",
+                              "partition_state"))
     dq_failures = quality.validate_new_acks(settings)
     clock.mark("quality")
     progress = read_progress(settings)

@@ -16,6 +16,7 @@ Command: ``kafka-audit consume [--once] [--topics PATTERN]``.
 
 from __future__ import annotations
 
+from kafka_audit.jobs.io import upgrade_table
 from kafka_audit.jobs.transforms import fold_read_runs
 from kafka_audit.settings import Settings
 
@@ -29,6 +30,7 @@ def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
                   once: bool = False):
     """Start the consume query; return the StreamingQuery."""
     table = settings.table_path("consumed")
+    upgrade_table(table, "consumed")
     app_id = f"{QUERY_NAME}:{settings.checkpoints / 'consume'}"
 
     def write_batch(batch_df, batch_id: int) -> None:

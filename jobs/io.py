@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,12 +12,39 @@ import pyarrow.compute as pc
 
 from kafka_audit.schemas.tables import arrow_schema
 
+log = logging.getLogger(__name__)
+
 __all__ = ["table_exists", "read_table", "append_rows", "files_added_since", "Progress",
-           "read_progress"]
+           "read_progress", "upgrade_table", "upgrade_tables"]
 
 
 def table_exists(path: str) -> bool:
     return (Path(path) / "_delta_log").is_dir()
+
+
+def upgrade_table(path: str, table: str) -> list[str]:
+    """Add the declared columns an existing table lacks (nullable), as an older version of
+    this project left it; return their names. Columns are only ever added, never changed
+    or dropped, so old rows read back with nulls there (for example an ``audit_hot`` row
+    without ``horizon``: a failed write that gets one next pass)."""
+    from deltalake import DeltaTable, Field, Schema
+
+    if not table_exists(path):
+        return []
+    dt = DeltaTable(path)
+    have = {f.name for f in dt.schema().fields}
+    missing = [f for f in Schema.from_arrow(arrow_schema(table)).fields if f.name not in have]
+    if missing:
+        dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in missing])
+        log.warning("table %s at %s: added columns %s", table, path,
+                    ", ".join(f.name for f in missing))
+    return [f.name for f in missing]
+
+
+def upgrade_tables(settings, tables: tuple[str, ...]) -> None:
+    """:func:`upgrade_table` for each named table under ``settings``."""
+    for table in tables:
+        upgrade_table(settings.table_path(table), table)
 
 
 def read_table(path: str, table: str, columns: list[str] | None = None,

@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from kafka_audit.jobs.io import append_rows
+from kafka_audit.jobs.io import append_rows, upgrade_table
 from kafka_audit.settings import Settings
 
 __all__ = ["ClusterWatcher", "diff_partition"]
@@ -55,6 +55,7 @@ class ClusterWatcher:
     def __init__(self, settings: Settings, topic_prefix_excluded: str = "_") -> None:
         self.settings = settings
         self.table = settings.table_path("cluster_events")
+        upgrade_table(self.table, "cluster_events")
         self.excluded = topic_prefix_excluded
         self.state: dict[tuple[str, int], PartitionView] = {}
         self.events_written = 0

@@ -45,6 +45,7 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from kafka_audit.errors import LedgerWriteError
+from kafka_audit.jobs.io import upgrade_table
 from kafka_audit.schemas.tables import arrow_schema
 
 __all__ = ["AckLedger", "DurabilitySettings"]
@@ -219,6 +220,10 @@ class AckLedger:
         self.flush_seconds = flush_seconds
         self.flush_rows = flush_rows
         self.spool_root = Path(spool_dir)
+        try:  # an acks table left by an older version gets the columns it lacks
+            upgrade_table(table_path, "acks")
+        except Exception as exc:  # noqa: BLE001 - the spool keeps every report meanwhile
+            log.warning("could not check the acks table's columns at %s: %s", table_path, exc)
         self._spool = SpoolCommitter(table_path, self.spool_root / _folder_name(app_id), app_id)
         if not self._spool.lock():
             raise LedgerWriteError(f"another live ledger holds {self._spool.folder}")
