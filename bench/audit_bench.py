@@ -57,6 +57,23 @@ def fill(settings: Settings, topic: str, n: int) -> AuditedProducer:
     return p
 
 
+def bench_topic(kind: str) -> tuple[Settings, LocalCluster, str]:
+    """The local cluster (started if need be) and a new RF=3, 3-partition topic."""
+    base = get_settings()
+    cluster = LocalCluster(base)
+    cluster.up(print)
+    topic = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, partitions=3, replication=3)
+    return base, cluster, topic
+
+
+def drop_topic(cluster: LocalCluster, topic: str) -> None:
+    """Delete a benchmark's topic (3 copies of every message: do not let them pile up)."""
+    admin = cluster.admin()  # referenced until the futures resolve
+    for fut in admin.delete_topics([topic]).values():
+        fut.result()
+
+
 def bare_read(spark, settings: Settings, topic: str, work: Path) -> float:
     t = time.perf_counter()
     (spark.readStream.format("kafka")
@@ -86,11 +103,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args()
 
-    base = get_settings()
-    cluster = LocalCluster(base)
-    cluster.up(print)
-    topic = f"bench-audit-{uuid.uuid4().hex[:6]}"
-    cluster.create_topic(topic, partitions=3, replication=3)
+    base, cluster, topic = bench_topic("audit")
     root = Path(tempfile.mkdtemp(prefix="kafka-audit-bench-"))
     cfg = {"cluster": base.cluster.model_dump(), "audit": {"settle_seconds": 0}}
     fill_settings = Settings(home=root / "fill", **cfg)
@@ -122,10 +135,7 @@ def main() -> int:
     finally:
         spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-        # the topic is big (3 copies of every message): do not leave it to pile up
-        admin = cluster.admin()  # referenced until the futures resolve
-        for fut in admin.delete_topics([topic]).values():
-            fut.result()
+        drop_topic(cluster, topic)
     n = args.messages
     bare = n / statistics.median(times["bare"])
     audit = n / statistics.median(times["audit"])

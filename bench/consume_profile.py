@@ -18,27 +18,21 @@ import shutil
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 
-from kafka_audit.deploy.cluster import LocalCluster
 from kafka_audit.jobs.spark import get_spark
 from kafka_audit.jobs.transforms import fold_read_runs
-from kafka_audit.settings import Settings, get_settings
+from kafka_audit.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from audit_bench import fill  # noqa: E402 - the benchmark's own filler
+from audit_bench import bench_topic, drop_topic, fill  # noqa: E402 - shared with it
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=10_000_000)
     args = ap.parse_args()
-    base = get_settings()
-    cluster = LocalCluster(base)
-    cluster.up(print)
-    topic = f"bench-profile-{uuid.uuid4().hex[:6]}"
-    cluster.create_topic(topic, partitions=3, replication=3)
+    base, cluster, topic = bench_topic("profile")
     root = Path(tempfile.mkdtemp(prefix="kafka-audit-profile-"))
     settings = Settings(home=root, cluster=base.cluster.model_dump())
     spark = None
@@ -71,9 +65,7 @@ def main() -> int:
         if spark is not None:
             spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-        admin = cluster.admin()  # referenced until the futures resolve
-        for fut in admin.delete_topics([topic]).values():
-            fut.result()
+        drop_topic(cluster, topic)
     return 0
 
 
