@@ -79,7 +79,8 @@ def bare_read(spark, settings: Settings, topic: str, work: Path) -> float:
     (spark.readStream.format("kafka")
      .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
      .option("subscribe", topic).option("startingOffsets", "earliest")
-     .option("includeHeaders", "true").option("maxOffsetsPerTrigger", 2_000_000).load()
+     .option("includeHeaders", "true")
+     .option("maxOffsetsPerTrigger", settings.spark.max_offsets_per_trigger).load()
      .writeStream.format("noop").option("checkpointLocation", str(work / "noop"))
      .trigger(availableNow=True).start().awaitTermination())
     return time.perf_counter() - t

@@ -44,7 +44,7 @@ def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
         .option("failOnDataLoss", "false")
-        .option("maxOffsetsPerTrigger", 2_000_000)
+        .option("maxOffsetsPerTrigger", settings.spark.max_offsets_per_trigger)
         # find new topics and partitions quickly
         .option("kafka.metadata.max.age.ms", "2000")
         .load()

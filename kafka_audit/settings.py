@@ -71,6 +71,7 @@ class SparkSettings(BaseModel):
     driver_memory: str = "2g"
     shuffle_partitions: int = 4
     consume_trigger_seconds: float = 2
+    max_offsets_per_trigger: int = Field(10_000_000, gt=0)
 
 
 class AuditSettings(BaseModel):
