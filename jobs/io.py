@@ -13,6 +13,7 @@ import pyarrow.compute as pc
 from kafka_audit.schemas.tables import arrow_schema
 
 log = logging.getLogger(__name__)
+_UP_TO_DATE: set[str] = set()  # table paths checked by upgrade_table in this process
 
 __all__ = ["table_exists", "read_table", "append_rows", "files_added_since", "Progress",
            "read_progress", "upgrade_table", "upgrade_tables"]
@@ -29,7 +30,7 @@ def upgrade_table(path: str, table: str) -> list[str]:
     without ``horizon``: a failed write that gets one next pass)."""
     from deltalake import DeltaTable, Field, Schema
 
-    if not table_exists(path):
+    if path in _UP_TO_DATE or not table_exists(path):
         return []
     dt = DeltaTable(path)
     have = {f.name for f in dt.schema().fields}
@@ -38,6 +39,7 @@ def upgrade_table(path: str, table: str) -> list[str]:
         dt.alter.add_columns([Field(f.name, f.type, nullable=True) for f in missing])
         log.warning("table %s at %s: added columns %s", table, path,
                     ", ".join(f.name for f in missing))
+    _UP_TO_DATE.add(path)  # once per process: this runs at the start of every audit pass
     return [f.name for f in missing]
 
 

@@ -20,4 +20,5 @@ def test_an_older_table_gets_the_missing_columns_and_keeps_its_rows(tmp_path):
     assert [(r["seq"], r["count"], r["horizon"], r["progress"]) for r in rows] == [
         (5, 2, None, None)]
     assert upgrade_table(path, "audit_hot") == []  # nothing left to add
+    assert [f.name for f in DeltaTable(path).schema().fields] == column_names("audit_hot")
     assert upgrade_table(str(tmp_path / "absent"), "audit_hot") == []
