@@ -252,10 +252,10 @@ def _events(spark, settings: Settings) -> dict[tuple[str, int], list[ClusterEven
     path = settings.table_path("cluster_events")
     if not table_exists(path):
         return {}
-    out: dict[tuple[str, int], list[ClusterEvent]] = {}
     def opt(v):
         return tuple(v) if v is not None else None
 
+    out: dict[tuple[str, int], list[ClusterEvent]] = {}
     # every kind: leader changes for the re-read gates, ISR sizes for the exposure gate
     for r in spark.read.format("delta").load(path).collect():
         out.setdefault((r.topic, r.partition), []).append(ClusterEvent(
@@ -275,14 +275,19 @@ class ClusterLookups:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self._client = None
 
     def _admin(self):
-        from confluent_kafka.admin import AdminClient
+        """One admin client for every pass that shares these lookups (kept referenced while
+        its futures resolve)."""
+        if self._client is None:
+            from confluent_kafka.admin import AdminClient
 
-        from kafka_audit.clients import client_logger
+            from kafka_audit.clients import client_logger
 
-        return AdminClient({"bootstrap.servers": self.settings.cluster.bootstrap,
-                            "logger": client_logger()})
+            self._client = AdminClient({"bootstrap.servers": self.settings.cluster.bootstrap,
+                                        "logger": client_logger()})
+        return self._client
 
     def policies(self, topics: set[str]) -> tuple[frozenset[str], frozenset[str]]:
         """(compacted topics, topics whose policy is unknown)."""
@@ -333,7 +338,8 @@ class ClusterLookups:
 
 def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
                    lookups: ClusterLookups | None = None) -> AuditSummary:
-    """One pass; ``lookups`` defaults to asking the audited cluster."""
+    """One pass; ``lookups`` defaults to asking the audited cluster (a caller that runs
+    passes in a loop passes one ``ClusterLookups`` to all of them)."""
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 

@@ -56,13 +56,14 @@ def _consume(args) -> int:
 
 
 def _audit(args) -> int:
-    from kafka_audit.jobs.audit_job import run_audit_pass
+    from kafka_audit.jobs.audit_job import ClusterLookups, run_audit_pass
     from kafka_audit.jobs.spark import get_spark
 
     s = get_settings()
     spark = get_spark(s, "kafka-audit-audit")
+    lookups = ClusterLookups(s)
     while True:
-        print(run_audit_pass(spark, s).line(), flush=True)
+        print(run_audit_pass(spark, s, lookups=lookups).line(), flush=True)
         if args.once:
             return 0
         time.sleep(s.audit.interval_seconds)

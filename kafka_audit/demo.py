@@ -115,14 +115,15 @@ def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 
     """
     import pyarrow.compute as pc
 
-    from kafka_audit.jobs.audit_job import run_audit_pass
+    from kafka_audit.jobs.audit_job import ClusterLookups, run_audit_pass
     from kafka_audit.jobs.consume_job import start_consume
     from kafka_audit.jobs.io import read_table
 
     deadline = time.monotonic() + timeout
+    lookups = ClusterLookups(settings)
     while True:
         start_consume(spark, settings, pattern or re.escape(topic), once=True).awaitTermination()
-        summary = run_audit_pass(spark, settings)
+        summary = run_audit_pass(spark, settings, lookups=lookups)
         progress(summary.line())
         state = read_table(settings.table_path("partition_state"), "partition_state",
                            where=(pc.field("pass_id") == summary.pass_id)
