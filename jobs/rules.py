@@ -101,11 +101,11 @@ def likely_cause(ack: AckRun, events: Sequence[ClusterEvent]) -> str:
         return "unknown"
     if ack.acks in ("0", "1"):
         return "acks=1 fail-over"
-    e = changes[0]
-    if e.previous_isr is not None and len(e.previous_isr) <= 1:
+    first = [e for e in changes if e.event_time == changes[0].event_time]  # unordered ties
+    if any(e.previous_isr is not None and len(e.previous_isr) <= 1 for e in first):
         return "ISR shrunk to leader then leader lost"
-    if e.previous_isr is not None and e.leader is not None and e.leader >= 0 \
-            and e.leader not in e.previous_isr:
+    if any(e.previous_isr is not None and e.leader is not None and e.leader >= 0
+           and e.leader not in e.previous_isr for e in first):
         return "unclean election"
     return "unknown"
 
@@ -171,13 +171,15 @@ def change_gate(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: d
     """
     changes = _relevant_changes(events, first_ack, last_ack, lookback)
     w = timedelta(seconds=lookback)
-    timeline = sorted((e for e in events if e.isr is not None), key=lambda e: e.event_time)
-    in_force = [e for e in timeline if e.event_time <= first_ack]
-    marks = [e for e in in_force[-1:] if _alone(e)]
-    marks += [e for e in timeline if first_ack < e.event_time <= last_ack + w and _alone(e)]
+    timeline = [e for e in events if e.isr is not None]
+    # the ISR in force at the ack: the latest observation up to it. Observations made at
+    # one instant are unordered (arrival order differs between passes): any alone counts
+    in_force = max((e.event_time for e in timeline if e.event_time <= first_ack), default=None)
+    marks = [e for e in timeline if _alone(e) and (
+        e.event_time == in_force or first_ack < e.event_time <= last_ack + w)]
     if not marks:
         return changes, None
-    since = max(last_ack, marks[-1].event_time)
+    since = max(last_ack, *(e.event_time for e in marks))
     if not any(e.event_time > since and (len(e.isr or ()) >= 2
                                          or e.kind in ("leader_change", "offline"))
                for e in events):

@@ -293,3 +293,21 @@ def test_an_isr_of_one_on_an_unreplicated_partition_is_no_exposure():
     alone = isr_event(-1, (1,), (1,), replicas=(1,))
     a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None, t=1)], [alone]), (20, [], [], []))
     assert table(a.findings) == [("confirmed", None, 0, 0, 1)]
+
+
+def test_observations_made_at_one_instant_are_unordered():
+    # the watcher saw the ISR as the leader alone and as two replicas at the same instant:
+    # which came last is unknown, so the write waits whichever order they arrive in (found
+    # by Hypothesis: arrival order decided it, and the engine and the reference disagreed)
+    alone, grown = isr_event(-1, (1,), (1, 2, 3)), isr_event(-1, (1, 2), (1,))
+    for events in ([alone, grown], [grown, alone]):
+        a = audit((0, [ack(0, 0)], [read(0, 0, t=1), read(1, None, t=1)], events),
+                  (20, [], [], []))
+        assert a.findings == [] and a.status[("t", 0)].pending == 1
+        a.run_pass(at(30), [], [], [isr_event(25, (1, 2), (1,))])
+        assert table(a.findings) == [("confirmed", None, 0, 0, 1)]
+    lost = ack(0, 0, acks="all")
+    unclean = leader_change(1, leader=3, previous_isr=(1, 2))
+    shrunk = leader_change(1, leader=2, previous=1, previous_isr=(1,))
+    assert likely_cause(lost, [unclean, shrunk]) == likely_cause(lost, [shrunk, unclean]) \
+        == "ISR shrunk to leader then leader lost"
