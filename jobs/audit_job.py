@@ -27,17 +27,23 @@ import functools
 import json
 import logging
 import time
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from kafka_audit.jobs import quality
 from kafka_audit.jobs.engine import AuditConfig, PartitionHot, step_partition
 from kafka_audit.jobs.io import (
     Progress,
+    append_once,
     files_added_since,
+    max_in_files,
     read_progress,
+    read_table,
     table_exists,
     upgrade_tables,
 )
@@ -157,7 +163,7 @@ def _step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
     strings = [f.name for f in fields if isinstance(f.dataType, StringType)]
     times = [f.name for f in fields if isinstance(f.dataType, TimestampType)]
 
-    def step(key, pdf: pd.DataFrame) -> pd.DataFrame:
+    def step(key, pdf):  # no hints: pyspark would try to infer an eval type from them
         topic, partition = key[0], int(key[1])
         res = step_partition(topic, _hot_from_rows(pdf), events.get((topic, partition), []),
                              now, cfg, log_ends.get((topic, partition)))
@@ -211,11 +217,12 @@ def consumed_row(r: ReadRun, batch_id: int) -> dict:
 # ---- sources -------------------------------------------------------------------------------
 
 def _new_rows(spark, settings: Settings, progress: Progress):
-    """The rows added to acks and consumed since the last pass, as hot rows."""
+    """The rows added to acks and consumed since the last pass, as hot rows; the source
+    versions they reach; the files they come from, by table."""
     from pyspark.sql import functions as F
 
     schema = _out_schema()
-    frames, versions = [], {}
+    frames, versions, added = [], {}, {}
     for table, since in (("acks", progress.acks_version), ("consumed", progress.consumed_version)):
         path = settings.table_path(table)
         if not table_exists(path):
@@ -224,6 +231,7 @@ def _new_rows(spark, settings: Settings, progress: Progress):
         versions[table], files = files_added_since(path, since)
         if not files:
             continue
+        added[table] = files
         df = spark.read.schema(spark_schema(table)).parquet(*files)
         if table == "acks":
             df = df.select(F.lit("ack").alias("kind"), "topic", "partition", "producer_id",
@@ -245,23 +253,71 @@ def _new_rows(spark, settings: Settings, progress: Progress):
         frames.append(df.select(*[F.col(f.name).cast(f.dataType) if f.name in df.columns
                                   else F.lit(None).cast(f.dataType).alias(f.name)
                                   for f in schema.fields]))
-    return frames, versions
+    return frames, versions, added
 
 
-def _events(spark, settings: Settings) -> dict[tuple[str, int], list[ClusterEvent]]:
-    path = settings.table_path("cluster_events")
-    if not table_exists(path):
-        return {}
+def _events(settings: Settings) -> dict[tuple[str, int], list[ClusterEvent]]:
+    """Every cluster event, by partition: leader changes for the re-read gates, ISR sizes
+    for the exposure gate (a small table, read on the driver with delta-rs)."""
     def opt(v):
         return tuple(v) if v is not None else None
 
     out: dict[tuple[str, int], list[ClusterEvent]] = {}
-    # every kind: leader changes for the re-read gates, ISR sizes for the exposure gate
-    for r in spark.read.format("delta").load(path).collect():
-        out.setdefault((r.topic, r.partition), []).append(ClusterEvent(
-            r.event_time.astimezone(UTC), r.topic, r.partition, r.kind, r.leader,
-            r.previous_leader, opt(r.isr), opt(r.previous_isr), opt(r.replicas)))
+    for r in read_table(settings.table_path("cluster_events"), "cluster_events").to_pylist():
+        out.setdefault((r["topic"], r["partition"]), []).append(ClusterEvent(
+            r["event_time"].astimezone(UTC), r["topic"], r["partition"], r["kind"],
+            r["leader"], r["previous_leader"], opt(r["isr"]), opt(r["previous_isr"]),
+            opt(r["replicas"])))
     return out
+
+
+def _partitions(settings: Settings, progress: Progress,
+                added: dict[str, list[str]]) -> dict[tuple[str, int], bool]:
+    """Every partition the pass judges, and whether it holds a failed write without a
+    horizon yet (its log end is needed). Read on the driver from the key columns of the
+    committed state and of the new files: no Spark job for a handful of columns."""
+    import pyarrow.dataset as ds
+
+    hot = read_table(settings.table_path("audit_hot"), "audit_hot",
+                     ["kind", "topic", "partition", "offset", "horizon"],
+                     where=_generation(progress) & (pc.field("kind") != "progress"))
+    tables = [hot]
+    if "acks" in added:
+        new = ds.dataset(added["acks"], format="parquet").to_table(
+            columns=["topic", "partition", "offset"])
+        tables.append(new.append_column("kind", pa.array(["ack"] * new.num_rows, pa.string()))
+                      .append_column("horizon", pa.nulls(new.num_rows, pa.int64())))
+    if "consumed" in added:
+        new = ds.dataset(added["consumed"], format="parquet").to_table(
+            columns=["topic", "partition"])
+        tables.append(new.append_column("kind", pa.array(["read"] * new.num_rows, pa.string())))
+    out: dict[tuple[str, int], bool] = {}
+    for t in tables:
+        cols = {c: t.column(c).to_pylist() for c in t.column_names}
+        n = t.num_rows
+        unplaced = [k == "ack" and o is None and h is None and p >= 0 for k, o, h, p in zip(
+            cols["kind"], cols.get("offset", [None] * n), cols.get("horizon", [None] * n),
+            cols["partition"], strict=True)]
+        for topic, partition, u in zip(cols["topic"], cols["partition"], unplaced, strict=True):
+            out[(topic, partition)] = out.get((topic, partition), False) or u
+    return out
+
+
+def _generation(progress: Progress) -> pc.Expression:
+    """The committed state's rows of ``audit_hot`` (those of its generation)."""
+    g = pc.field("pass_id")
+    return g.is_null() if progress.generation is None else g == progress.generation
+
+
+def _died_after(path: str, committed: int) -> bool:
+    """Whether ``findings`` holds rows of a pass after the committed one (it died before its
+    commit point). Answered from the Delta log's file statistics; a scan only if some file
+    lacks them."""
+    try:
+        top = max_in_files(path, "pass_id")
+    except LookupError:
+        return True  # cannot tell without reading: let the delete scan
+    return top is not None and top > committed
 
 
 class ClusterLookups:
@@ -339,50 +395,68 @@ class ClusterLookups:
 def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
                    lookups: ClusterLookups | None = None) -> AuditSummary:
     """One pass; ``lookups`` defaults to asking the audited cluster (a caller that runs
-    passes in a loop passes one ``ClusterLookups`` to all of them)."""
+    passes in a loop passes one ``ClusterLookups`` to all of them).
+
+    Spark work is kept to four jobs over the pass's small inputs (the partitions to
+    look up, the judge, the findings append, the state overwrite) plus one collect of
+    what the driver needs; the great-expectations check of the new acks runs on the
+    driver alongside them."""
+    upgrade_tables(settings, ("acks", "consumed", "cluster_events", "findings", "audit_hot",
+                              "partition_state"))
+    with ThreadPoolExecutor(1, thread_name_prefix="kafka-audit-dq") as pool:
+        dq = pool.submit(quality.validate_new_acks, settings)  # delta-rs + pandas, no Spark
+        summary = _judge_and_commit(spark, settings, now or datetime.now(UTC),
+                                    lookups or ClusterLookups(settings))
+        t = time.perf_counter()
+        failures = dq.result()
+        summary.seconds["quality wait"] = round(time.perf_counter() - t, 3)
+    return replace(summary, quality_failures=failures)
+
+
+def _judge_and_commit(spark, settings: Settings, now: datetime,
+                      lookups: ClusterLookups) -> AuditSummary:
     from delta.tables import DeltaTable
     from pyspark.sql import functions as F
-
-    now = now or datetime.now(UTC)
-    lookups = lookups or ClusterLookups(settings)
 
     paths = {t: settings.table_path(t) for t in
              ("findings", "audit_hot", "consumed", "partition_state")}
     clock = _PhaseClock()
-    upgrade_tables(settings, ("acks", "consumed", "cluster_events", "findings", "audit_hot",
-                              "partition_state"))
-    dq_failures = quality.validate_new_acks(settings)
-    clock.mark("quality")
     progress = read_progress(settings)
     pass_id = progress.pass_id + 1
-    if table_exists(paths["findings"]):  # a pass that died before its commit point
+    if _died_after(paths["findings"], progress.pass_id):
         DeltaTable.forPath(spark, paths["findings"]).delete(F.col("pass_id") >= pass_id)
 
-    frames, versions = _new_rows(spark, settings, progress)
+    frames, versions, added = _new_rows(spark, settings, progress)
     schema = _out_schema()
     hot_cols = set(column_names("audit_hot"))
+    # the committed state: the rows of its generation (null-safe: tables from before them)
     parts = [spark.read.format("delta").load(paths["audit_hot"])
-             .where(F.col("kind") != "progress")
+             .where(F.col("pass_id").eqNullSafe(F.lit(progress.generation).cast("long"))
+                    & (F.col("kind") != "progress"))
              .select(*[F.col(f.name) if f.name in hot_cols
                        else F.lit(None).cast(f.dataType).alias(f.name) for f in schema.fields])
              ] if table_exists(paths["audit_hot"]) else []
     parts += frames
     if not parts:
-        return AuditSummary(now, progress.pass_id, {}, 0, 0, 0, 0, dq_failures)
+        return AuditSummary(now, progress.pass_id, {}, 0, 0, 0, 0, 0)
     rows = parts[0]
     for p in parts[1:]:
         rows = rows.unionByName(p)
     clock.mark("prepare")
-    topics = {r.topic for r in rows.select("topic").distinct().collect()}
-    cfg = audit_config(settings, *lookups.policies(topics))
-    unplaced = (rows.where((F.col("kind") == "ack") & F.col("offset").isNull()
-                           & F.col("horizon").isNull() & (F.col("partition") >= 0))
-                .select("topic", "partition").distinct().collect())
-    log_ends = lookups.log_ends([(r.topic, r.partition) for r in unplaced])
+    keys = _partitions(settings, progress, added)
+    cfg = audit_config(settings, *lookups.policies({t for t, _ in keys}))
+    log_ends = lookups.log_ends([k for k, unplaced in keys.items() if unplaced])
+    clock.mark("lookups")
     out = (rows.groupBy("topic", "partition")
-           .applyInPandas(_step_fn(_events(spark, settings), now, cfg, log_ends), schema)
+           .applyInPandas(_step_fn(_events(settings), now, cfg, log_ends), schema)
            .localCheckpoint())
-
+    # one collect: verdict totals, re-read requests, per-partition status
+    small = (out.where(F.col("row") == "finding").groupBy("kind")
+             .agg(F.sum("count").alias("count"))
+             .select(F.lit("total").alias("row"), "kind", "count")
+             .unionByName(out.where(F.col("row").isin("reread", "status")),
+                          allowMissingColumns=True)
+             .collect())
     clock.mark("judge")
     # 1. findings of this pass
     findings = (out.where(F.col("row") == "finding")
@@ -391,14 +465,14 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
                         F.col("time1").alias("ack_time"), F.coalesce("evidence", F.lit("{}"))
                         .alias("evidence"), "cause", F.lit(now).alias("detected_at"),
                         F.lit(pass_id).cast("long").alias("pass_id")))
-    findings.write.format("delta").mode("append").save(paths["findings"])
-    counts = {r.kind: int(r.n) for r in
-              findings.groupBy("kind").agg(F.sum("count").alias("n")).collect()}
+    counts = {r.kind: int(r["count"]) for r in small if r.row == "total"}
+    if counts:
+        findings.write.format("delta").mode("append").save(paths["findings"])
 
     clock.mark("findings")
     # 2. direct re-reads: consumed rows the next pass judges with
     requests = [Reread(r.topic, r.partition, r.offset, r.offset + r["count"], r.source)
-                for r in out.where(F.col("row") == "reread").collect()]
+                for r in small if r.row == "reread"]
     answers = lookups.reread(requests)
     if answers:
         cons = [consumed_row(a, pass_id) for a in answers]
@@ -408,30 +482,33 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
          .option("txnVersion", pass_id).save(paths["consumed"]))
 
     clock.mark("reread")
-    # 3. the commit point: new hot state plus progress, in one overwrite
+    # 3. the commit point: the new state and the progress row, one generation, one commit.
+    # An append (one Spark job); every hot_rewrite_passes passes, and over a table from
+    # before generations, an overwrite that drops the older generations (five jobs).
     done = Progress(pass_id, versions.get("acks", -1), versions.get("consumed", -1))
-    marker = spark.createDataFrame(
-        [("progress", "", -1, json.dumps(done.__dict__))],
-        "kind string, topic string, partition int, progress string")
-    hot = out.where(F.col("row") == "hot").select(*column_names("audit_hot"))
-    (hot.unionByName(marker, allowMissingColumns=True)
-     .select(*[F.col(f.name).cast(f.dataType) for f in spark_schema("audit_hot").fields])
-     .write.format("delta").mode("overwrite").option("overwriteSchema", "true")
-     .save(paths["audit_hot"]))
+    marker = spark.createDataFrame([("progress", "", -1, done.to_json())],
+                                   "kind string, topic string, partition int, progress string")
+    hot = (out.where(F.col("row") == "hot").select(*column_names("audit_hot"))
+           .drop("pass_id").unionByName(marker, allowMissingColumns=True)
+           .withColumn("pass_id", F.lit(pass_id)))
+    rewrite = pass_id % settings.audit.hot_rewrite_passes == 0 or (
+        progress.pass_id > 0 and progress.generation is None)
+    (hot.select(*[F.col(f.name).cast(f.dataType) for f in spark_schema("audit_hot").fields])
+     .write.format("delta").mode("overwrite" if rewrite else "append")
+     .option("overwriteSchema", "true" if rewrite else "false").save(paths["audit_hot"]))
 
     clock.mark("commit")
-    # 4. per-partition status for the API
-    status = out.where(F.col("row") == "status").collect()
-    state = [(r.topic, r.partition, int(r.offset), int(r.settled), now, int(r["count"]),
-              int(r.unseen), r.time1 and r.time1.astimezone(UTC), pass_id) for r in status]
-    if state:
-        (spark.createDataFrame(state, spark_schema("partition_state"))
-         .write.format("delta").mode("append").option("txnAppId", STATE_APP)
-         .option("txnVersion", pass_id).save(paths["partition_state"]))
+    # 4. per-partition status for the API (a few rows: delta-rs, idempotent by pass id)
+    status = [r for r in small if r.row == "status"]
+    append_once(paths["partition_state"], "partition_state", [
+        {"topic": r.topic, "partition": r.partition, "frontier": int(r.offset),
+         "settled_frontier": int(r.settled), "observed_at": now, "pending": int(r["count"]),
+         "unseen": int(r.unseen), "oldest_unseen": r.time1 and r.time1.astimezone(UTC),
+         "pass_id": pass_id} for r in status], STATE_APP, pass_id)
     clock.mark("status")
     return AuditSummary(now, pass_id, counts, sum(int(r["count"]) for r in status),
                         sum(int(r.unseen) for r in status), len(requests), len(status),
-                        dq_failures, clock.seconds)
+                        0, clock.seconds)
 
 
 class _PhaseClock:

@@ -15,8 +15,8 @@ from kafka_audit.schemas.tables import arrow_schema
 log = logging.getLogger(__name__)
 _UP_TO_DATE: set[str] = set()  # table paths checked by upgrade_table in this process
 
-__all__ = ["table_exists", "read_table", "append_rows", "files_added_since", "Progress",
-           "read_progress", "upgrade_table", "upgrade_tables"]
+__all__ = ["table_exists", "read_table", "append_rows", "append_once", "files_added_since",
+           "max_in_files", "Progress", "read_progress", "upgrade_table", "upgrade_tables"]
 
 
 def table_exists(path: str) -> bool:
@@ -73,6 +73,39 @@ def append_rows(path: str, table: str, rows: list[dict]) -> None:
     write_deltalake(path, pa.Table.from_pylist(rows, schema=arrow_schema(table)), mode="append")
 
 
+def append_once(path: str, table: str, rows: list[dict], app_id: str, version: int) -> bool:
+    """Append ``rows`` as the idempotent Delta transaction ``(app_id, version)``: nothing is
+    written if that app already committed ``version`` or a later one. True if appended."""
+    from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+
+    if not rows:
+        return False
+    done = DeltaTable(path).transaction_version(app_id) if table_exists(path) else None
+    if done is not None and done >= version:
+        return False
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=arrow_schema(table)), mode="append",
+                    commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id, version)]))
+    return True
+
+
+def max_in_files(path: str, column: str) -> int | None:
+    """The largest value of a numeric ``column`` over the table's live files, from the file
+    statistics in the Delta log (no data read); None if the table is empty or absent, and
+    raises ``LookupError`` if some file carries no statistic for it (the caller must scan)."""
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        return None
+    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True))  # arro3 -> pyarrow
+    if adds.num_rows == 0:
+        return None
+    name = f"max.{column}"
+    if name not in adds.column_names or adds.column(name).null_count:
+        raise LookupError(f"{path}: no {column} statistics in some files")
+    return pc.max(adds.column(name)).as_py()
+
+
 def files_added_since(path: str, version: int) -> tuple[int, list[str]]:
     """The table's current version and the data files added after ``version`` (-1: all).
 
@@ -96,17 +129,30 @@ def files_added_since(path: str, version: int) -> tuple[int, list[str]]:
 
 @dataclass(frozen=True)
 class Progress:
-    """The audit's committed progress: the last pass and the source versions it consumed."""
+    """The audit's committed progress: the last pass and the source versions it consumed.
+
+    ``generation`` is the ``pass_id`` column the committed state's ``audit_hot`` rows
+    carry: the committing pass, or None in a table written before generations (where
+    the state is the rows without one)."""
 
     pass_id: int = 0
     acks_version: int = -1
     consumed_version: int = -1
+    generation: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"pass_id": self.pass_id, "acks_version": self.acks_version,
+                           "consumed_version": self.consumed_version})
 
 
 def read_progress(settings) -> Progress:
-    """The progress row of ``audit_hot`` (written in the same commit as the audit's state)."""
-    t = read_table(settings.table_path("audit_hot"), "audit_hot", ["kind", "progress"],
+    """The latest progress row of ``audit_hot``: each pass appends its state and its
+    progress row in one commit, so the latest one names the committed state."""
+    t = read_table(settings.table_path("audit_hot"), "audit_hot", ["progress", "pass_id"],
                    where=pc.field("kind") == "progress")
     if t.num_rows == 0:
         return Progress()
-    return Progress(**json.loads(t.column("progress")[0].as_py()))
+    rows = [(json.loads(p), g) for p, g in zip(t.column("progress").to_pylist(),
+                                               t.column("pass_id").to_pylist(), strict=True)]
+    latest, generation = max(rows, key=lambda r: r[0]["pass_id"])
+    return Progress(**latest, generation=generation)

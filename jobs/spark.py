@@ -39,6 +39,12 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
         # Delta's log replay uses 50 tasks by default: far too many for small local tables
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.sql.streaming.forceDeleteTempCheckpointLocation", "true")
+        # a Delta checkpoint costs seconds here; every 10 commits (the default) that is a
+        # tax of ~10% on each consume micro-batch and audit pass: new tables take 100
+        .config("spark.databricks.delta.properties.defaults.checkpointInterval", "100")
+        # an audit pass reads the files added since the last one by path: list them on the
+        # driver, not with a Spark job per pass once there are more than 32
+        .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
         # arrow for applyInPandas; small batches keep the Python workers lean
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
         .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" +

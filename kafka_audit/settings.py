@@ -81,6 +81,7 @@ class AuditSettings(BaseModel):
     unseen_after_seconds: float = Field(120, gt=0)
     read_retention_seconds: float = Field(600, gt=0)
     reread_timeout_seconds: float = Field(30, gt=0)
+    hot_rewrite_passes: int = Field(10, gt=0)
 
 
 class WatchSettings(BaseModel):

@@ -153,6 +153,8 @@ TABLES: dict[str, list[Column]] = {
         C("leader_epoch", "int", True),
         C("horizon", "long", True, "ack without offset: the log end after its report"),
         C("progress", "string", True, "progress row: JSON of source versions and pass id"),
+        C("pass_id", "long", True, "the pass whose state this row belongs to (its "
+                                   "generation); null in tables from before generations"),
     ],
     "dq_results": [
         C("validated_at", "timestamp", False),
