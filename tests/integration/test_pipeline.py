@@ -18,7 +18,7 @@ from kafka_audit.demo import expand_rows as expand
 from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.deploy.faults import cut_port, drop_responses
 from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
-from kafka_audit.jobs.consume_job import start_consume
+from kafka_audit.jobs.consume_job import QUERY_NAME, last_batch_written, start_consume
 from kafka_audit.jobs.io import read_table
 from kafka_audit.jobs.watcher import ClusterWatcher
 from kafka_audit.producers.instrumented import AuditedProducer
@@ -97,6 +97,31 @@ def test_consume_restart_reads_nothing_twice(spark, settings, topic):
     offsets = expand([r for r in consumed.to_pylist() if r["topic"] == topic],
                      "partition", "offset")
     assert len(offsets) == 300 and len(set(offsets)) == 300
+
+
+def test_a_batch_replayed_after_a_crash_is_not_written_twice(spark, settings, topic):
+    # the process dies after the sink committed batch N and before the checkpoint recorded
+    # it: Spark runs batch N again on restart (same offsets), the sink must skip it
+    run_load(settings, LoadSpec(topic=topic, rate=0, count=150, acks="all"))
+    start_consume(spark, settings, once=True).awaitTermination()
+    commits = settings.checkpoints / "consume" / "commits"
+    last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
+    table = settings.table_path("consumed")
+    app_id = f"{QUERY_NAME}:{settings.checkpoints / 'consume'}"
+    assert last_batch_written(table, app_id) == last
+    for f in (commits / str(last), commits / f".{last}.crc"):
+        f.unlink(missing_ok=True)
+    versions = DeltaTable(table).version()
+    start_consume(spark, settings, once=True).awaitTermination()  # replays batch `last`
+    assert DeltaTable(table).version() == versions  # nothing appended
+    assert (commits / str(last)).exists()  # and the checkpoint moved past it
+    run_load(settings, LoadSpec(topic=topic, rate=0, count=50, acks="all", producer_id="b"))
+    start_consume(spark, settings, once=True).awaitTermination()  # the next batch lands
+    assert last_batch_written(table, app_id) == last + 1
+    consumed = read_table(table, "consumed")
+    offsets = expand([r for r in consumed.to_pylist() if r["topic"] == topic],
+                     "partition", "offset")
+    assert len(offsets) == 200 and len(set(offsets)) == 200
 
 
 def test_acks1_leader_kill_loss_matches_ground_truth_over_http(cluster, spark, settings, topic):
