@@ -1,10 +1,8 @@
 package kafka_audit.spark;
 
-import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
 import java.sql.Timestamp;
 import java.util.ArrayList;
-import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
 import java.util.zip.CRC32;
@@ -19,6 +17,7 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.array.ByteArrayMethods;
 import org.apache.spark.unsafe.types.UTF8String;
 
 /**
@@ -56,9 +55,10 @@ public final class ReadRuns {
     static final String MALFORMED = "malformed stamp";
 
     /**
-     * Folds one task's records. Per record it allocates only the stamp's bytes: the topic,
-     * producer and run are compared in place with the open run's, and decoded into strings
-     * once per run; the payload's CRC32 is computed where the row holds it.
+     * Folds one task's records without allocating per record where the rows are UnsafeRows
+     * (the Kafka source's): the stamp is parsed and compared with the open run's where the
+     * row holds it, the payload is checksummed there, and the topic, producer and run are
+     * decoded into strings once per run.
      */
     static final class Folder {
         final int[] idx;
@@ -67,9 +67,11 @@ public final class ReadRuns {
         UTF8String topic;
         int partition;
         long offset;
-        Long timestampMicros;
+        boolean hasTimestamp;
+        long timestampMicros;
         String error;
-        byte[] stamp;
+        Object sBase;  // the stamp's bytes: base object and address offset, as Platform reads
+        long sOff;
         int pLen;
         int rLen;
         long seq;
@@ -79,7 +81,8 @@ public final class ReadRuns {
         int runPartition;
         long runOffset;
         long count;
-        Long runTimestampMicros;
+        boolean runHasTimestamp;
+        long runTimestampMicros;
         String runError;
         byte[] runStamp;
         int runPLen;
@@ -91,74 +94,103 @@ public final class ReadRuns {
             this.idx = idx;
         }
 
+        int u8(long at) {
+            return Platform.getByte(sBase, sOff + at) & 0xff;
+        }
+
+        /** Big-endian, as the stamp is laid out (Platform reads native order). */
+        long u64(long at) {
+            long v = Platform.getLong(sBase, sOff + at);
+            return java.nio.ByteOrder.nativeOrder() == java.nio.ByteOrder.BIG_ENDIAN
+                    ? v : Long.reverseBytes(v);
+        }
+
+        long u32(long at) {
+            int v = Platform.getInt(sBase, sOff + at);
+            return (java.nio.ByteOrder.nativeOrder() == java.nio.ByteOrder.BIG_ENDIAN
+                    ? v : Integer.reverseBytes(v)) & 0xffffffffL;
+        }
+
+        /** Point sBase/sOff at binary field {@code field} of {@code row}; its length. */
+        int view(InternalRow row, int field) {
+            if (row instanceof UnsafeRow u) {
+                long offsetAndSize = u.getLong(field);
+                sBase = u.getBaseObject();
+                sOff = u.getBaseOffset() + (offsetAndSize >> 32);
+                return (int) offsetAndSize;
+            }
+            byte[] b = row.getBinary(field);
+            sBase = b;
+            sOff = Platform.BYTE_ARRAY_OFFSET;
+            return b.length;
+        }
+
         void parse(InternalRow row) {
             topic = row.getUTF8String(idx[0]);
             partition = row.getInt(idx[1]);
             offset = row.getLong(idx[2]);
-            timestampMicros = row.isNullAt(idx[3]) ? null : row.getLong(idx[3]);
+            hasTimestamp = !row.isNullAt(idx[3]);
+            timestampMicros = hasTimestamp ? row.getLong(idx[3]) : 0L;
             error = null;
-            stamp = null;
+            sBase = null;
             checksumOk = null;
-            byte[] s = null;
-            boolean found = false;
+            int n = -1;
             if (!row.isNullAt(idx[5])) {
                 ArrayData headers = row.getArray(idx[5]);
                 for (int i = 0; i < headers.numElements(); i++) {
                     InternalRow h = headers.getStruct(i, 2);
                     if (!h.isNullAt(0) && HEADER_KEY.equals(h.getUTF8String(0))) {
-                        found = true;
-                        s = h.isNullAt(1) ? null : h.getBinary(1);
+                        n = h.isNullAt(1) ? -1 : view(h, 1);
                         break;
                     }
                 }
             }
-            if (!found || s == null) {
+            if (n < 0) {
+                sBase = null;
                 error = NO_HEADER;
                 return;
             }
-            int p = s.length >= 15 ? s[13] & 0xff : 0;
-            int r = s.length >= 15 + p && p > 0 ? s[14 + p] & 0xff : 0;
-            ByteBuffer b = ByteBuffer.wrap(s);
-            if (s.length < 15 || (s[0] & 0xff) != VERSION || p == 0 || r == 0
-                    || s.length != 15 + p + r || b.getLong(1) < 0) {
+            int p = n >= 15 ? u8(13) : 0;
+            int r = n >= 15 + p && p > 0 ? u8(14 + p) : 0;
+            if (n < 15 || u8(0) != VERSION || p == 0 || r == 0 || n != 15 + p + r
+                    || u64(1) < 0) {
+                sBase = null;
                 error = MALFORMED;
                 return;
             }
-            stamp = s;
             pLen = p;
             rLen = r;
-            seq = b.getLong(1);
+            seq = u64(1);
+            long stamped = u32(9);
+            Object base = sBase;  // the payload's view replaces the stamp's for a moment
+            long off = sOff;
             crc.reset();
-            updateCrc(row, idx[4]);
-            checksumOk = crc.getValue() == (b.getInt(9) & 0xffffffffL);
-        }
-
-        /** CRC32 of a binary field, read where an UnsafeRow holds it (no copy). */
-        void updateCrc(InternalRow row, int field) {
-            if (row.isNullAt(field)) {
-                return;
+            if (!row.isNullAt(idx[4])) {
+                int len = view(row, idx[4]);
+                if (sBase instanceof byte[] arr) {
+                    crc.update(arr, (int) (sOff - Platform.BYTE_ARRAY_OFFSET), len);
+                } else {
+                    crc.update(row.getBinary(idx[4]));
+                }
             }
-            if (row instanceof UnsafeRow u && u.getBaseObject() instanceof byte[] base) {
-                long offsetAndSize = u.getLong(field);
-                long at = u.getBaseOffset() + (offsetAndSize >> 32) - Platform.BYTE_ARRAY_OFFSET;
-                crc.update(base, (int) at, (int) offsetAndSize);
-            } else {
-                crc.update(row.getBinary(field));
-            }
+            sBase = base;
+            sOff = off;
+            checksumOk = crc.getValue() == stamped;
         }
 
         boolean extendsRun() {
             if (runTopic == null || partition != runPartition || offset != runOffset + count
-                    || (stamp == null) != (runStamp == null) || !runTopic.equals(topic)) {
+                    || (sBase == null) != (runStamp == null) || !runTopic.equals(topic)) {
                 return false;
             }
-            if (stamp == null) {
+            if (sBase == null) {
                 return error.equals(runError);
             }
             return seq == runSeq + count && java.util.Objects.equals(checksumOk, runChecksumOk)
                     && pLen == runPLen && rLen == runRLen
-                    && Arrays.equals(stamp, 14, 15 + pLen + rLen, runStamp, 14,
-                                     15 + runPLen + runRLen);
+                    && ByteArrayMethods.arrayEquals(sBase, sOff + 14, runStamp,
+                                                    Platform.BYTE_ARRAY_OFFSET + 14,
+                                                    1 + pLen + rLen);
         }
 
         void open() {
@@ -166,9 +198,15 @@ public final class ReadRuns {
             runPartition = partition;
             runOffset = offset;
             count = 1;
+            runHasTimestamp = hasTimestamp;
             runTimestampMicros = timestampMicros;
             runError = error;
-            runStamp = stamp;
+            runStamp = null;
+            if (sBase != null) {
+                runStamp = new byte[15 + pLen + rLen];
+                Platform.copyMemory(sBase, sOff, runStamp, Platform.BYTE_ARRAY_OFFSET,
+                                   runStamp.length);
+            }
             runPLen = pLen;
             runRLen = rLen;
             runSeq = seq;
@@ -178,8 +216,7 @@ public final class ReadRuns {
         Row close(Timestamp readTime, long batchId) {
             boolean stamped = runStamp != null;
             return RowFactory.create(runTopic.toString(), runPartition, runOffset, count,
-                    runTimestampMicros == null ? null : micros(runTimestampMicros), stamped,
-                    runError,
+                    runHasTimestamp ? micros(runTimestampMicros) : null, stamped, runError,
                     stamped ? new String(runStamp, 14, runPLen, StandardCharsets.UTF_8) : null,
                     stamped ? new String(runStamp, 15 + runPLen, runRLen, StandardCharsets.UTF_8)
                             : null,
