@@ -216,10 +216,24 @@ def consumed_row(r: ReadRun, batch_id: int) -> dict:
 
 # ---- sources -------------------------------------------------------------------------------
 
+# the new rows of acks and consumed as hot rows: column -> SQL over the table's columns
+_ACK_AS_HOT = {"kind": "'ack'", "topic": "topic", "partition": "`partition`",
+               "producer_id": "producer_id", "run_id": "run_id", "seq": "seq",
+               "count": "`count`", "offset": "`offset`", "time1": "ack_time",
+               "time2": "last_ack_time", "error_name": "error_name", "acks": "acks",
+               "leader_epoch": "leader_epoch"}
+_STAMPED = "stamped AND coalesce(checksum_ok, true)"  # a bad checksum reads as foreign
+_READ_AS_HOT = {"kind": "'read'", "topic": "topic", "partition": "`partition`",
+                "producer_id": f"CASE WHEN {_STAMPED} THEN producer_id END",
+                "run_id": f"CASE WHEN {_STAMPED} THEN run_id END",
+                "seq": f"CASE WHEN {_STAMPED} THEN seq END", "count": "`count`",
+                "offset": "`offset`", "time1": "read_time", "source": "source",
+                "status": "status", "leader_epoch": "leader_epoch"}
+
+
 def _new_rows(spark, settings: Settings, progress: Progress):
     """The rows added to acks and consumed since the last pass, as hot rows; the source
     versions they reach; the files they come from, by table."""
-    from pyspark.sql import functions as F
 
     schema = _out_schema()
     frames, versions, added = [], {}, {}
@@ -233,26 +247,11 @@ def _new_rows(spark, settings: Settings, progress: Progress):
             continue
         added[table] = files
         df = spark.read.schema(spark_schema(table)).parquet(*files)
-        if table == "acks":
-            df = df.select(F.lit("ack").alias("kind"), "topic", "partition", "producer_id",
-                           "run_id", "seq", "count", "offset", F.col("ack_time").alias("time1"),
-                           F.col("last_ack_time").alias("time2"), "error_name", "acks",
-                           F.lit(None).cast("string").alias("source"),
-                           F.lit(None).cast("string").alias("status"), "leader_epoch")
-        else:
-            stamped = F.col("stamped") & F.coalesce(F.col("checksum_ok"), F.lit(True))
-            df = df.select(F.lit("read").alias("kind"), "topic", "partition",
-                           F.when(stamped, F.col("producer_id")).alias("producer_id"),
-                           F.when(stamped, F.col("run_id")).alias("run_id"),
-                           F.when(stamped, F.col("seq")).alias("seq"), "count", "offset",
-                           F.col("read_time").alias("time1"),
-                           F.lit(None).cast("timestamp").alias("time2"),
-                           F.lit(None).cast("string").alias("error_name"),
-                           F.lit(None).cast("string").alias("acks"), "source", "status",
-                           "leader_epoch")
-        frames.append(df.select(*[F.col(f.name).cast(f.dataType) if f.name in df.columns
-                                  else F.lit(None).cast(f.dataType).alias(f.name)
-                                  for f in schema.fields]))
+        # one projection as SQL (a column expression each costs the driver a JVM round trip)
+        src = _ACK_AS_HOT if table == "acks" else _READ_AS_HOT
+        frames.append(df.selectExpr(*[
+            f"CAST({src.get(f.name, 'NULL')} AS {f.dataType.simpleString()}) AS `{f.name}`"
+            for f in schema.fields]))
     return frames, versions, added
 
 
@@ -459,12 +458,13 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
              .collect())
     clock.mark("judge")
     # 1. findings of this pass
+    detected = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")  # session zone is UTC
     findings = (out.where(F.col("row") == "finding")
-                .select(F.col("finding_id"), F.col("kind"), F.col("subkind"), "topic",
-                        "partition", "offset", "producer_id", "run_id", "seq", "count",
-                        F.col("time1").alias("ack_time"), F.coalesce("evidence", F.lit("{}"))
-                        .alias("evidence"), "cause", F.lit(now).alias("detected_at"),
-                        F.lit(pass_id).cast("long").alias("pass_id")))
+                .selectExpr("finding_id", "kind", "subkind", "topic", "`partition`", "`offset`",
+                            "producer_id", "run_id", "seq", "`count`", "time1 AS ack_time",
+                            "coalesce(evidence, '{}') AS evidence", "cause",
+                            f"TIMESTAMP '{detected}' AS detected_at",
+                            f"CAST({pass_id} AS BIGINT) AS pass_id"))
     counts = {r.kind: int(r["count"]) for r in small if r.row == "total"}
     if counts:
         findings.write.format("delta").mode("append").save(paths["findings"])
@@ -486,14 +486,17 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
     # An append (one Spark job); every hot_rewrite_passes passes, and over a table from
     # before generations, an overwrite that drops the older generations (five jobs).
     done = Progress(pass_id, versions.get("acks", -1), versions.get("consumed", -1))
-    marker = spark.createDataFrame([("progress", "", -1, done.to_json())],
-                                   "kind string, topic string, partition int, progress string")
-    hot = (out.where(F.col("row") == "hot").select(*column_names("audit_hot"))
-           .drop("pass_id").unionByName(marker, allowMissingColumns=True)
-           .withColumn("pass_id", F.lit(pass_id)))
+    fields = spark_schema("audit_hot").fields
+    marker = spark.range(1).select(F.lit("progress").alias("kind"), F.lit("").alias("topic"),
+                                   F.lit(-1).alias("partition"),
+                                   F.lit(done.to_json()).alias("progress"))
+    hot = (out.where(F.col("row") == "hot").select(*[f.name for f in fields if f.name != "pass_id"])
+           .unionByName(marker, allowMissingColumns=True)
+           .selectExpr(*[f"CAST({pass_id if f.name == 'pass_id' else f'`{f.name}`'} "
+                         f"AS {f.dataType.simpleString()}) AS `{f.name}`" for f in fields]))
     rewrite = pass_id % settings.audit.hot_rewrite_passes == 0 or (
         progress.pass_id > 0 and progress.generation is None)
-    (hot.select(*[F.col(f.name).cast(f.dataType) for f in spark_schema("audit_hot").fields])
+    (hot.coalesce(1)  # one small file: the state is bounded by the unsettled window
      .write.format("delta").mode("overwrite" if rewrite else "append")
      .option("overwriteSchema", "true" if rewrite else "false").save(paths["audit_hot"]))
 
