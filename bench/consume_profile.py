@@ -1,14 +1,19 @@
-"""Where the consume job's time goes: the same Kafka records read as one Spark batch, three ways.
+"""Where the consume job's time goes: the same streaming read of one topic, four ways.
 
 Fills one RF=3 topic on the local cluster with the instrumented producer, then
-times (each twice, in one SparkSession):
+runs, in interleaved rounds with fresh checkpoints (the first round is a
+warm-up), each as an ``availableNow`` stream with the consume job's batch size:
 
-* ``bare``: ``spark.read.format("kafka")`` (headers included) into the ``noop`` sink;
-* ``fold``: the same plus the JVM read-run fold the consume job runs;
-* ``fold+delta``: the same plus the Delta append of the runs.
+* ``bare``: the Spark Kafka source (headers included) into the ``noop`` sink;
+* ``count``: ``foreachBatch`` walking every row on the JVM (the cost of the
+  Python callback and of handing the rows out);
+* ``fold``: ``foreachBatch`` folding them into read runs (``ReadRuns.java``),
+  into ``noop``;
+* ``consume``: the consume job itself (fold plus the Delta append).
 
+Prints each one's wall time and its micro-batches' ``addBatch`` milliseconds.
 Deletes its topic at the end. Run: ``.venv/bin/python bench/consume_profile.py
-[--messages 10000000]``.
+[--messages 10000000] [--rounds 2]``.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from kafka_audit.jobs.consume_job import start_consume
 from kafka_audit.jobs.spark import get_spark
 from kafka_audit.jobs.transforms import fold_read_runs
 from kafka_audit.settings import Settings
@@ -31,36 +37,51 @@ from audit_bench import bench_topic, drop_topic, fill  # noqa: E402 - shared wit
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=10_000_000)
+    ap.add_argument("--rounds", type=int, default=2)
     args = ap.parse_args()
     base, cluster, topic = bench_topic("profile")
     root = Path(tempfile.mkdtemp(prefix="kafka-audit-profile-"))
-    settings = Settings(home=root, cluster=base.cluster.model_dump())
+    settings = Settings(home=root / "fill", cluster=base.cluster.model_dump())
     spark = None
     try:
         fill(settings, topic, args.messages)
         spark = get_spark(settings, "kafka-audit-profile")
 
-        def source():
-            return (spark.read.format("kafka")
-                    .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
-                    .option("subscribe", topic).option("startingOffsets", "earliest")
-                    .option("includeHeaders", "true").load())
+        def stream(work: Path, each_batch=None):
+            src = (spark.readStream.format("kafka")
+                   .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
+                   .option("subscribe", topic).option("startingOffsets", "earliest")
+                   .option("includeHeaders", "true")
+                   .option("maxOffsetsPerTrigger", settings.spark.max_offsets_per_trigger)
+                   .load())
+            w = src.writeStream.format("noop") if each_batch is None \
+                else src.writeStream.foreachBatch(each_batch)
+            return (w.option("checkpointLocation", str(work / "checkpoint"))
+                    .trigger(availableNow=True).start())
+
+        def count(df, batch_id):
+            df._jdf.queryExecution().toRdd().count()
+
+        def fold(df, batch_id):
+            fold_read_runs(df, batch_id).write.format("noop").mode("overwrite").save()
 
         ways = {
-            "bare": lambda: source().write.format("noop").mode("overwrite").save(),
-            "fold": lambda: fold_read_runs(source(), 1).write.format("noop")
-            .mode("overwrite").save(),
-            "fold+delta": lambda: fold_read_runs(source(), 1).write.format("delta")
-            .mode("append").save(str(root / "runs")),
+            "bare": lambda work: stream(work),
+            "count": lambda work: stream(work, count),
+            "fold": lambda work: stream(work, fold),
+            "consume": lambda work: start_consume(
+                spark, Settings(home=work, cluster=base.cluster.model_dump()), topic,
+                once=True),
         }
-        for name, run in ways.items():
-            took = []
-            for _ in range(2):
+        for r in range(args.rounds + 1):
+            for name, run in ways.items():
                 t = time.perf_counter()
-                run()
-                took.append(time.perf_counter() - t)
-            print(f"{name:<11} {' '.join(f'{s:6.1f}s' for s in took)}   "
-                  f"({args.messages:,} records)", flush=True)
+                query = run(root / f"{name}-{r}")
+                query.awaitTermination()
+                took = time.perf_counter() - t
+                batches = [p["durationMs"].get("addBatch", 0) for p in query.recentProgress]
+                label = "warm-up" if r == 0 else f"round {r}"
+                print(f"{label:<8} {name:<8} {took:6.1f}s   addBatch ms {batches}", flush=True)
     finally:
         if spark is not None:
             spark.stop()
