@@ -9,9 +9,11 @@
   property tests exercise;
 * sinks, in this order: ``findings`` (appended, tagged with the pass id),
   direct re-reads into ``consumed`` (``source = reread``), ``audit_hot``
-  (overwritten with the new state *and* the progress row: this commit is the
-  pass's commit point), ``partition_state`` (frontier, pending and unseen per
-  partition), ``dq_results`` (great-expectations over the new acks);
+  (the new state *and* the progress row appended as one generation, tagged with
+  the pass id: this commit is the pass's commit point; every
+  ``audit.hot_rewrite_passes`` passes it overwrites instead, dropping older
+  generations), ``partition_state`` (frontier, pending and unseen per
+  partition, delta-rs), ``dq_results`` (great-expectations over the new acks);
 * exactly once: a pass first deletes findings whose pass id is above the
   committed one (a pass that died before its commit point), then redoes that
   pass. Re-read and state appends are idempotent Delta transactions keyed by
@@ -396,10 +398,11 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
     """One pass; ``lookups`` defaults to asking the audited cluster (a caller that runs
     passes in a loop passes one ``ClusterLookups`` to all of them).
 
-    Spark work is kept to four jobs over the pass's small inputs (the partitions to
-    look up, the judge, the findings append, the state overwrite) plus one collect of
-    what the driver needs; the great-expectations check of the new acks runs on the
-    driver alongside them."""
+    Spark work is kept to the judge (``groupBy().applyInPandas``, checkpointed), one
+    collect of what the driver needs from it (verdict totals, re-reads, status) and two
+    Delta appends (findings, then the state as the commit point). The partitions to look
+    up are read on the driver, and the great-expectations check of the new acks runs there
+    alongside the Spark work."""
     upgrade_tables(settings, ("acks", "consumed", "cluster_events", "findings", "audit_hot",
                               "partition_state"))
     with ThreadPoolExecutor(1, thread_name_prefix="kafka-audit-dq") as pool:
