@@ -1,8 +1,10 @@
 """One real 3-node Kafka cluster and one SparkSession per test session.
 
-The cluster runs from the pinned jars on its own ports (39091-39093) under
-``var/test-cluster`` so that it never collides with a demo cluster; each test
-gets its own warehouse, checkpoints and spool in a temporary folder.
+The cluster runs from the pinned jars on its own ports (19091-19093, 19191-19193,
+19291-19293) under ``var/test-cluster`` so that it never collides with a demo
+cluster; each test gets its own warehouse, checkpoints and spool in a temporary
+folder. The ports sit below Linux's ephemeral range (32768-60999): a CI run once
+lost a broker because an outgoing connection held 39292 as its local port.
 """
 
 import socket
@@ -15,8 +17,8 @@ from kafka_audit.deploy.cluster import LocalCluster
 from kafka_audit.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER = {"broker_base_port": 39091, "controller_base_port": 39191,
-           "replication_base_port": 39291}
+CLUSTER = {"broker_base_port": 19091, "controller_base_port": 19191,
+           "replication_base_port": 19291}
 
 
 def pytest_collection_modifyitems(items):
