@@ -74,13 +74,19 @@ def drop_topic(cluster: LocalCluster, topic: str) -> None:
         fut.result()
 
 
+def bare_source(spark, settings: Settings, topic: str):
+    """The Spark Kafka source as the benchmarks' bare read uses it: headers included, the
+    consume job's micro-batch size."""
+    return (spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
+            .option("subscribe", topic).option("startingOffsets", "earliest")
+            .option("includeHeaders", "true")
+            .option("maxOffsetsPerTrigger", settings.spark.max_offsets_per_trigger).load())
+
+
 def bare_read(spark, settings: Settings, topic: str, work: Path) -> float:
     t = time.perf_counter()
-    (spark.readStream.format("kafka")
-     .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
-     .option("subscribe", topic).option("startingOffsets", "earliest")
-     .option("includeHeaders", "true")
-     .option("maxOffsetsPerTrigger", settings.spark.max_offsets_per_trigger).load()
+    (bare_source(spark, settings, topic)
      .writeStream.format("noop").option("checkpointLocation", str(work / "noop"))
      .trigger(availableNow=True).start().awaitTermination())
     return time.perf_counter() - t

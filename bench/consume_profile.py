@@ -31,7 +31,7 @@ from kafka_audit.jobs.transforms import fold_read_runs
 from kafka_audit.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from audit_bench import bench_topic, drop_topic, fill  # noqa: E402 - shared with it
+from audit_bench import bare_source, bench_topic, drop_topic, fill  # noqa: E402 - shared
 
 
 def main() -> int:
@@ -48,12 +48,7 @@ def main() -> int:
         spark = get_spark(settings, "kafka-audit-profile")
 
         def stream(work: Path, each_batch=None):
-            src = (spark.readStream.format("kafka")
-                   .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
-                   .option("subscribe", topic).option("startingOffsets", "earliest")
-                   .option("includeHeaders", "true")
-                   .option("maxOffsetsPerTrigger", settings.spark.max_offsets_per_trigger)
-                   .load())
+            src = bare_source(spark, settings, topic)
             w = src.writeStream.format("noop") if each_batch is None \
                 else src.writeStream.foreachBatch(each_batch)
             return (w.option("checkpointLocation", str(work / "checkpoint"))

@@ -38,6 +38,9 @@ from kafka_audit.producers import ledger
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.settings import Settings, get_settings
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from audit_bench import drop_topic  # noqa: E402 - shared with it
+
 PAYLOAD = b"x" * 100
 
 
@@ -134,9 +137,7 @@ def main() -> int:
             print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:,.0f}/s"
                                                  for k, v in results.items()), flush=True)
     finally:
-        admin = cluster.admin()  # referenced until the futures resolve
-        for fut in admin.delete_topics([topic]).values():  # do not let them pile up
-            fut.result()
+        drop_topic(cluster, topic)
         if not was_running:
             cluster.down()
     med = {k: statistics.median(v) for k, v in results.items()}

@@ -28,12 +28,18 @@ from kafka_audit.jobs.io import table_exists, upgrade_table
 from kafka_audit.jobs.transforms import fold_read_runs
 from kafka_audit.settings import Settings
 
-__all__ = ["start_consume", "last_batch_written", "QUERY_NAME", "DEFAULT_PATTERN"]
+__all__ = ["start_consume", "consume_app_id", "last_batch_written", "QUERY_NAME",
+           "DEFAULT_PATTERN"]
 
 log = logging.getLogger(__name__)
 
 QUERY_NAME = "kafka_audit_consume"
 DEFAULT_PATTERN = "[^_].*"
+
+
+def consume_app_id(settings: Settings) -> str:
+    """The consume query's name in the commits it writes (one per checkpoint)."""
+    return f"{QUERY_NAME}:{settings.checkpoints / 'consume'}"
 
 
 def _marker(app_id: str, batch_id: int) -> str:
@@ -65,7 +71,7 @@ def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
     """Start the consume query; return the StreamingQuery."""
     table = settings.table_path("consumed")
     upgrade_table(table, "consumed")
-    app_id = f"{QUERY_NAME}:{settings.checkpoints / 'consume'}"
+    app_id = consume_app_id(settings)
     first = [True]
 
     def write_batch(batch_df, batch_id: int) -> None:

@@ -18,7 +18,7 @@ from kafka_audit.demo import expand_rows as expand
 from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.deploy.faults import cut_port, drop_responses
 from kafka_audit.groundtruth import acked_but_missing, full_read_stamps
-from kafka_audit.jobs.consume_job import QUERY_NAME, last_batch_written, start_consume
+from kafka_audit.jobs.consume_job import consume_app_id, last_batch_written, start_consume
 from kafka_audit.jobs.io import read_table
 from kafka_audit.jobs.watcher import ClusterWatcher
 from kafka_audit.producers.instrumented import AuditedProducer
@@ -107,7 +107,7 @@ def test_a_batch_replayed_after_a_crash_is_not_written_twice(spark, settings, to
     commits = settings.checkpoints / "consume" / "commits"
     last = max(int(f.name) for f in commits.iterdir() if f.name.isdigit())
     table = settings.table_path("consumed")
-    app_id = f"{QUERY_NAME}:{settings.checkpoints / 'consume'}"
+    app_id = consume_app_id(settings)
     assert last_batch_written(table, app_id) == last
     for f in (commits / str(last), commits / f".{last}.crc"):
         f.unlink(missing_ok=True)

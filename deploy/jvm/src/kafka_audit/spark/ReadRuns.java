@@ -1,5 +1,6 @@
 package kafka_audit.spark;
 
+import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.sql.Timestamp;
 import java.util.ArrayList;
@@ -53,6 +54,7 @@ public final class ReadRuns {
     static final UTF8String HEADER_KEY = UTF8String.fromString(HEADER);
     static final String NO_HEADER = "no " + HEADER + " header";
     static final String MALFORMED = "malformed stamp";
+    static final boolean BIG_ENDIAN = ByteOrder.nativeOrder() == ByteOrder.BIG_ENDIAN;
 
     /**
      * Folds one task's records without allocating per record where the rows are UnsafeRows
@@ -101,14 +103,12 @@ public final class ReadRuns {
         /** Big-endian, as the stamp is laid out (Platform reads native order). */
         long u64(long at) {
             long v = Platform.getLong(sBase, sOff + at);
-            return java.nio.ByteOrder.nativeOrder() == java.nio.ByteOrder.BIG_ENDIAN
-                    ? v : Long.reverseBytes(v);
+            return BIG_ENDIAN ? v : Long.reverseBytes(v);
         }
 
         long u32(long at) {
             int v = Platform.getInt(sBase, sOff + at);
-            return (java.nio.ByteOrder.nativeOrder() == java.nio.ByteOrder.BIG_ENDIAN
-                    ? v : Integer.reverseBytes(v)) & 0xffffffffL;
+            return (BIG_ENDIAN ? v : Integer.reverseBytes(v)) & 0xffffffffL;
         }
 
         /** Point sBase/sOff at binary field {@code field} of {@code row}; its length. */
@@ -161,21 +161,23 @@ public final class ReadRuns {
             pLen = p;
             rLen = r;
             seq = u64(1);
-            long stamped = u32(9);
-            Object base = sBase;  // the payload's view replaces the stamp's for a moment
-            long off = sOff;
             crc.reset();
-            if (!row.isNullAt(idx[4])) {
-                int len = view(row, idx[4]);
-                if (sBase instanceof byte[] arr) {
-                    crc.update(arr, (int) (sOff - Platform.BYTE_ARRAY_OFFSET), len);
-                } else {
-                    crc.update(row.getBinary(idx[4]));
-                }
+            updateCrc(row, idx[4]);
+            checksumOk = crc.getValue() == u32(9);
+        }
+
+        /** CRC32 of a binary field, read where an UnsafeRow holds it (no copy). */
+        void updateCrc(InternalRow row, int field) {
+            if (row.isNullAt(field)) {
+                return;
             }
-            sBase = base;
-            sOff = off;
-            checksumOk = crc.getValue() == stamped;
+            if (row instanceof UnsafeRow u && u.getBaseObject() instanceof byte[] base) {
+                long offsetAndSize = u.getLong(field);
+                long at = u.getBaseOffset() + (offsetAndSize >> 32) - Platform.BYTE_ARRAY_OFFSET;
+                crc.update(base, (int) at, (int) offsetAndSize);
+            } else {
+                crc.update(row.getBinary(field));
+            }
         }
 
         boolean extendsRun() {
