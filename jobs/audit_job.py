@@ -50,6 +50,7 @@ from kafka_audit.jobs.io import (
     upgrade_tables,
 )
 from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun, Reread
+from kafka_audit.jobs.sink import write_delta
 from kafka_audit.schemas.tables import column_names, spark_schema
 from kafka_audit.settings import Settings
 
@@ -452,13 +453,16 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
     out = (rows.groupBy("topic", "partition")
            .applyInPandas(_step_fn(_events(settings), now, cfg, log_ends), schema)
            .localCheckpoint())
-    # one collect: verdict totals, re-read requests, per-partition status
+    # one collect: verdict totals, rows by use, re-read requests, per-partition status
     small = (out.where(F.col("row") == "finding").groupBy("kind")
              .agg(F.sum("count").alias("count"))
              .select(F.lit("total").alias("row"), "kind", "count")
+             .unionByName(out.groupBy("row").agg(F.count(F.lit(1)).alias("count"))
+                          .select(F.lit("rows").alias("row"), F.col("row").alias("kind"), "count"))
              .unionByName(out.where(F.col("row").isin("reread", "status")),
                           allowMissingColumns=True)
              .collect())
+    out_rows = {r.kind: int(r["count"]) for r in small if r.row == "rows"}
     clock.mark("judge")
     # 1. findings of this pass
     detected = now.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")  # session zone is UTC
@@ -469,20 +473,16 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
                             f"TIMESTAMP '{detected}' AS detected_at",
                             f"CAST({pass_id} AS BIGINT) AS pass_id"))
     counts = {r.kind: int(r["count"]) for r in small if r.row == "total"}
-    if counts:
-        findings.write.format("delta").mode("append").save(paths["findings"])
+    write_delta(findings, paths["findings"], "findings", settings.spark.driver_write_rows,
+                rows=out_rows.get("finding", 0))
 
     clock.mark("findings")
     # 2. direct re-reads: consumed rows the next pass judges with
     requests = [Reread(r.topic, r.partition, r.offset, r.offset + r["count"], r.source)
                 for r in small if r.row == "reread"]
     answers = lookups.reread(requests)
-    if answers:
-        cons = [consumed_row(a, pass_id) for a in answers]
-        (spark.createDataFrame(pd.DataFrame(cons, columns=column_names("consumed")),
-                               spark_schema("consumed"))
-         .write.format("delta").mode("append").option("txnAppId", REREAD_APP)
-         .option("txnVersion", pass_id).save(paths["consumed"]))
+    append_once(paths["consumed"], "consumed", [consumed_row(a, pass_id) for a in answers],
+                REREAD_APP, pass_id)
 
     clock.mark("reread")
     # 3. the commit point: the new state and the progress row, one generation, one commit.
@@ -499,9 +499,9 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
                          f"AS {f.dataType.simpleString()}) AS `{f.name}`" for f in fields]))
     rewrite = pass_id % settings.audit.hot_rewrite_passes == 0 or (
         progress.pass_id > 0 and progress.generation is None)
-    (hot.coalesce(1)  # one small file: the state is bounded by the unsettled window
-     .write.format("delta").mode("overwrite" if rewrite else "append")
-     .option("overwriteSchema", "true" if rewrite else "false").save(paths["audit_hot"]))
+    write_delta(hot.coalesce(1),  # one small file: the state is bounded by the unsettled window
+                paths["audit_hot"], "audit_hot", settings.spark.driver_write_rows,
+                rows=out_rows.get("hot", 0) + 1, mode="overwrite" if rewrite else "append")
 
     clock.mark("commit")
     # 4. per-partition status for the API (a few rows: delta-rs, idempotent by pass id)

@@ -5,8 +5,10 @@
   ``failOnDataLoss=false`` (truncated offsets are what we audit, not an error);
 * sink: ``<warehouse>/consumed`` (Delta), one row per run of records
   (:func:`~kafka_audit.jobs.transforms.fold_read_runs`: one pass per task on the
-  JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch``;
-  each commit names its query and batch in Delta's ``userMetadata``;
+  JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch``
+  (:func:`~kafka_audit.jobs.sink.write_delta`: from the driver with delta-rs when
+  the batch's runs are few, as they are for batched producers); each commit names
+  its query and batch in Delta's ``userMetadata``;
 * exactly once: Spark re-runs a micro-batch only when the process died after its
   sink ran and before the checkpoint recorded it, so only the first batch a run
   executes can be a replay. That one is skipped if the table's history already holds
@@ -25,6 +27,7 @@ import json
 import logging
 
 from kafka_audit.jobs.io import table_exists, upgrade_table
+from kafka_audit.jobs.sink import write_delta
 from kafka_audit.jobs.transforms import fold_read_runs
 from kafka_audit.settings import Settings
 
@@ -82,8 +85,8 @@ def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
                 log.warning("consume batch %d was written before a restart: not again",
                             batch_id)
                 return
-        (fold_read_runs(batch_df, batch_id).write.format("delta").mode("append")
-         .option("userMetadata", _marker(app_id, batch_id)).save(table))
+        write_delta(fold_read_runs(batch_df, batch_id), table, "consumed",
+                    settings.spark.driver_write_rows, user_metadata=_marker(app_id, batch_id))
 
     source = (
         spark.readStream.format("kafka")
