@@ -14,6 +14,7 @@ import org.apache.spark.sql.Row;
 import org.apache.spark.sql.RowFactory;
 import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.util.ArrayData;
 import org.apache.spark.sql.types.StructType;
@@ -52,6 +53,7 @@ public final class ReadRuns {
     }
 
     static final UTF8String HEADER_KEY = UTF8String.fromString(HEADER);
+    static final byte[] HEADER_BYTES = HEADER.getBytes(StandardCharsets.UTF_8);
     static final String NO_HEADER = "no " + HEADER + " header";
     static final String MALFORMED = "malformed stamp";
     static final boolean BIG_ENDIAN = ByteOrder.nativeOrder() == ByteOrder.BIG_ENDIAN;
@@ -125,8 +127,61 @@ public final class ReadRuns {
             return b.length;
         }
 
+        // reused views into the source row's headers (UnsafeRows: no objects per record)
+        final UnsafeArrayData headerArray = new UnsafeArrayData();
+        final UnsafeRow header = new UnsafeRow(2);
+
+        /** The {@code kaudit} header's value: sBase/sOff point at it; its length, or -1. */
+        int findStamp(InternalRow row, int field) {
+            if (!(row instanceof UnsafeRow u)) {
+                ArrayData headers = row.getArray(field);
+                for (int i = 0; i < headers.numElements(); i++) {
+                    InternalRow h = headers.getStruct(i, 2);
+                    if (!h.isNullAt(0) && HEADER_KEY.equals(h.getUTF8String(0))) {
+                        return h.isNullAt(1) ? -1 : view(h, 1);
+                    }
+                }
+                return -1;
+            }
+            long at = u.getLong(field);
+            headerArray.pointTo(u.getBaseObject(), u.getBaseOffset() + (at >> 32), (int) at);
+            for (int i = 0; i < headerArray.numElements(); i++) {
+                if (headerArray.isNullAt(i)) {
+                    continue;
+                }
+                long h = headerArray.getLong(i);  // a struct element: its offset and size
+                header.pointTo(headerArray.getBaseObject(),
+                               headerArray.getBaseOffset() + (h >> 32), (int) h);
+                if (!header.isNullAt(0) && isHeaderKey(header)) {
+                    return header.isNullAt(1) ? -1 : view(header, 1);
+                }
+            }
+            return -1;
+        }
+
+        /** Whether string field 0 of {@code h} is {@code kaudit}, compared where it lies. */
+        static boolean isHeaderKey(UnsafeRow h) {
+            long at = h.getLong(0);
+            return (int) at == HEADER_BYTES.length && ByteArrayMethods.arrayEquals(
+                    h.getBaseObject(), h.getBaseOffset() + (at >> 32), HEADER_BYTES,
+                    Platform.BYTE_ARRAY_OFFSET, HEADER_BYTES.length);
+        }
+
+        /** Whether the row's topic is {@code topic}, compared where the row holds it. */
+        boolean sameTopic(InternalRow row, int field) {
+            if (!(row instanceof UnsafeRow u)) {
+                return topic.equals(row.getUTF8String(field));
+            }
+            long at = u.getLong(field);
+            return (int) at == topic.numBytes() && ByteArrayMethods.arrayEquals(
+                    u.getBaseObject(), u.getBaseOffset() + (at >> 32), topic.getBaseObject(),
+                    topic.getBaseOffset(), topic.numBytes());
+        }
+
         void parse(InternalRow row) {
-            topic = row.getUTF8String(idx[0]);
+            if (topic == null || !sameTopic(row, idx[0])) {
+                topic = row.getUTF8String(idx[0]).clone();
+            }
             partition = row.getInt(idx[1]);
             offset = row.getLong(idx[2]);
             hasTimestamp = !row.isNullAt(idx[3]);
@@ -134,17 +189,7 @@ public final class ReadRuns {
             error = null;
             sBase = null;
             checksumOk = null;
-            int n = -1;
-            if (!row.isNullAt(idx[5])) {
-                ArrayData headers = row.getArray(idx[5]);
-                for (int i = 0; i < headers.numElements(); i++) {
-                    InternalRow h = headers.getStruct(i, 2);
-                    if (!h.isNullAt(0) && HEADER_KEY.equals(h.getUTF8String(0))) {
-                        n = h.isNullAt(1) ? -1 : view(h, 1);
-                        break;
-                    }
-                }
-            }
+            int n = row.isNullAt(idx[5]) ? -1 : findStamp(row, idx[5]);
             if (n < 0) {
                 sBase = null;
                 error = NO_HEADER;
@@ -182,7 +227,8 @@ public final class ReadRuns {
 
         boolean extendsRun() {
             if (runTopic == null || partition != runPartition || offset != runOffset + count
-                    || (sBase == null) != (runStamp == null) || !runTopic.equals(topic)) {
+                    || (sBase == null) != (runStamp == null)
+                    || (runTopic != topic && !runTopic.equals(topic))) {
                 return false;
             }
             if (sBase == null) {
@@ -196,7 +242,7 @@ public final class ReadRuns {
         }
 
         void open() {
-            runTopic = topic.clone();
+            runTopic = topic;  // an owned copy already
             runPartition = partition;
             runOffset = offset;
             count = 1;
