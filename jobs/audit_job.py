@@ -3,7 +3,7 @@
 * sources: the ``acks`` and ``consumed`` files added since the last pass
   (both tables are append-only, so the new rows are exactly the new files),
   plus ``audit_hot`` (the unsettled state the last pass kept) and
-  ``cluster_events``;
+  ``cluster_events``; new files holding few rows are read with pyarrow;
 * rule: :func:`kafka_audit.jobs.engine.step_partition` per ``(topic, partition)``
   with ``groupBy().applyInPandas``: the same pure function the unit and
   property tests exercise;
@@ -14,6 +14,8 @@
   ``audit.hot_rewrite_passes`` passes it overwrites instead, dropping older
   generations), ``partition_state`` (frontier, pending and unseen per
   partition, delta-rs), ``dq_results`` (great-expectations over the new acks);
+  findings and state go through :func:`~kafka_audit.jobs.sink.write_delta`
+  (delta-rs from the driver when small, else Spark's Delta writer);
 * exactly once: a pass first deletes findings whose pass id is above the
   committed one (a pass that died before its commit point), then redoes that
   pass. Re-read and state appends are idempotent Delta transactions keyed by
@@ -51,7 +53,7 @@ from kafka_audit.jobs.io import (
 )
 from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun, Reread
 from kafka_audit.jobs.sink import write_delta
-from kafka_audit.schemas.tables import column_names, spark_schema
+from kafka_audit.schemas.tables import arrow_schema, column_names, spark_schema
 from kafka_audit.settings import Settings
 
 __all__ = ["AuditSummary", "run_audit_pass", "audit_config", "ClusterLookups", "consumed_row"]
@@ -236,26 +238,39 @@ _READ_AS_HOT = {"kind": "'read'", "topic": "topic", "partition": "`partition`",
 
 def _new_rows(spark, settings: Settings, progress: Progress):
     """The rows added to acks and consumed since the last pass, as hot rows; the source
-    versions they reach; the files they come from, by table."""
+    versions they reach; by table, Arrow holding at least the new rows' key columns.
+
+    The new files are many and small (a producer's ledger commits every second): when
+    their rows are few (``spark.driver_rows``) pyarrow reads them on the driver in one
+    threaded scan, handed to Spark as a local relation; else Spark scans them."""
+    import pyarrow.dataset as ds
 
     schema = _out_schema()
-    frames, versions, added = [], {}, {}
+    frames, versions, keys = [], {}, {}
     for table, since in (("acks", progress.acks_version), ("consumed", progress.consumed_version)):
         path = settings.table_path(table)
         if not table_exists(path):
             versions[table] = since
             continue
-        versions[table], files = files_added_since(path, since)
+        versions[table], files, count = files_added_since(path, since)
         if not files:
             continue
-        added[table] = files
-        df = spark.read.schema(spark_schema(table)).parquet(*files)
+        found = ds.dataset(files, format="parquet", schema=arrow_schema(table))
+        if count is not None and count <= settings.spark.driver_rows:
+            keys[table] = found.to_table()
+            df = spark.createDataFrame(keys[table], schema=spark_schema(table))
+        else:
+            keys[table] = found.to_table(columns=_KEY_COLUMNS[table])
+            df = spark.read.schema(spark_schema(table)).parquet(*files)
         # one projection as SQL (a column expression each costs the driver a JVM round trip)
         src = _ACK_AS_HOT if table == "acks" else _READ_AS_HOT
         frames.append(df.selectExpr(*[
             f"CAST({src.get(f.name, 'NULL')} AS {f.dataType.simpleString()}) AS `{f.name}`"
             for f in schema.fields]))
-    return frames, versions, added
+    return frames, versions, keys
+
+
+_KEY_COLUMNS = {"acks": ["topic", "partition", "offset"], "consumed": ["topic", "partition"]}
 
 
 def _events(settings: Settings) -> dict[tuple[str, int], list[ClusterEvent]]:
@@ -274,25 +289,22 @@ def _events(settings: Settings) -> dict[tuple[str, int], list[ClusterEvent]]:
 
 
 def _partitions(settings: Settings, progress: Progress,
-                added: dict[str, list[str]]) -> dict[tuple[str, int], bool]:
+                new: dict[str, pa.Table]) -> dict[tuple[str, int], bool]:
     """Every partition the pass judges, and whether it holds a failed write without a
     horizon yet (its log end is needed). Read on the driver from the key columns of the
-    committed state and of the new files: no Spark job for a handful of columns."""
-    import pyarrow.dataset as ds
-
+    committed state and of the new rows: no Spark job for a handful of columns."""
     hot = read_table(settings.table_path("audit_hot"), "audit_hot",
                      ["kind", "topic", "partition", "offset", "horizon"],
                      where=_generation(progress) & (pc.field("kind") != "progress"))
     tables = [hot]
-    if "acks" in added:
-        new = ds.dataset(added["acks"], format="parquet").to_table(
-            columns=["topic", "partition", "offset"])
-        tables.append(new.append_column("kind", pa.array(["ack"] * new.num_rows, pa.string()))
-                      .append_column("horizon", pa.nulls(new.num_rows, pa.int64())))
-    if "consumed" in added:
-        new = ds.dataset(added["consumed"], format="parquet").to_table(
-            columns=["topic", "partition"])
-        tables.append(new.append_column("kind", pa.array(["read"] * new.num_rows, pa.string())))
+    if "acks" in new:
+        acks = new["acks"].select(_KEY_COLUMNS["acks"])
+        tables.append(acks.append_column("kind", pa.array(["ack"] * acks.num_rows, pa.string()))
+                      .append_column("horizon", pa.nulls(acks.num_rows, pa.int64())))
+    if "consumed" in new:
+        reads = new["consumed"].select(_KEY_COLUMNS["consumed"])
+        tables.append(reads.append_column("kind",
+                                          pa.array(["read"] * reads.num_rows, pa.string())))
     out: dict[tuple[str, int], bool] = {}
     for t in tables:
         cols = {c: t.column(c).to_pylist() for c in t.column_names}
@@ -400,8 +412,9 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
     passes in a loop passes one ``ClusterLookups`` to all of them).
 
     Spark work is kept to the judge (``groupBy().applyInPandas``, checkpointed), one
-    collect of what the driver needs from it (verdict totals, re-reads, status) and two
-    Delta appends (findings, then the state as the commit point). The partitions to look
+    collect of what the driver needs from it (verdict totals, row counts, re-reads,
+    status) and two Delta appends (findings, then the state as the commit point), each
+    committed from the driver with delta-rs when small. The partitions to look
     up are read on the driver, and the great-expectations check of the new acks runs there
     alongside the Spark work."""
     upgrade_tables(settings, ("acks", "consumed", "cluster_events", "findings", "audit_hot",
@@ -429,7 +442,7 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
     if _died_after(paths["findings"], progress.pass_id):
         DeltaTable.forPath(spark, paths["findings"]).delete(F.col("pass_id") >= pass_id)
 
-    frames, versions, added = _new_rows(spark, settings, progress)
+    frames, versions, new = _new_rows(spark, settings, progress)
     schema = _out_schema()
     hot_cols = set(column_names("audit_hot"))
     # the committed state: the rows of its generation (null-safe: tables from before them)
@@ -446,7 +459,7 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
     for p in parts[1:]:
         rows = rows.unionByName(p)
     clock.mark("prepare")
-    keys = _partitions(settings, progress, added)
+    keys = _partitions(settings, progress, new)
     cfg = audit_config(settings, *lookups.policies({t for t, _ in keys}))
     log_ends = lookups.log_ends([k for k, unplaced in keys.items() if unplaced])
     clock.mark("lookups")
@@ -473,7 +486,7 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
                             f"TIMESTAMP '{detected}' AS detected_at",
                             f"CAST({pass_id} AS BIGINT) AS pass_id"))
     counts = {r.kind: int(r["count"]) for r in small if r.row == "total"}
-    write_delta(findings, paths["findings"], "findings", settings.spark.driver_write_rows,
+    write_delta(findings, paths["findings"], "findings", settings.spark.driver_rows,
                 rows=out_rows.get("finding", 0))
 
     clock.mark("findings")
@@ -500,7 +513,7 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
     rewrite = pass_id % settings.audit.hot_rewrite_passes == 0 or (
         progress.pass_id > 0 and progress.generation is None)
     write_delta(hot.coalesce(1),  # one small file: the state is bounded by the unsettled window
-                paths["audit_hot"], "audit_hot", settings.spark.driver_write_rows,
+                paths["audit_hot"], "audit_hot", settings.spark.driver_rows,
                 rows=out_rows.get("hot", 0) + 1, mode="overwrite" if rewrite else "append")
 
     clock.mark("commit")

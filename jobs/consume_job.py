@@ -86,7 +86,7 @@ def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
                             batch_id)
                 return
         write_delta(fold_read_runs(batch_df, batch_id), table, "consumed",
-                    settings.spark.driver_write_rows, user_metadata=_marker(app_id, batch_id))
+                    settings.spark.driver_rows, user_metadata=_marker(app_id, batch_id))
 
     source = (
         spark.readStream.format("kafka")

@@ -106,8 +106,9 @@ def max_in_files(path: str, column: str) -> int | None:
     return pc.max(adds.column(name)).as_py()
 
 
-def files_added_since(path: str, version: int) -> tuple[int, list[str]]:
-    """The table's current version and the data files added after ``version`` (-1: all).
+def files_added_since(path: str, version: int) -> tuple[int, list[str], int | None]:
+    """The table's current version, the data files added after ``version`` (-1: all) and
+    their rows (from the Delta log's statistics; None if a file carries none).
 
     Exact for append-only tables (``acks``, ``consumed``): their files are only ever added.
     Paths are absolute.
@@ -119,12 +120,17 @@ def files_added_since(path: str, version: int) -> tuple[int, list[str]]:
     dt = DeltaTable(path)
     current = dt.version()
     if version >= current:
-        return current, []
-    files = set(dt.get_add_actions(flatten=True).column("path").to_pylist())
+        return current, [], 0
+    adds = pa.table(dt.get_add_actions(flatten=True))  # arro3 -> pyarrow
+    rows = dict(zip(adds.column("path").to_pylist(), adds.column("num_records").to_pylist(),
+                    strict=True))
     if version >= 0:
-        files -= set(DeltaTable(path, version=version).get_add_actions(flatten=True)
-                     .column("path").to_pylist())
-    return current, sorted(str(Path(path) / unquote(f)) for f in files)
+        for f in pa.table(DeltaTable(path, version=version).get_add_actions(flatten=True)
+                          ).column("path").to_pylist():
+            rows.pop(f, None)
+    counts = list(rows.values())
+    total = None if any(n is None for n in counts) else sum(counts)
+    return current, sorted(str(Path(path) / unquote(f)) for f in rows), total
 
 
 @dataclass(frozen=True)

@@ -94,7 +94,7 @@ def validate_new_acks(settings: Settings) -> int:
                                   done.column("table_version").to_pylist(), strict=True)
                 if t == "acks"]
     last = max(versions, default=-1)
-    current, files = files_added_since(acks_path, last)
+    current, files, _ = files_added_since(acks_path, last)
     if current <= last or not files:
         return 0
     # one scan of the new files, typed by the declared schema (a column an older file lacks

@@ -5,7 +5,7 @@ the data: a job, then the commit work on the driver (measured with Spark's event
 log: ``bench/audit_bench.py``). The range ledger keeps the outputs of a consume
 micro-batch or an audit pass small (thousands of runs for millions of records),
 so those are collected as Arrow and committed with delta-rs, in tens of
-milliseconds. An output over ``spark.driver_write_rows`` rows (runs as many as
+milliseconds. An output over ``spark.driver_rows`` rows (runs as many as
 records: no batching, interleaved producers) goes through Spark's writer, so the
 driver never holds more than that.
 

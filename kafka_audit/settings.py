@@ -72,7 +72,7 @@ class SparkSettings(BaseModel):
     shuffle_partitions: int = 4
     consume_trigger_seconds: float = 2
     max_offsets_per_trigger: int = Field(10_000_000, gt=0)
-    driver_write_rows: int = Field(200_000, ge=0)
+    driver_rows: int = Field(200_000, ge=0)
 
 
 class AuditSettings(BaseModel):

@@ -89,7 +89,7 @@ def test_spark_audit_equals_the_reference_on_random_histories(spark, tmp_path):
     # passes 2, 4 (the one that dies, a rewrite) and 6 write through Spark's Delta writer,
     # the others from the driver with delta-rs (pass 8 rewrites): both sinks are judged
     spark_writes = Settings(home=tmp_path, audit={**AUDIT, "hot_rewrite_passes": 4},
-                            spark={"driver_write_rows": 0})
+                            spark={"driver_rows": 0})
     histories = {f"h{i}": seeded_history(i, topics=("t", "c", "u")) for i in range(HISTORIES)}
     rows = sorted(((when, rename(row, name)) for name, (hist, _) in histories.items()
                    for when, row in hist), key=lambda x: x[0])
