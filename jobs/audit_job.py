@@ -499,8 +499,9 @@ def _judge_and_commit(spark, settings: Settings, now: datetime,
 
     clock.mark("reread")
     # 3. the commit point: the new state and the progress row, one generation, one commit.
-    # An append (one Spark job); every hot_rewrite_passes passes, and over a table from
-    # before generations, an overwrite that drops the older generations (five jobs).
+    # An append; every hot_rewrite_passes passes, and over a table from before
+    # generations, an overwrite that drops the older generations (through Spark's
+    # writer, for a state too large for the driver, an append is one job, an overwrite five).
     done = Progress(pass_id, versions.get("acks", -1), versions.get("consumed", -1))
     fields = spark_schema("audit_hot").fields
     marker = spark.range(1).select(F.lit("progress").alias("kind"), F.lit("").alias("topic"),

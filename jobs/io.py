@@ -89,6 +89,11 @@ def append_once(path: str, table: str, rows: list[dict], app_id: str, version: i
     return True
 
 
+def _add_actions(dt) -> pa.Table:
+    """The live files of a loaded ``DeltaTable`` with their statistics, one row each."""
+    return pa.table(dt.get_add_actions(flatten=True))  # delta-rs hands arro3: to pyarrow
+
+
 def max_in_files(path: str, column: str) -> int | None:
     """The largest value of a numeric ``column`` over the table's live files, from the file
     statistics in the Delta log (no data read); None if the table is empty or absent, and
@@ -97,7 +102,7 @@ def max_in_files(path: str, column: str) -> int | None:
 
     if not table_exists(path):
         return None
-    adds = pa.table(DeltaTable(path).get_add_actions(flatten=True))  # arro3 -> pyarrow
+    adds = _add_actions(DeltaTable(path))
     if adds.num_rows == 0:
         return None
     name = f"max.{column}"
@@ -121,12 +126,11 @@ def files_added_since(path: str, version: int) -> tuple[int, list[str], int | No
     current = dt.version()
     if version >= current:
         return current, [], 0
-    adds = pa.table(dt.get_add_actions(flatten=True))  # arro3 -> pyarrow
+    adds = _add_actions(dt)
     rows = dict(zip(adds.column("path").to_pylist(), adds.column("num_records").to_pylist(),
                     strict=True))
     if version >= 0:
-        for f in pa.table(DeltaTable(path, version=version).get_add_actions(flatten=True)
-                          ).column("path").to_pylist():
+        for f in _add_actions(DeltaTable(path, version=version)).column("path").to_pylist():
             rows.pop(f, None)
     counts = list(rows.values())
     total = None if any(n is None for n in counts) else sum(counts)

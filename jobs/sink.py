@@ -2,10 +2,10 @@
 
 Spark's Delta writer costs 0.4-0.9 s a write here whatever the size of the data:
 a job, then the commit work on the driver (measured with Spark's event log over
-``bench/audit_bench.py``'s tables; see the README). The range ledger keeps the outputs of a consume
-micro-batch or an audit pass small (thousands of runs for millions of records),
-so those are collected as Arrow and committed with delta-rs, in tens of
-milliseconds. An output over ``spark.driver_rows`` rows (runs as many as
+``bench/audit_bench.py``'s tables; see the README). The range ledger keeps the
+outputs of a consume micro-batch or an audit pass small (thousands of runs for
+millions of records), so those are collected as Arrow and committed with
+delta-rs, in tens of milliseconds. An output over ``spark.driver_rows`` rows (runs as many as
 records: no batching, interleaved producers) goes through Spark's writer, so the
 driver never holds more than that.
 
@@ -53,12 +53,14 @@ def _write_arrow(data: pa.Table, path: str, table: str, mode: str,
                  user_metadata: str | None) -> None:
     from deltalake import CommitProperties, DeltaTable, write_deltalake
 
-    exists = table_exists(path)
     # the table's own schema (nullability, order) when it has one: Spark creates its
-    # columns nullable, the declaration may not
-    schema = pa.schema(DeltaTable(path).schema().to_arrow()) if exists else arrow_schema(table)
+    # columns nullable, the declaration may not. The loaded table is written to as is
+    # (its log is read once a write: this runs every consume micro-batch)
+    target = DeltaTable(path) if table_exists(path) else None
+    schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
     data = data.select(schema.names).cast(schema)
-    write_deltalake(path, data, mode=mode, configuration=None if exists else _NEW_TABLE,
+    write_deltalake(path if target is None else target, data, mode=mode,
+                    configuration=_NEW_TABLE if target is None else None,
                     commit_properties=CommitProperties(
                         custom_metadata={"userMetadata": user_metadata}
                         if user_metadata is not None else None))

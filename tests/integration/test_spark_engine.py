@@ -86,8 +86,9 @@ def test_spark_audit_equals_the_reference_on_random_histories(spark, tmp_path):
     # the state is appended as a generation each pass and rewritten every 4th (the one that
     # dies, too), so both commit paths are judged against the reference
     settings = Settings(home=tmp_path, audit={**AUDIT, "hot_rewrite_passes": 4})
-    # passes 2, 4 (the one that dies, a rewrite) and 6 write through Spark's Delta writer,
-    # the others from the driver with delta-rs (pass 8 rewrites): both sinks are judged
+    # passes 2, 4 (the one that dies, a rewrite) and 6 read their new files and write through
+    # Spark, the others through the driver (pyarrow, delta-rs; pass 8 rewrites): both paths
+    # are judged
     spark_writes = Settings(home=tmp_path, audit={**AUDIT, "hot_rewrite_passes": 4},
                             spark={"driver_rows": 0})
     histories = {f"h{i}": seeded_history(i, topics=("t", "c", "u")) for i in range(HISTORIES)}
