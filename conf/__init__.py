@@ -1,0 +1,1 @@
+"""Import name ``kafka_audit.conf``: configuration files read as package data."""

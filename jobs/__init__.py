@@ -1,0 +1,1 @@
+"""Import name ``kafka_audit.jobs``: the Spark jobs, the watcher, the pure rules they share."""

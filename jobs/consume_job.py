@@ -1,8 +1,12 @@
 """Consume job: what is really in the audited topics, into the ``consumed`` table.
 
-* source: Spark Kafka source, ``subscribePattern`` (default: every topic not
-  starting with ``_``), ``startingOffsets=earliest``, ``includeHeaders=true``,
-  ``failOnDataLoss=false`` (truncated offsets are what we audit, not an error);
+* source: Spark Kafka source, reaching the cluster through the connection
+  profile, ``subscribePattern`` (default: the audited topics, :func:`audited_pattern`:
+  the profile's include/exclude patterns, or else the topics the instrumented
+  producers wrote to, from the ack ledger; never a topic starting with ``_``
+  unless included by name), ``startingOffsets=earliest``,
+  ``includeHeaders=true``, ``failOnDataLoss=false`` (truncated offsets are what we
+  audit, not an error);
 * sink: ``<warehouse>/consumed`` (Delta), one row per run of records
   (:func:`~kafka_audit.jobs.transforms.fold_read_runs`: one pass per task on the
   JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch``
@@ -16,7 +20,12 @@
   table state for every commit: 0.4-0.5 s a micro-batch here, measured);
 * checkpoint: ``<home>/checkpoints/consume``;
 * trigger: ``processingTime`` every ``spark.consume_trigger_seconds``, or
-  ``availableNow`` with ``--once`` (read to the current end, then stop).
+  ``availableNow`` with ``--once`` (read to the current end, then stop);
+* outages: :func:`run_consume` restarts a query that stopped on an error (every
+  broker unreachable for longer than the Kafka source retries) with a capped
+  doubling wait, logged once when it starts failing and once when it reads
+  again; ``<home>/status/consume.json`` holds the last progress and the lag in
+  offsets (health reads it).
 
 Command: ``kafka-audit consume [--once] [--topics PATTERN]``.
 """
@@ -25,19 +34,43 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
+from collections.abc import Callable
 
-from kafka_audit.jobs.io import table_exists, upgrade_table
 from kafka_audit.jobs.sink import write_delta
 from kafka_audit.jobs.transforms import fold_read_runs
+from kafka_audit.profile import spark_kafka_options
 from kafka_audit.settings import Settings
+from kafka_audit.store import check_table, commit_metadata
 
-__all__ = ["start_consume", "consume_app_id", "last_batch_written", "QUERY_NAME",
-           "DEFAULT_PATTERN"]
+__all__ = ["start_consume", "run_consume", "consume_app_id", "last_batch_written",
+           "QUERY_NAME", "DEFAULT_PATTERN"]
 
 log = logging.getLogger(__name__)
 
 QUERY_NAME = "kafka_audit_consume"
-DEFAULT_PATTERN = "[^_].*"
+#: every topic whose name does not start with "_" (internal and the auditor's own topics).
+#: Anchored: Spark finds a subscribe pattern anywhere in a name, so "[^_].*" alone
+#: matched "_kafka_audit_probe" from its second character
+DEFAULT_PATTERN = "^[^_].*$"
+
+
+def audited_pattern(settings: Settings) -> str:
+    """The subscribe pattern of the audited topics: the profile's ``topics.include``
+    patterns less its ``exclude`` ones, or, with no ``include``, the topics the ack ledger
+    holds (a pattern naming each; it grows as producers write to new topics). Topics
+    starting with ``_`` are audited only when an include pattern names them."""
+    from kafka_audit.profile import audited, topic_pattern
+    from kafka_audit.store import read_table
+
+    sel = settings.profile.topics
+    if sel.include:
+        inc = "|".join(f"(?:{p})" for p in sel.include)
+        exc = "|".join(f"(?:{p})" for p in sel.exclude)
+        return f"^(?!(?:{exc})$)(?:{inc})$" if exc else f"^(?:{inc})$"
+    ledger = read_table(settings.table_path("acks"), "acks", columns=["topic"])
+    topics = sorted(set(ledger.column("topic").unique().to_pylist()))
+    return topic_pattern(audited(sel, topics))
 
 
 def consume_app_id(settings: Settings) -> str:
@@ -51,29 +84,25 @@ def _marker(app_id: str, batch_id: int) -> str:
 
 def last_batch_written(table: str, app_id: str) -> int | None:
     """The last micro-batch of query ``app_id`` committed to ``table`` (newest commit first;
-    None if it never wrote one). Commits written with ``txnAppId`` by earlier versions of
-    this job count too."""
-    from deltalake import DeltaTable
-
-    if not table_exists(table):
-        return None
-    dt = DeltaTable(table)
-    legacy = dt.transaction_version(app_id)
-    for commit in dt.history():  # newest first
+    None if it never wrote one)."""
+    for meta in commit_metadata(table):
         try:
-            mark = json.loads(commit.get("userMetadata") or "null")
+            mark = json.loads(meta or "null")
         except ValueError:
             continue
         if isinstance(mark, dict) and mark.get("app") == app_id:
-            return max(int(mark["batch"]), -1 if legacy is None else legacy)
-    return legacy
+            return int(mark["batch"])
+    return None
 
 
-def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
-                  once: bool = False):
-    """Start the consume query; return the StreamingQuery."""
+def start_consume(spark, settings: Settings, pattern: str | None = None, once: bool = False,
+                  on_commit: Callable[[], None] | None = None):
+    """Start the consume query on ``pattern`` (default: :func:`audited_pattern`); return the
+    StreamingQuery. ``on_commit`` is called after each micro-batch committed to the table
+    (``kafka-audit run`` wakes the audit loop with it)."""
+    pattern = pattern or audited_pattern(settings)
     table = settings.table_path("consumed")
-    upgrade_table(table, "consumed")
+    check_table(table, "consumed")
     app_id = consume_app_id(settings)
     first = [True]
 
@@ -87,10 +116,18 @@ def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
                 return
         write_delta(fold_read_runs(batch_df, batch_id), table, "consumed",
                     settings.spark.driver_rows, user_metadata=_marker(app_id, batch_id))
+        if on_commit is not None:
+            on_commit()
 
     source = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
+        # a request to a broker that is up but not serving yet (restarting after a crash)
+        # waits out request.timeout.ms (30 s by default) before the client asks another: the
+        # whole micro-batch with it, and every loss of that fault for as long. The profile's
+        # java properties (below) override these
+        .option("kafka.request.timeout.ms", "5000")
+        .option("kafka.default.api.timeout.ms", "15000")
+        .options(**spark_kafka_options(settings.profile, settings.cluster.bootstrap))
         .option("subscribePattern", pattern)
         .option("startingOffsets", "earliest")
         .option("includeHeaders", "true")
@@ -107,3 +144,75 @@ def start_consume(spark, settings: Settings, pattern: str = DEFAULT_PATTERN,
     else:
         writer = writer.trigger(processingTime=f"{settings.spark.consume_trigger_seconds} seconds")
     return writer.start()
+
+
+def run_consume(spark, settings: Settings, pattern: str | None = None, once: bool = False,
+                stop: threading.Event | None = None,
+                on_commit: Callable[[], None] | None = None) -> None:
+    """Run the consume query until ``stop`` (or, with ``once``, until it has read to the
+    end), restarting it after an error; its progress goes to the status file. Without a
+    ``pattern``, the audited topics are looked up every ``spark.topic_refresh_seconds``:
+    when they change (a producer wrote to a new topic), the query restarts on the new
+    pattern from its checkpoint (the new topic's partitions start at their beginning).
+    ``on_commit``: see :func:`start_consume`."""
+    import time
+
+    from kafka_audit.status import Outage, StatusWriter
+
+    stop = stop or threading.Event()
+    restarts = 0  # queries started again after an error, shown in the status file
+    outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
+                    settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
+    while not stop.is_set():
+        query = None
+        try:
+            current = pattern or audited_pattern(settings)
+            query = start_consume(spark, settings, current, once=once, on_commit=on_commit)
+            seen, looked = None, time.monotonic()
+            while not stop.is_set():
+                done = query.awaitTermination(2)  # raises the query's error, if it failed
+                progress = query.lastProgress
+                if progress is not None and progress["timestamp"] != seen:
+                    seen = progress["timestamp"]
+                    outage.succeeded(restarts=restarts, **_progress_detail(progress))
+                if done:
+                    if once:
+                        return  # read to the end
+                    raise RuntimeError("the consume query stopped")  # restarted below
+                if pattern is None and time.monotonic() - looked > \
+                        settings.spark.topic_refresh_seconds:
+                    looked = time.monotonic()
+                    if audited_pattern(settings) != current:
+                        log.warning("consume: the audited topics changed; restarting on them")
+                        query.stop()
+                        break
+            else:
+                query.stop()
+                return
+        except Exception as exc:  # noqa: BLE001 - restarted after a wait, never dies of it
+            if once:
+                raise
+            if query is not None:
+                try:
+                    query.stop()
+                except Exception:  # noqa: BLE001 - it is being replaced anyway
+                    pass
+            stop.wait(outage.failed(exc))
+            restarts += 1
+
+
+def _progress_detail(progress) -> dict:
+    """Batch, time and lag in offsets (latest offsets minus the batch's end) of a progress."""
+    detail: dict = {"batch": progress["batchId"], "progress_at": progress["timestamp"]}
+    lag = 0
+    for source in progress["sources"] or []:
+        try:
+            end = json.loads(source["endOffset"] or "{}")
+            latest = json.loads(source["latestOffset"] or "{}")
+        except (TypeError, ValueError):
+            continue
+        for topic, parts in latest.items():
+            for part, offset in parts.items():
+                lag += max(0, int(offset) - int(end.get(topic, {}).get(part, offset)))
+    detail["lag_offsets"] = lag
+    return detail

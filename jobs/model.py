@@ -10,20 +10,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
-__all__ = ["AckRun", "ReadRun", "ClusterEvent", "Finding", "Clock", "Reread",
-           "StampKey", "REJECTING_ERRORS"]
+__all__ = ["AckRun", "ReadRun", "ClusterEvent", "Finding", "Clock", "Reread", "StampKey"]
 
 StampKey = tuple[str, str, int]  # (producer_id, run_id, seq)
-
-#: errors with which the cluster refused a write (it chose consistency): an availability
-#: event, never a loss (librdkafka error names)
-REJECTING_ERRORS = frozenset({
-    "NOT_ENOUGH_REPLICAS", "POLICY_VIOLATION", "INVALID_REQUIRED_ACKS",
-    "MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD",
-    "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "UNKNOWN_TOPIC_OR_PART",
-    "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "INVALID_MSG_SIZE", "_MSG_TIMED_OUT_QUEUED",
-})
-
 
 @dataclass(frozen=True)
 class AckRun:
@@ -119,6 +108,8 @@ class ClusterEvent:
     isr: tuple[int, ...] | None = None
     previous_isr: tuple[int, ...] | None = None
     replicas: tuple[int, ...] | None = None  # None: unknown, taken as replicated
+    until: datetime | None = None  # watcher_blind: the end of the gap (None: still blind)
+    log_end: int | None = None  # log_end_drop: the log end it went back to
 
 
 @dataclass(frozen=True)

@@ -21,9 +21,9 @@ from datetime import UTC, datetime
 import pandas as pd
 import pyarrow.dataset as ds
 
-from kafka_audit.jobs.io import append_rows, files_added_since, read_table, table_exists
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.settings import Settings
+from kafka_audit.store import append_rows, files_added_since, read_table, table_exists
 
 __all__ = ["validate_new_acks", "validate_acks_frame"]
 

@@ -32,8 +32,14 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
                        log_ends: Callable[[str, int, datetime], int | None] | None = None
                        ) -> list[Message]:
     """``log_ends(topic, partition, now)``: the partition's log end seen by a pass (None:
-    unknown); a failed write's horizon is the first one known after its report."""
+    unknown); a failed write's horizon is the first one known after its report.
+
+    Each pass, per partition: first every unjudged write gets its own verdict and its
+    copies; then the writes confirmed now, from the highest offset down, are held while a
+    lower-seq write of their run acked above them is still unjudged, else confirmed, and
+    ``reordered`` if a lower-seq write of their run was confirmed above them (ever)."""
     judged: set[tuple[str, int, str, str, int]] = set()
+    confirmed_at: dict[tuple[str, int, str, str], list[tuple[int, int]]] = defaultdict(list)
     horizons: dict[tuple[str, int, str, str, int], int] = {}
     observations: dict[tuple[str, int], list[tuple[int, datetime]]] = defaultdict(list)
     out: list[Message] = []
@@ -45,6 +51,7 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
         parts = sorted({(r.topic, r.partition) for r in [*acks, *reads]})
         for key in parts:
             p_reads = [r for r in reads if (r.topic, r.partition) == key]
+            at_offsets = rules._Intervals(p_reads, lambda r: r.offset, lambda r: r.count)
             p_events = [e for e in events if (e.topic, e.partition) == key]
             stream = [r.end for r in p_reads if r.source == "stream"]
             if stream:
@@ -55,25 +62,24 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
                            for i in range(a.count)), key=lambda m: (not m[2].placed,
                                                                     m[0], m[1]))
             log_end = log_ends(*key, now) if log_ends else None
+            confirmed_now: list[tuple[int, int, AckRun, tuple[int, ...]]] = []
             for x, seq, a in msgs:
                 mid = (a.topic, a.partition, a.producer_id, a.run_id, seq)
                 if mid in judged:
                     continue
                 stamp = (a.producer_id, a.run_id, seq)
-                copies = sorted({r.offset + seq - r.seq for r in p_reads
-                                 if r.stamped and r.producer_id == a.producer_id
-                                 and r.run_id == a.run_id and r.seq <= seq < r.seq + r.count})
                 if not a.placed:
                     if mid not in horizons and log_end is not None:
                         horizons[mid] = log_end
                     if a.partition >= 0 and (mid not in horizons or settled < horizons[mid]):
                         continue
-                    v = rules.judge_failed(a.error or "NO_OFFSET", copies)
+                    found, _ = rules.duplicate_cases(stamp, None, p_reads, at_offsets, ())
+                    v = rules.judge_failed(a.error or rules.NO_OFFSET, found)
                     judged.add(mid)
                     out.append((v.kind, v.subkind, None, *key, None, *stamp, None))
-                    if len(copies) > 1:
+                    if len(found) > 1:
                         out.append(("duplicate", None, None, *key, None, *stamp,
-                                    tuple(copies)))
+                                    tuple(found)))
                     continue
                 if x >= settled:
                     continue
@@ -87,17 +93,44 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
                 v = rules.judge_write(stamp, x, views, changes, compacted)
                 if v.kind is None:
                     continue
+                copies, unsure = rules.duplicate_cases(stamp, x, p_reads, at_offsets, changes)
+                if unsure:
+                    continue
+                if v.kind == "confirmed":
+                    confirmed_now.append((x, seq, a, tuple(copies)))
+                    continue
                 judged.add(mid)
-                if any(s2 < seq and x2 > x for x2, s2, b in msgs if b.placed
-                       and (b.producer_id, b.run_id) == (a.producer_id, a.run_id)):
-                    out.append(("reordered", None, None, *key, x, *stamp, None))
-                others = tuple(c for c in copies if c != x)
-                if others:
-                    out.append(("duplicate", None, None, *key, x, *stamp, others))
-                cause = (rules.likely_cause(a, p_events)
+                if len(copies) >= 2:
+                    out.append(("duplicate", None, None, *key, x, *stamp, tuple(copies)))
+                cause = (rules.likely_cause(a, p_events, now)
                          if v.kind in ("lost", "lost_after_seen") else None)
                 out.append((v.kind, v.subkind, cause, *key, x, *stamp, None))
-    return sorted(out, key=repr)
+            # the writes still unjudged: a lower-seq one above a confirmed write holds it
+            candidates = {(x, seq, a.producer_id, a.run_id) for x, seq, a, _c in confirmed_now}
+            unjudged = [(x, seq, a.producer_id, a.run_id) for x, seq, a in msgs if a.placed
+                        and (a.topic, a.partition, a.producer_id, a.run_id, seq) not in judged
+                        and (x, seq, a.producer_id, a.run_id) not in candidates]
+            for x, seq, a, copies in sorted(confirmed_now, key=lambda m: (m[0], m[1]),
+                                            reverse=True):
+                run = (a.producer_id, a.run_id)
+                if any(s2 < seq and x2 > x and (p2, r2) == run for x2, s2, p2, r2 in unjudged):
+                    unjudged.append((x, seq, *run))
+                    continue
+                stamp = (a.producer_id, a.run_id, seq)
+                judged.add((*key, *stamp))
+                mine = confirmed_at[(*key, *run)]
+                if any(s2 < seq and x2 > x for x2, s2 in mine):
+                    out.append(("reordered", None, None, *key, x, *stamp, None))
+                if copies:
+                    out.append(("duplicate", None, None, *key, x, *stamp, copies))
+                out.append(("confirmed", None, None, *key, x, *stamp, None))
+                mine.append((x, seq))
+    return sorted(map(_plain, out), key=repr)
+
+
+def _plain(m: Message) -> Message:
+    """Kinds, sub-kinds and causes as plain strings (a ``StrEnum``'s repr names its class)."""
+    return tuple(str(v) if isinstance(v, str) else v for v in m)
 
 
 def finding_messages(findings) -> list[Message]:
@@ -110,6 +143,6 @@ def finding_messages(findings) -> list[Message]:
             if f.kind == "duplicate":
                 extra = tuple(c + i for c in f.evidence["also_read_at"])
             kind_cause = f.cause if f.kind in ("lost", "lost_after_seen") else None
-            out.append((f.kind, f.subkind, kind_cause, f.topic, f.partition, off,
-                        f.producer_id, f.run_id, f.seq + i, extra))
+            out.append(_plain((f.kind, f.subkind, kind_cause, f.topic, f.partition, off,
+                               f.producer_id, f.run_id, f.seq + i, extra)))
     return sorted(out, key=repr)

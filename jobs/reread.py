@@ -22,14 +22,13 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
-import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from kafka_audit.clients import consumer_config
 from kafka_audit.jobs.model import ReadRun, Reread
-from kafka_audit.schemas.stamp import HEADER, StampError, parse_stamp
+from kafka_audit.schemas.stamp import MALFORMED, NO_STAMP, StampError, checksum_ok, stamp_of_headers
 
 __all__ = ["Record", "fold_records", "reread"]
 
@@ -48,17 +47,16 @@ class Record:
 
 
 def _record(msg) -> Record:
+    """One record read, classified by the stamp rule (``schemas/stamp.py``)."""
     epoch = msg.leader_epoch()
-    for k, v in msg.headers() or []:
-        if k == HEADER:
-            try:
-                s = parse_stamp(v)
-            except StampError as exc:
-                return Record(msg.offset(), None, None, None, None, epoch,
-                              f"malformed stamp: {exc}")
-            ok = zlib.crc32(msg.value() or b"") == s.checksum
-            return Record(msg.offset(), s.producer_id, s.run_id, s.seq, ok, epoch)
-    return Record(msg.offset(), None, None, None, None, epoch, f"no {HEADER} header")
+    try:
+        s = stamp_of_headers(msg.headers())
+    except StampError as exc:
+        return Record(msg.offset(), None, None, None, None, epoch, f"{MALFORMED}: {exc}")
+    if s is None:
+        return Record(msg.offset(), None, None, None, None, epoch, NO_STAMP)
+    return Record(msg.offset(), s.producer_id, s.run_id, s.seq, checksum_ok(s, msg.value()),
+                  epoch)
 
 
 def fold_records(req: Reread, records: Iterable[Record], low: int, high: int,
@@ -105,18 +103,15 @@ def fold_records(req: Reread, records: Iterable[Record], low: int, high: int,
     return runs
 
 
-def reread(bootstrap: str, requests: Sequence[Reread], timeout: float = 30.0) -> list[ReadRun]:
-    """Read every requested range directly from the cluster; one answer per offset asked."""
+def reread(cluster: dict, requests: Sequence[Reread], timeout: float = 30.0) -> list[ReadRun]:
+    """Read every requested range directly from the cluster (``cluster``: its client
+    properties, :func:`~kafka_audit.clients.cluster_config`); one answer per offset asked."""
     from confluent_kafka import Consumer
-
-    from kafka_audit.clients import client_logger
 
     if not requests:
         return []
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": f"kafka-audit-reread-{uuid.uuid4()}",
-                  "enable.auto.commit": False, "auto.offset.reset": "error",
-                  "enable.partition.eof": True, "isolation.level": "read_uncommitted",
-                  "logger": client_logger()})
+    c = Consumer(consumer_config(cluster, "kafka-audit-reread", **{
+        "auto.offset.reset": "error", "enable.partition.eof": True}))
     out: list[ReadRun] = []
     try:
         for req in requests:

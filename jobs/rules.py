@@ -29,11 +29,20 @@ consumer miss is never reported as broker loss), and a write acked within
 (so truncation after a fail-over is caught even when the consume job had
 already read ``w`` from the old leader).
 
-Secondary anomalies, found when a write is judged:
+Secondary anomalies (annotations beside a write's own verdict), read from what
+sits in the log, never from acks alone: an ack says where a write was put, and
+after a fail-over the old leader's acks for truncated offsets say where lost
+writes *were*, not where anything *is*.
 
-* **duplicate**: ``w``'s stamp was read at another offset too;
-* **reordered**: a write of the same producer run with a lower seq sits at a
-  higher offset of the partition (sequence order and offset order disagree).
+* **duplicate** (:func:`duplicate_cases`): ``w``'s stamp sits at two or more
+  offsets: its acked one if confirmed there, and every other offset where it was
+  read and the latest read there still shows it (a copy read before a leader
+  change is read again first);
+* **reordered** (:func:`reorder_witness`): ``w`` is confirmed at ``x`` and a
+  write of the same producer run with a lower seq is confirmed at its own acked
+  offset, above ``x``. A confirmed write waits while such a lower-seq write
+  acked above it is still pending: found there it is a witness, lost there it is
+  none. So the confirmed writes of a pass are decided from the highest offset down.
 
 Failed delivery reports (and successful ones that name no offset, as with
 ``acks=0``) are judged once the settled frontier has passed their *horizon*,
@@ -52,11 +61,10 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs.model import (
-    REJECTING_ERRORS,
     AckRun,
     Clock,
     ClusterEvent,
@@ -65,11 +73,33 @@ from kafka_audit.jobs.model import (
     Reread,
     StampKey,
 )
+from kafka_audit.schemas.verdicts import (
+    CAUSE_SLACK,
+    LOSSES,
+    REJECTING_ERRORS,
+    Cause,
+    Kind,
+    Subkind,
+)
 
 __all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "judge_partition",
-           "likely_cause", "Verdict", "Judgement", "retained_reads", "coalesce_rereads"]
+           "likely_cause", "duplicate_cases", "reorder_witness", "Verdict", "Judgement",
+           "retained_reads", "coalesce_rereads"]
 
+#: of two reads made at one instant, the direct re-read is the later word: it was asked
+#: for because the stream's view was in doubt
 _SOURCE_RANK = {"stream": 0, "reread": 1}
+#: the events that replace a partition's leader (or leave it without one)
+LEADER_CHANGES = ("leader_change", "offline")
+#: a gap in the watcher's observation (``jobs/watcher.py``): nothing was seen in it
+BLIND = "watcher_blind"
+#: a partition's log end (high watermark) went back: acknowledged data left the log
+LOG_END_DROP = "log_end_drop"
+#: a failed report (or a success without an offset) is judged with this error name
+NO_OFFSET = "NO_OFFSET"
+#: why a copy of a write is read again: it was read before a leader change that may have
+#: truncated it, so it may sit nowhere now
+COPY_CHANGED = "copy read before a leader change"
 
 
 def settled_frontier(observations: Iterable[tuple[int, datetime]], now: datetime,
@@ -91,23 +121,48 @@ def settled_frontier(observations: Iterable[tuple[int, datetime]], now: datetime
     return best, at
 
 
-def likely_cause(ack: AckRun, events: Sequence[ClusterEvent]) -> str:
+def likely_cause(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> str:
     """Attribute a loss from the evidence only: the write's durability and the first
-    leader change after it (the most specific explanation wins)."""
-    after = ack.first_ack - timedelta(seconds=5)
-    changes = sorted((e for e in events if e.kind in ("leader_change", "offline")
+    leader change after it (the most specific explanation wins).
+
+    Where the watcher was blind (a ``watcher_blind`` gap) between the ack and that change
+    (or ``now``, with none), the cause says so: what happened there was not observed
+    (``unknown: watcher blind 12:01:05-12:01:40``, or the cause with the gap beside it).
+    """
+    after = ack.first_ack - CAUSE_SLACK
+    changes = sorted((e for e in events if e.kind in LEADER_CHANGES
                       and e.event_time >= after), key=lambda e: e.event_time)
+    cause = _cause_of(ack, changes, events)
+    end = changes[0].event_time if changes else now
+    gaps = sorted((e.event_time, e.until) for e in events if e.kind == BLIND
+                  and e.event_time <= end and (e.until is None or e.until >= after))
+    if not gaps:
+        return cause
+    blind = "watcher blind " + ", ".join(
+        f"{a:%H:%M:%S}-{b:%H:%M:%S}" if b is not None else f"since {a:%H:%M:%S}"
+        for a, b in gaps)
+    return f"{Cause.unknown}: {blind}" if cause == Cause.unknown else f"{cause} ({blind})"
+
+
+def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
+              events: Sequence[ClusterEvent]) -> str:
+    """The most specific explanation the events give (the definition, in this order)."""
     if not changes:
-        return "unknown"
+        return Cause.unknown
     if ack.acks in ("0", "1"):
-        return "acks=1 fail-over"
+        return Cause.acks1_failover
     first = [e for e in changes if e.event_time == changes[0].event_time]  # unordered ties
+    if any(e.kind == LOG_END_DROP and e.log_end == 0 and e.event_time >= ack.first_ack
+           for e in events):
+        return Cause.disk_loss  # a replica came back empty and leads
     if any(e.previous_isr is not None and len(e.previous_isr) <= 1 for e in first):
-        return "ISR shrunk to leader then leader lost"
+        return Cause.isr_shrunk
     if any(e.previous_isr is not None and e.leader is not None and e.leader >= 0
            and e.leader not in e.previous_isr for e in first):
-        return "unclean election"
-    return "unknown"
+        return Cause.unclean_election
+    if any(e.kind == "offline" for e in first):
+        return Cause.simultaneous_crash  # every replica down, back without the write
+    return Cause.unknown
 
 
 @dataclass(frozen=True)
@@ -126,7 +181,7 @@ def _views(reads: Iterable[ReadRun], x: int) -> list[View]:
     return vs
 
 
-def _copies(reads: Iterable[ReadRun], stamp: StampKey) -> list[int]:
+def _read_at(reads: Iterable[ReadRun], stamp: StampKey) -> list[int]:
     """Every offset a record with ``stamp`` was read at."""
     p, r, s = stamp
     return sorted({rr.offset + s - rr.seq for rr in reads
@@ -147,7 +202,7 @@ class Verdict:
 def _relevant_changes(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: datetime,
                       lookback: float) -> list[ClusterEvent]:
     w = timedelta(seconds=lookback)
-    return [e for e in events if e.kind in ("leader_change", "offline")
+    return [e for e in events if e.kind in LEADER_CHANGES
             and first_ack - w <= e.event_time <= last_ack + w]
 
 
@@ -180,11 +235,10 @@ def change_gate(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: d
     if not marks:
         return changes, None
     since = max(last_ack, *(e.event_time for e in marks))
-    if not any(e.event_time > since and (len(e.isr or ()) >= 2
-                                         or e.kind in ("leader_change", "offline"))
+    if not any(e.event_time > since and (len(e.isr or ()) >= 2 or e.kind in LEADER_CHANGES)
                for e in events):
         return changes, "acked while the ISR was the leader alone: at risk until it grows"
-    later = [e for e in events if e.kind in ("leader_change", "offline")
+    later = [e for e in events if e.kind in LEADER_CHANGES
              and e.event_time >= first_ack - w and e not in changes]
     return [*changes, *later], None
 
@@ -201,21 +255,20 @@ def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequenc
     if records:
         last = records[-1]
         if last.status == "record" and last.stamp == stamp:
-            kind, sub = "confirmed", None
+            kind, sub = Kind.confirmed, None
         elif any(v.status == "record" and v.stamp == stamp for v in records):
-            kind, sub = "lost_after_seen", None
+            kind, sub = Kind.lost_after_seen, None
         elif any(v.status == "record" for v in records):
-            kind, sub = "lost", "overwritten"
+            kind, sub = Kind.lost, Subkind.overwritten
         else:
-            kind, sub = "lost", "vanished"
+            kind, sub = Kind.lost, Subkind.vanished
     elif any(v.status == "expired" for v in views):
-        kind, sub = "unverified", "retention"
+        kind, sub = Kind.unverified, Subkind.retention
     elif any(v.status == "absent" for v in views):
-        kind, sub = "unverified", "compacted"
+        kind, sub = Kind.unverified, Subkind.compacted
     else:
         return Verdict(None, hold="no read of the offset")
-    if kind != "confirmed" and kind != "unverified" \
-            and not any(v.source == "reread" for v in views):
+    if kind in LOSSES and not any(v.source == "reread" for v in views):
         return Verdict(None, hold="loss needs a direct re-read")
     for e in changes:
         if not any(v.read_time > e.event_time for v in views):
@@ -229,11 +282,11 @@ def judge_write(stamp: StampKey, x: int, views: Sequence[View], changes: Sequenc
 def judge_failed(error: str, present_at: Sequence[int]) -> Verdict:
     """The verdict on one write whose delivery report failed (the definition)."""
     if present_at:
-        return Verdict("indeterminate", "present", evidence={"error": error,
-                                                             "found_at": list(present_at)})
+        return Verdict(Kind.indeterminate, Subkind.present,
+                       evidence={"error": error, "found_at": list(present_at)})
     if error in REJECTING_ERRORS:
-        return Verdict("rejected", None, evidence={"error": error})
-    return Verdict("indeterminate", "absent", evidence={"error": error})
+        return Verdict(Kind.rejected, None, evidence={"error": error})
+    return Verdict(Kind.indeterminate, Subkind.absent, evidence={"error": error})
 
 
 @dataclass
@@ -253,8 +306,9 @@ def _cuts(start: int, stop: int, points: Iterable[int]) -> list[int]:
     return sorted({start, stop, *(p for p in points if start < p < stop)})
 
 
-def _later_lower(x: int, s: int, runs: Sequence[AckRun]) -> tuple[int, int] | None:
-    """A write in ``runs`` with seq below ``s`` at an offset above ``x`` (seq, offset)."""
+def reorder_witness(x: int, s: int, runs: Sequence[AckRun]) -> tuple[int, int] | None:
+    """A write in ``runs`` with seq below ``s`` at an offset above ``x`` (seq, offset): the
+    lowest such seq. Its presence makes the write ``s`` at ``x`` reordered."""
     best = None
     for b in runs:
         lo, hi = max(0, x - b.offset + 1), min(b.count, s - b.seq)  # type: ignore[operator]
@@ -294,11 +348,11 @@ class _Intervals:
 
 
 class _Written:
-    """One producer run's successful ack runs, for reorder witnesses.
+    """One producer run's successful ack runs, for reorder witnesses and holds.
 
     ``candidates(a)``: every other run holding a seq below ``a``'s last at an
-    offset above ``a``'s first (only those can witness a reorder inside ``a``),
-    found by walking back from ``a``'s seqs while a prefix maximum allows one.
+    offset above ``a``'s first (only those can witness or hold a reorder inside
+    ``a``), found by walking back from ``a``'s seqs while a prefix maximum allows one.
     """
 
     def __init__(self, runs: Sequence[AckRun]) -> None:
@@ -320,23 +374,51 @@ class _Written:
         return out
 
 
+class _Decided:
+    """One producer run's confirmed pieces decided in this pass's second phase, or held
+    back in it: taken in descending offset order, so a piece's witnesses and holds among
+    them lie above it. ``above(a)`` is what may witness or hold inside ``a``: every piece
+    when all lie above ``a`` (the rule), else those :class:`_Written` would name."""
+
+    def __init__(self) -> None:
+        self.runs: list[AckRun] = []
+        self._lowest_start: int | None = None
+        self._lowest_seq: AckRun | None = None
+
+    def add(self, a: AckRun) -> None:
+        self.runs.append(a)
+        assert a.offset is not None
+        if self._lowest_start is None or a.offset < self._lowest_start:
+            self._lowest_start = a.offset
+        if self._lowest_seq is None or a.seq < self._lowest_seq.seq:
+            self._lowest_seq = a
+
+    def above(self, a: AckRun) -> list[AckRun]:
+        if self._lowest_start is None:
+            return []
+        if self._lowest_start >= a.end:  # all above a: the lowest seq answers for all
+            return [self._lowest_seq] if self._lowest_seq is not None else []
+        return _Written(self.runs).candidates(a)  # overlapping ranges: rare, exact
+
+
 def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
                     judged: Sequence[AckRun], events: Sequence[ClusterEvent],
                     clock: Clock) -> Judgement:
-    """Judge every settled write of one partition, run by run.
+    """Judge every settled write of one partition, run by run, in two phases.
 
     ``acks``: the partition's unjudged ack runs; ``reads``: the read runs kept;
-    ``judged``: successful ack runs judged recently (for ``reordered``);
-    ``events``: the partition's cluster events known now. Returns the findings,
-    the ack runs (or pieces) still pending, the runs judged now and re-read requests.
+    ``judged``: runs confirmed recently (witnesses of ``reordered``); ``events``:
+    the partition's cluster events known now. Returns the findings, the ack runs
+    (or pieces) still pending, the runs confirmed now and re-read requests.
+
+    First every settled write gets its own verdict (:func:`judge_write`) and its
+    copies (:func:`copies_in_log`); then the confirmed ones are taken from the
+    highest offset down for ``reordered`` (:func:`reorder_witness`), each held
+    while a lower-seq write of its run acked above it is still pending.
     """
     out = Judgement()
     ok = sorted((a for a in acks if a.placed), key=lambda a: (a.offset, a.seq))
     failed = sorted((a for a in acks if not a.placed), key=lambda a: a.seq)
-    by_run: dict[tuple[str, str], list[AckRun]] = {}
-    for a in [*ok, *judged]:
-        by_run.setdefault((a.producer_id, a.run_id), []).append(a)
-    written = {k: _Written(v) for k, v in by_run.items()}
     at_offsets = _Intervals(reads, lambda r: r.offset, lambda r: r.count)
     stamped: dict[tuple[str | None, str | None], list[ReadRun]] = {}
     for r in reads:
@@ -344,11 +426,14 @@ def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
             stamped.setdefault((r.producer_id, r.run_id), []).append(r)
     by_seq = {k: _Intervals(v, lambda r: r.seq, lambda r: r.count) for k, v in stamped.items()}
     none = _Intervals([], lambda r: 0, lambda r: 0)
+    confirmed: list[_Candidate] = []
     for a in ok:
-        key = (a.producer_id, a.run_id)
-        _judge_ok_run(a, at_offsets, by_seq.get(key, none), written[key], events, clock, out)
+        _judge_ok_run(a, at_offsets, by_seq.get((a.producer_id, a.run_id), none), events,
+                      clock, out, confirmed)
     for a in failed:
-        _judge_failed_run(a, by_seq.get((a.producer_id, a.run_id), none), clock, out)
+        _judge_failed_run(a, at_offsets, by_seq.get((a.producer_id, a.run_id), none), clock,
+                          out)
+    _decide_confirmed(confirmed, judged, out)
     for a in out.acks:
         out.pending += a.count
         if a.placed:
@@ -361,8 +446,33 @@ def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
     return out
 
 
-def _judge_ok_run(a: AckRun, at_offsets: _Intervals, by_seq: _Intervals, written: _Written,
-                  events: Sequence[ClusterEvent], clock: Clock, out: Judgement) -> None:
+@dataclass(frozen=True)
+class _Candidate:
+    """A piece confirmed in the first phase, with its copies elsewhere in the log (offsets
+    of its first write; the others' are shifted alike)."""
+
+    piece: AckRun
+    copies: tuple[int, ...]
+
+
+def _copy_points(base: int, a: AckRun, mine: Sequence[ReadRun], at_offsets: _Intervals
+                 ) -> list[int]:
+    """Positions where the copies of ``a``'s writes, or the views at those copies, may
+    change (``base``: the position of ``a``'s first write: its offset, or its seq for a
+    failed run): the bounds of the stamped runs ``mine`` and of every read over them."""
+    points = []
+    for r in mine:
+        assert r.seq is not None
+        shift = base + r.seq - a.seq  # the position of r's first seq in a
+        points += [shift, shift + r.count]
+        for q in at_offsets.overlapping(r.offset, r.end):
+            points += [shift + q.offset - r.offset, shift + q.end - r.offset]
+    return points
+
+
+def _judge_ok_run(a: AckRun, at_offsets: _Intervals, by_seq: _Intervals,
+                  events: Sequence[ClusterEvent], clock: Clock, out: Judgement,
+                  confirmed: list[_Candidate]) -> None:
     o, n = a.offset, a.count
     assert o is not None
     stop = min(a.end, clock.settled_frontier)
@@ -371,18 +481,15 @@ def _judge_ok_run(a: AckRun, at_offsets: _Intervals, by_seq: _Intervals, written
         return
     if stop < a.end:
         out.acks.append(a.piece(stop - o, n))
-    here = at_offsets.overlapping(o, stop)
-    mine = by_seq.overlapping(a.seq, a.seq + n)
-    others = written.candidates(a)
-    points = [p for r in here for p in (r.offset, r.end)]
-    points += [p for r in mine for p in (o + r.seq - a.seq, o + r.seq + r.count - a.seq)]
-    points += _reorder_cuts(a, others)
     changes, exposed = change_gate(events, a.first_ack, a.last_ack, clock.lookback_seconds)
     if exposed:  # no re-read helps until the ISR grows or the leader changes
         out.acks.append(a.piece(0, stop - o))
         return
+    here = at_offsets.overlapping(o, stop)
+    mine = by_seq.overlapping(a.seq, a.seq + n)
+    points = [p for r in here for p in (r.offset, r.end)]
+    points += _copy_points(o, a, mine, at_offsets)
     cuts = _cuts(o, stop, points)
-    confirmed: list[tuple[int, int]] = []  # contiguous confirmed pieces, merged
     for lo, hi in zip(cuts, cuts[1:], strict=False):
         stamp = (a.producer_id, a.run_id, a.seq + lo - o)
         v = judge_write(stamp, lo, _views(here, lo), changes, clock.compacted)
@@ -390,51 +497,140 @@ def _judge_ok_run(a: AckRun, at_offsets: _Intervals, by_seq: _Intervals, written
             out.acks.append(a.piece(lo - o, hi - o))
             out.rereads.append(Reread(a.topic, a.partition, lo, hi, v.hold or ""))
             continue
-        out.judged.append(a.piece(lo - o, hi - o))
-        witness = _later_lower(lo, stamp[2], others)
-        if witness is not None:
-            out.findings.append(Finding(
-                "reordered", a.topic, a.partition, a.producer_id, a.run_id, stamp[2], lo,
-                hi - lo, ack_time=a.first_ack,
-                evidence={"lower_seq": witness[0], "at_higher_offset": witness[1]}))
-        copies = [c for c in _copies(mine, stamp) if c != lo]
-        if copies:
-            out.findings.append(Finding(
-                "duplicate", a.topic, a.partition, a.producer_id, a.run_id, stamp[2], lo,
-                hi - lo, ack_time=a.first_ack,
-                evidence={"acked_offset": lo, "also_read_at": copies}))
-        if v.kind == "confirmed":
-            if confirmed and confirmed[-1][1] == lo:
-                confirmed[-1] = (confirmed[-1][0], hi)
-            else:
-                confirmed.append((lo, hi))
+        copies, unsure = duplicate_cases(stamp, lo, mine, at_offsets, changes)
+        if unsure:  # a copy read before a leader change: read it again first
+            out.acks.append(a.piece(lo - o, hi - o))
+            out.rereads += [Reread(a.topic, a.partition, c, c + hi - lo, COPY_CHANGED)
+                            for c in unsure]
             continue
-        cause = likely_cause(a, events) if v.kind in ("lost", "lost_after_seen") else None
-        out.findings.append(Finding(
-            v.kind, a.topic, a.partition, a.producer_id, a.run_id, stamp[2], lo, hi - lo,
-            v.subkind, a.first_ack, cause,
-            {**v.evidence, "acks": a.acks, "settled_frontier": clock.settled_frontier}))
-    for lo, hi in confirmed:
-        out.findings.append(Finding("confirmed", a.topic, a.partition, a.producer_id, a.run_id,
-                                    a.seq + lo - o, lo, hi - lo, ack_time=a.first_ack))
+        if v.kind == Kind.confirmed:  # decided with its reorder witnesses, below
+            confirmed.append(_Candidate(a.piece(lo - o, hi - o), tuple(copies)))
+            continue
+        out.findings.append(_finding(
+            a, v.kind, lo - o, hi - lo, subkind=v.subkind,
+            cause=likely_cause(a, events, clock.now) if v.kind in LOSSES else None,
+            evidence={**v.evidence, "acks": a.acks, "settled_frontier": clock.settled_frontier}))
+        if len(copies) >= 2:  # not at its acked offset, but twice elsewhere
+            out.findings.append(_finding(a, Kind.duplicate, lo - o, hi - lo, evidence={
+                "acked_offset": lo, "also_read_at": copies}))
 
 
-def _judge_failed_run(a: AckRun, by_seq: _Intervals, clock: Clock, out: Judgement) -> None:
+def _decide_confirmed(confirmed: list[_Candidate], judged: Sequence[AckRun],
+                      out: Judgement) -> None:
+    """The second phase: each confirmed piece, from the highest offset down, is held while a
+    lower-seq write of its run acked above it is pending (that write may yet be confirmed
+    there, a reorder, or be lost there, no reorder), else confirmed with its witnesses:
+    lower-seq writes of its run confirmed above it, now or in an earlier pass."""
+    by_run: dict[tuple[str, str], list[AckRun]] = {}
+    for p in out.acks:
+        if p.placed:
+            by_run.setdefault((p.producer_id, p.run_id), []).append(p)
+    still = {k: _Written(v) for k, v in by_run.items()}
+    by_run = {}
+    for j in judged:
+        by_run.setdefault((j.producer_id, j.run_id), []).append(j)
+    earlier = {k: _Written(v) for k, v in by_run.items()}
+    nothing = _Written([])
+    held: dict[tuple[str, str], _Decided] = {}
+    accepted: dict[tuple[str, str], _Decided] = {}
+    for c in sorted(confirmed, key=lambda c: (c.piece.offset, c.piece.seq), reverse=True):
+        a = c.piece
+        key, o = (a.producer_id, a.run_id), a.offset
+        assert o is not None
+        held_here, accepted_here = held.setdefault(key, _Decided()), \
+            accepted.setdefault(key, _Decided())
+        holds = [*still.get(key, nothing).candidates(a), *held_here.above(a)]
+        witnesses = [*earlier.get(key, nothing).candidates(a), *accepted_here.above(a)]
+        cuts = _cuts(o, a.end, [*_reorder_cuts(a, holds), *_reorder_cuts(a, witnesses)])
+        kept, taken = [], []
+        for lo, hi in zip(cuts, cuts[1:], strict=False):
+            s, piece = a.seq + lo - o, a.piece(lo - o, hi - o)
+            if reorder_witness(lo, s, holds) is not None:
+                kept.append(piece)
+                continue
+            taken.append(piece)
+            witness = reorder_witness(lo, s, witnesses)
+            if witness is not None:
+                out.findings.append(_finding(a, Kind.reordered, lo - o, hi - lo, evidence={
+                    "lower_seq": witness[0], "at_higher_offset": witness[1]}))
+            if c.copies:
+                out.findings.append(_finding(a, Kind.duplicate, lo - o, hi - lo, evidence={
+                    "acked_offset": lo, "also_read_at": [x + lo - o for x in c.copies]}))
+        # a piece's own writes neither witness nor hold each other: added once it is done
+        for p in kept:
+            held_here.add(p)
+        for p in taken:
+            accepted_here.add(p)
+        out.acks += kept
+        out.judged += taken
+        for p in _merged(taken):
+            out.findings.append(_finding(p, Kind.confirmed, 0, p.count))
+
+
+def _merged(pieces: list[AckRun]) -> list[AckRun]:
+    """Contiguous pieces of one run (in offset order) as one."""
+    out: list[AckRun] = []
+    for p in pieces:
+        if out and out[-1].end == p.offset:
+            out[-1] = replace(out[-1], count=out[-1].count + p.count,
+                              last_ack=max(out[-1].last_ack, p.last_ack))
+        else:
+            out.append(p)
+    return out
+
+
+def duplicate_cases(stamp: StampKey, x: int | None, mine: Sequence[ReadRun],
+                    at_offsets: _Intervals, changes: Sequence[ClusterEvent]
+                    ) -> tuple[list[int], list[int]]:
+    """Where ``stamp`` sits in the log besides its acked offset ``x`` (None for a failed
+    write): ``(copies, unsure)`` (the definition).
+
+    A copy is an offset where the stamp was *read* (by the consume job or a re-read) and the
+    latest read there still shows it: an ack says where a write was put, not where it is,
+    and a copy later destroyed (truncated, expired) sits nowhere. A copy whose reads all
+    predate one of ``changes`` (the leader changes the write must be read after) may have
+    been truncated since: it is ``unsure`` until read again. A write sitting at two or more
+    offsets (its acked one among them if confirmed there) is a ``duplicate``.
+    """
+    copies: list[int] = []
+    unsure: list[int] = []
+    for c in _read_at(mine, stamp):
+        if c == x:
+            continue
+        views = _views(at_offsets.overlapping(c, c + 1), c)
+        if views[-1].status != "record" or views[-1].stamp != stamp:
+            continue  # read there once, gone since
+        if any(not any(v.read_time > e.event_time for v in views) for e in changes):
+            unsure.append(c)
+        else:
+            copies.append(c)
+    return copies, unsure
+
+
+def _judge_failed_run(a: AckRun, at_offsets: _Intervals, by_seq: _Intervals, clock: Clock,
+                      out: Judgement) -> None:
     if a.partition >= 0 and (a.horizon is None or clock.settled_frontier < a.horizon):
         out.acks.append(a)
         return
     mine = by_seq.overlapping(a.seq, a.seq + a.count)
-    cuts = _cuts(a.seq, a.seq + a.count, [p for r in mine for p in (r.seq, r.seq + r.count)])
+    cuts = _cuts(a.seq, a.seq + a.count, _copy_points(a.seq, a, mine, at_offsets))
     for lo, hi in zip(cuts, cuts[1:], strict=False):
-        found = _copies(mine, (a.producer_id, a.run_id, lo))
-        v = judge_failed(a.error or "NO_OFFSET", found)
-        out.findings.append(Finding(
-            v.kind or "", a.topic, a.partition, a.producer_id, a.run_id, lo, None, hi - lo,
-            v.subkind, a.first_ack, None, {**v.evidence, "acks": a.acks}))
+        found, _ = duplicate_cases((a.producer_id, a.run_id, lo), None, mine, at_offsets, ())
+        v = judge_failed(a.error or NO_OFFSET, found)
+        assert v.kind is not None
+        out.findings.append(_finding(a, v.kind, lo - a.seq, hi - lo, subkind=v.subkind,
+                                     evidence={**v.evidence, "acks": a.acks}))
         if len(found) > 1:
-            out.findings.append(Finding(
-                "duplicate", a.topic, a.partition, a.producer_id, a.run_id, lo, None, hi - lo,
-                ack_time=a.first_ack, evidence={"acked_offset": None, "also_read_at": found}))
+            out.findings.append(_finding(a, Kind.duplicate, lo - a.seq, hi - lo, evidence={
+                "acked_offset": None, "also_read_at": found}))
+
+
+def _finding(a: AckRun, kind: str, start: int, count: int, **kw) -> Finding:
+    """The finding on writes ``start .. start+count-1`` (indices into ``a``)."""
+    return Finding(kind=kind, topic=a.topic, partition=a.partition, producer_id=a.producer_id,
+                   run_id=a.run_id, seq=a.seq + start,
+                   offset=None if a.offset is None else a.offset + start, count=count,
+                   ack_time=a.first_ack, **kw)
 
 
 def coalesce_rereads(requests: Iterable[Reread]) -> list[Reread]:
@@ -454,15 +650,16 @@ def retained_reads(reads: Sequence[ReadRun], pending: Sequence[AckRun], clock: C
     """The read runs a partition keeps in hot state.
 
     A read leaves once it is older than ``retention_seconds`` and no pending
-    write could still need it (at its offsets, or as a copy of its stamps). A
-    write that arrives after its reads left is judged from a direct re-read
-    (the loss gate asks for one), so eviction can delay a verdict, never
-    change it while the log still holds the offsets.
+    write could still need it: at its offsets, as a copy of its stamps, or as a
+    view of where such a copy was read. A write that arrives after its reads left
+    is judged from a direct re-read (the loss gate asks for one), so eviction can
+    delay a verdict, never change it while the log still holds the offsets.
     """
     cutoff = clock.now - timedelta(seconds=retention_seconds)
-    offsets = [(a.offset, a.end) for a in pending if a.placed]
+    copies = [r for r in reads if r.stamped and any(
+        a.producer_id == r.producer_id and a.run_id == r.run_id
+        and a.seq < r.seq + r.count and r.seq < a.seq + a.count for a in pending)]
+    needed = [(a.offset, a.end) for a in pending if a.placed] + [(r.offset, r.end)
+                                                                for r in copies]
     return [r for r in reads if r.read_time >= cutoff
-            or any(r.offset < hi and r.end > lo for lo, hi in offsets)
-            or (r.stamped and any(a.producer_id == r.producer_id and a.run_id == r.run_id
-                                  and a.seq < r.seq + r.count and r.seq < a.seq + a.count
-                                  for a in pending))]
+            or any(r.offset < hi and r.end > lo for lo, hi in needed)]

@@ -17,13 +17,9 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from kafka_audit.jobs.io import table_exists
-from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.store import write_arrow
 
-__all__ = ["write_delta"]
-
-# what Spark gives tables it creates (see jobs/spark.py); delta-rs must give the same
-_NEW_TABLE = {"delta.checkpointInterval": "100"}
+__all__ = ["write_delta", "release"]
 
 
 def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | None = None,
@@ -32,35 +28,36 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
     one commit; return the rows written. ``rows``: the row count when the caller knows it
     (``df`` should then be cheap to compute twice, e.g. checkpointed); otherwise ``df`` is
     materialized once and counted. An empty append commits nothing."""
+    checkpointed = None
     if rows is None:
-        df = df.localCheckpoint(eager=True)
+        df = checkpointed = df.localCheckpoint(eager=True)
         rows = df.count()
-    if rows == 0 and mode == "append":
-        return 0
-    if rows <= max_driver_rows:
-        _write_arrow(pa.table(df.toArrow()), path, table, mode, user_metadata)
-    else:
-        writer = df.write.format("delta").mode(mode)
-        if user_metadata is not None:
-            writer = writer.option("userMetadata", user_metadata)
-        if mode == "overwrite":  # the declared columns, as the delta-rs path writes them
-            writer = writer.option("overwriteSchema", "true")
-        writer.save(path)
-    return rows
+    try:
+        if rows == 0 and mode == "append":
+            return 0
+        if rows <= max_driver_rows:
+            write_arrow(path, table, pa.table(df.toArrow()), mode, user_metadata)
+        else:
+            writer = df.write.format("delta").mode(mode)
+            if user_metadata is not None:
+                writer = writer.option("userMetadata", user_metadata)
+            if mode == "overwrite":  # the declared columns, as the delta-rs path writes them
+                writer = writer.option("overwriteSchema", "true")
+            writer.save(path)
+        return rows
+    finally:
+        if checkpointed is not None:
+            release(checkpointed)
 
 
-def _write_arrow(data: pa.Table, path: str, table: str, mode: str,
-                 user_metadata: str | None) -> None:
-    from deltalake import CommitProperties, DeltaTable, write_deltalake
-
-    # the table's own schema (nullability, order) when it has one: Spark creates its
-    # columns nullable, the declaration may not. The loaded table is written to as is
-    # (its log is read once a write: this runs every consume micro-batch)
-    target = DeltaTable(path) if table_exists(path) else None
-    schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
-    data = data.select(schema.names).cast(schema)
-    write_deltalake(path if target is None else target, data, mode=mode,
-                    configuration=_NEW_TABLE if target is None else None,
-                    commit_properties=CommitProperties(
-                        custom_metadata={"userMetadata": user_metadata}
-                        if user_metadata is not None else None))
+def release(df) -> None:
+    """Free the blocks behind a DataFrame made by ``localCheckpoint`` once nothing will read
+    it again. Spark would keep them until the JVM's next full garbage collection noticed
+    the DataFrame gone (``spark.cleaner.periodicGC.interval``: 30 min): in a process that
+    runs a pass every few seconds, that is memory growing for half an hour."""
+    try:
+        plan = df._jdf.queryExecution().logical()
+        if plan.getClass().getSimpleName() == "LogicalRDD":
+            plan.rdd().unpersist(False)
+    except Exception:  # noqa: BLE001 - freeing early is an optimisation, never a failure
+        pass

@@ -1,6 +1,6 @@
 """One way to build a SparkSession: pinned jars through ``spark.jars``, Delta enabled.
 
-The Kafka source and Delta jars come from the Maven cache (``deploy/jvm.py``);
+The Kafka source and Delta jars come from the Maven cache (``deploy/jars.py``);
 nothing is downloaded through Ivy at run time. ``spark.master`` comes from the
 settings: ``local[2]`` by default, ``spark://host:port`` for a standalone cluster.
 """
@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import os
 import sys
+from importlib import resources
 
-from kafka_audit.deploy.jvm import spark_jars
+from kafka_audit.deploy.jars import spark_jars
 from kafka_audit.settings import Settings
 
 __all__ = ["get_spark"]
+
+_LOG4J = resources.files("kafka_audit.conf").joinpath("spark-log4j2.xml")
 
 
 def get_spark(settings: Settings, app_name: str = "kafka-audit"):
@@ -21,14 +24,20 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use this venv
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode talks over loopback only
-    builder = (
-        SparkSession.builder.appName(app_name)
-        .master(settings.spark.master)
-        .config("spark.jars", spark_jars())
-        .config("spark.driver.memory", settings.spark.driver_memory)
+    builder = SparkSession.builder.appName(app_name)
+    if not os.environ.get("PYSPARK_GATEWAY_PORT"):
+        # started by us: the master and the pinned jars from the settings; under
+        # spark-submit (which starts the JVM first) its --master and --jars apply instead
+        builder = builder.master(settings.spark.master).config("spark.jars", spark_jars())
+    master = settings.spark.master
+    if master.startswith("local") or "127.0.0.1" in master or "localhost" in master:
         # keep the driver on loopback: by default it binds to the host's first interface
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.driver.bindAddress", "127.0.0.1")
+        # (a cluster elsewhere must reach it: then Spark picks, or spark.properties say)
+        builder = (builder.config("spark.driver.host", "127.0.0.1")
+                   .config("spark.driver.bindAddress", "127.0.0.1"))
+    builder = (
+        builder
+        .config("spark.driver.memory", settings.spark.driver_memory)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog",
                 "org.apache.spark.sql.delta.catalog.DeltaCatalog")
@@ -47,10 +56,18 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
         .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")
         # arrow for applyInPandas; small batches keep the Python workers lean
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.extraJavaOptions", "-Dderby.system.home=" +
-                str(settings.home_dir / "spark"))
+        .config("spark.driver.extraJavaOptions", " ".join([
+            f"-Dderby.system.home={settings.home_dir / 'spark'}",
+            f"-Dlog4j2.configurationFile={_LOG4J}",
+            f"-Dkafka_audit.spark.level={settings.spark.log_level}"]))
+        # the Kafka source's options carry the SASL JAAS config (a password): Spark shows
+        # options in plans and errors, redacted by this pattern (its default: "(?i)url")
+        .config("spark.sql.redaction.options.regex",
+                r"(?i)url|jaas|password|secret|token|keystore\.key")
         .config("spark.sql.warehouse.dir", str(settings.home_dir / "spark" / "warehouse"))
     )
+    for key, value in settings.spark.properties.items():  # the operator's, last: they win
+        builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("WARN")
+    spark.sparkContext.setLogLevel(settings.spark.log_level)
     return spark

@@ -1,9 +1,10 @@
 """Spark column logic shared by the jobs: stamp parsing and read runs.
 
-Parses the ``kaudit`` header laid out in ``schemas/stamp.py`` with SQL
-functions only (no Python UDF), so parsing runs in the JVM at source speed.
-A record without the header, or with a malformed one, stays in the output
-with ``stamped = false`` and a ``stamp_error``: counted, never dropped.
+Parses the ``kaudit`` header laid out in ``schemas/stamp.py``, by the stamp
+rule defined there, with SQL functions only (no Python UDF), so parsing runs
+in the JVM at source speed. A record without the header, or with a malformed
+one, stays in the output with ``stamped = false`` and a ``stamp_error``:
+counted, never dropped.
 
 :func:`read_runs` then folds the records into runs (the range ledger's read
 side): consecutive offsets holding consecutive seqs of one producer run, or
@@ -12,9 +13,10 @@ seq jump or bad checksum starts a new run.
 
 These two are the readable definition. The consume job runs
 :func:`fold_read_runs`, the same fold in one pass per task on the JVM
-(``deploy/jvm/src/kafka_audit/spark/ReadRuns.java``): no per-record SQL
-expressions, no sort. ``tests/integration`` holds the two equal on real
-records (stamped, foreign, malformed, bad checksums, gaps).
+(``jobs/ReadRuns.java``): no per-record SQL expressions, no sort.
+``tests/cluster/test_read_runs.py`` holds the two equal on real records (stamped,
+foreign, malformed, bad checksums, gaps) and ``tests/spark/test_stamp_rule.py``
+holds both equal to ``schemas/stamp.py``'s rule on a corpus of stamps.
 """
 
 from __future__ import annotations
@@ -22,7 +24,14 @@ from __future__ import annotations
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from kafka_audit.schemas.stamp import HEADER, VERSION
+from kafka_audit.schemas.stamp import (
+    HEADER,
+    MALFORMED,
+    MIN_LENGTHS,
+    NO_STAMP,
+    VERSION,
+    VERSION_XXH64,
+)
 from kafka_audit.schemas.tables import column_names
 
 __all__ = ["parse_kafka_records", "read_runs", "fold_read_runs"]
@@ -34,41 +43,64 @@ def _uint(binary: Column, pos: int | Column, length: int | Column) -> Column:
 
 
 def parse_kafka_records(df: DataFrame, batch_id: int) -> DataFrame:
-    """Kafka source rows (with ``includeHeaders``) to rows of the ``consumed`` table."""
+    """Kafka source rows (with ``includeHeaders``) to rows of the ``consumed`` table.
+
+    The stamp rule of ``schemas/stamp.py``, check by check: no ``kaudit`` header is no
+    stamp; two or more, a null or empty value, a version other than 1 and 2, too short
+    for its version, an empty id, lengths that do not add up, an id that is not UTF-8 or
+    a seq of 2^63 or more is a malformed one. The checksum is CRC32 (``crc32``) for a
+    version 1 stamp and XXH64 with seed 42 (``xxhash64``, whose seed is 42) for version 2.
+    """
+    ours = F.filter("headers", lambda h: h["key"] == F.lit(HEADER))
+    # null headers (a record without any) leave a null array: no header of ours
+    n_stamps = F.coalesce(F.size(ours), F.lit(0))
     # try_: a record with headers, none of them ours, leaves an empty array (ANSI would fail)
-    stamp = F.try_element_at(F.filter("headers", lambda h: h["key"] == F.lit(HEADER)),
-                             F.lit(1))["value"]
-    with_stamp = df.withColumn("_s", stamp)
-    s = F.col("_s")
-    p_len = _uint(s, 14, 1).cast("int")
-    r_len_pos = F.lit(15) + p_len
+    stamp = F.try_element_at(ours, F.lit(1))["value"]
+    with_stamp = df.withColumn("_n", n_stamps).withColumn("_s", stamp)
+    n, s = F.col("_n"), F.col("_s")
+    version = _uint(s, 1, 1).cast("int")
+    # the version's fixed part plus the two id lengths; the producer id's length byte is
+    # the one before it (1-based positions)
+    fixed = (F.when(version == VERSION_XXH64, F.lit(MIN_LENGTHS[VERSION_XXH64]))
+             .otherwise(F.lit(MIN_LENGTHS[VERSION])))
+    p_len = _uint(s, fixed - 1, 1).cast("int")
+    r_len_pos = fixed + p_len
     r_len = F.when(F.length(s) >= r_len_pos, _uint(s, r_len_pos, 1).cast("int"))
-    well_formed = (
-        s.isNotNull()
-        & (F.length(s) >= 15)
-        & (_uint(s, 1, 1).cast("int") == VERSION)
+    producer = F.substring(s, fixed, p_len)
+    run = F.substring(s, fixed + 1 + p_len, r_len)
+    # a binary cast to string copies the bytes unchecked: validity is asked for explicitly
+    # (Spark's validation is strict UTF-8, as Python's and Java's REPORT decoders are)
+    well_formed = F.coalesce(
+        (n == 1)
+        & s.isNotNull()
+        & version.isin(VERSION, VERSION_XXH64)
+        & (F.length(s) >= fixed)
         & (p_len > 0)
         & r_len.isNotNull()
         & (r_len > 0)
-        & (F.length(s) == F.lit(15) + p_len + r_len)
-        & (_uint(s, 2, 1).cast("int") < 128)  # a seq past 2^63 - 1 fits no long column
-    )
-    error = (F.when(s.isNull(), F.lit(f"no {HEADER} header"))
-             .when(~well_formed, F.lit("malformed stamp")))
-    checksum = _uint(s, 10, 4).cast("long")
+        & (F.length(s) == fixed + p_len + r_len)
+        & F.is_valid_utf8(producer.cast("string"))
+        & F.is_valid_utf8(run.cast("string"))
+        & (_uint(s, 2, 1).cast("int") < 128),  # a seq past 2^63 - 1 fits no long column
+        F.lit(False))
+    error = (F.when(n <= 0, F.lit(NO_STAMP))
+             .when(~well_formed, F.lit(MALFORMED)))
+    value = F.coalesce(F.col("value"), F.lit(b"").cast("binary"))  # null counts as empty
+    crc_ok = F.crc32(value) == _uint(s, 10, 4).cast("long")
+    # hex of a long is its two's complement: the stamp's unsigned 64 bits, byte for byte
+    xxh64_ok = F.lpad(F.hex(F.xxhash64(value)), 16, "0") == F.hex(F.substring(s, 10, 8))
     parsed = with_stamp.select(
         F.col("topic"),
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-        F.coalesce(well_formed, F.lit(False)).alias("stamped"),
+        well_formed.alias("stamped"),
         error.alias("stamp_error"),
-        F.when(well_formed, F.substring(s, 15, p_len).cast("string")).alias("producer_id"),
-        F.when(well_formed, F.substring(s, F.lit(16) + p_len, r_len).cast("string"))
-        .alias("run_id"),
+        F.when(well_formed, producer.cast("string")).alias("producer_id"),
+        F.when(well_formed, run.cast("string")).alias("run_id"),
         F.when(well_formed, _uint(s, 2, 8).cast("long")).alias("seq"),
-        F.when(well_formed, F.crc32(F.coalesce(F.col("value"), F.lit(b"").cast("binary")))
-               == checksum).alias("checksum_ok"),
+        F.when(well_formed, F.when(version == VERSION_XXH64, xxh64_ok).otherwise(crc_ok))
+        .alias("checksum_ok"),
         F.current_timestamp().alias("read_time"),
         F.lit(batch_id).cast("long").alias("batch_id"),
     )

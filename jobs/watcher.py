@@ -11,20 +11,38 @@ A poll sees the state at one instant: changes shorter than the interval can be
 missed, which is why the audit never relies on events to *find* a loss, only
 to attribute one.
 
+Outages: a poll that fails (metadata timeouts, every broker unreachable,
+authentication refused) is retried with a capped doubling wait; one log line
+says when polls start failing and one when they work again. What the watcher
+could not observe is a *gap*: a ``watcher_blind`` row (``event_time`` its
+start, ``until`` its end) written whenever two successful polls lie more than
+``watch.blind_after_seconds`` apart, whatever the reason (an outage, a paused
+or restarted watcher: the last good poll of an earlier process is read from
+its status file). While polls fail, an open gap row (``until`` null) says the
+watcher is blind now. A loss whose exposure falls in a gap names it in its
+cause. At start, a watcher that cannot reach the cluster within
+``watch.startup_timeout_seconds`` stops with one line.
+
 Command: ``kafka-audit watch``.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from kafka_audit.jobs.io import append_rows, upgrade_table
+from kafka_audit.clients import admin_client, cluster_config
+from kafka_audit.errors import ClusterError
+from kafka_audit.jobs.rules import BLIND, LOG_END_DROP
 from kafka_audit.settings import Settings
+from kafka_audit.status import Outage, StatusWriter, read_statuses
+from kafka_audit.store import append_rows, check_table
 
 __all__ = ["ClusterWatcher", "diff_partition"]
+
 
 log = logging.getLogger(__name__)
 
@@ -36,70 +54,104 @@ class PartitionView:
     replicas: tuple[int, ...]
 
 
-def diff_partition(before: PartitionView | None, after: PartitionView) -> list[str]:
-    """The event kinds that turn ``before`` into ``after`` (pure, unit-tested)."""
+def diff_partition(before: PartitionView | None, after: PartitionView,
+                   min_isr: int | None = None) -> list[str]:
+    """The event kinds that turn ``before`` into ``after`` (pure, unit-tested).
+
+    Besides leader and ISR changes: ``unclean_election`` (the new leader was not in the
+    ISR before), ``under_min_isr_enter``/``_exit`` (the ISR crossed ``min_isr``, when
+    known) and ``isr_alone_enter``/``_exit`` (the ISR became, or stopped being, the
+    leader alone on a replicated partition)."""
     if before is None:
-        return ["first_seen"] + (["offline"] if after.leader < 0 else [])
+        kinds = ["first_seen"] + (["offline"] if after.leader < 0 else [])
+        if min_isr is not None and len(after.isr) < min_isr:
+            kinds.append("under_min_isr_enter")
+        if _alone(after) and after.leader >= 0:  # offline is said already
+            kinds.append("isr_alone_enter")
+        return kinds
     kinds = []
     if after.leader != before.leader:
         kinds.append("offline" if after.leader < 0 else "leader_change")
+        if after.leader >= 0 and before.isr and after.leader not in before.isr:
+            kinds.append("unclean_election")
     if set(after.isr) < set(before.isr) or (set(after.isr) - set(before.isr)
                                             and set(before.isr) - set(after.isr)):
         kinds.append("isr_shrink")
     if set(after.isr) > set(before.isr):
         kinds.append("isr_expand")
+    if min_isr is not None:
+        was, now = len(before.isr) < min_isr, len(after.isr) < min_isr
+        if now and not was:
+            kinds.append("under_min_isr_enter")
+        elif was and not now:
+            kinds.append("under_min_isr_exit")
+    if _alone(after) and not _alone(before):
+        kinds.append("isr_alone_enter")
+    elif _alone(before) and not _alone(after):
+        kinds.append("isr_alone_exit")
     return kinds
 
 
+def _alone(v: PartitionView) -> bool:
+    """The ISR is the leader alone (or empty, offline) on a replicated partition."""
+    return len(v.replicas) > 1 and len(v.isr) <= 1
+
+
 class ClusterWatcher:
-    def __init__(self, settings: Settings, topic_prefix_excluded: str = "_") -> None:
+    """Polls the cluster's metadata into ``cluster_events``; ``on_events`` gets each poll's
+    new rows (the CLI prints them)."""
+
+    def __init__(self, settings: Settings, topic_prefix_excluded: str = "_",
+                 on_events=None) -> None:
         self.settings = settings
         self.table = settings.table_path("cluster_events")
-        upgrade_table(self.table, "cluster_events")
+        check_table(self.table, "cluster_events")
         self.excluded = topic_prefix_excluded
+        self.on_events = on_events
         self.state: dict[tuple[str, int], PartitionView] = {}
         self.events_written = 0
         self._admin = None
+        earlier = read_statuses(settings.home_dir).get("watcher")
+        #: the end of the last successful poll (of an earlier watcher process too)
+        self.last_ok: datetime | None = earlier.last_ok if earlier else None
+        self._open_gap: datetime | None = None  # start of a gap written as open
+        self.min_isr: dict[str, int] = {}  # topic -> min.insync.replicas (when known)
+        self.configs: dict[str, dict] = {}  # topic -> durability settings last written
+        self.log_end: dict[tuple[str, int], int] = {}  # partition -> last log end seen
+        self.controller: int | None = None
+        self.brokers: set[int] | None = None
+        self._next_config = self._next_log_end = datetime.min.replace(tzinfo=UTC)
+        self.outage = Outage("watcher", StatusWriter(settings.home_dir, "watcher"), log,
+                             settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
 
     def _client(self):
         if self._admin is None:
-            from confluent_kafka.admin import AdminClient
-
-            from kafka_audit.clients import client_logger
-
-            self._admin = AdminClient({"bootstrap.servers": self.settings.cluster.bootstrap,
-                                       "logger": client_logger()})
+            self._admin = admin_client(cluster_config(self.settings))
         return self._admin
 
-    def _epochs(self, keys: list[tuple[str, int]]) -> dict[tuple[str, int], int | None]:
-        from confluent_kafka import TopicPartition
-        from confluent_kafka.admin import OffsetSpec
-
-        if not keys:
-            return {}
-        req = {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}
-        out: dict[tuple[str, int], int | None] = {}
-        for tp, fut in self._client().list_offsets(req, request_timeout=5).items():
-            try:
-                epoch = fut.result().leader_epoch
-                out[(tp.topic, tp.partition)] = None if epoch is None or epoch < 0 else epoch
-            except Exception:  # noqa: BLE001 - a partition without leader has no epoch
-                out[(tp.topic, tp.partition)] = None
-        return out
+    def _gap(self, start: datetime, until: datetime | None) -> dict:
+        return {"event_time": start, "topic": "", "partition": -1, "kind": BLIND,
+                "until": until, "source": "watcher:gap"}
 
     def poll_once(self) -> list[dict]:
-        md = self._client().list_topics(timeout=5)
+        """One poll; raises when the cluster cannot be asked (the caller rides it out)."""
+        client = self._client()
+        md = client.list_topics(timeout=5)
         now = datetime.now(UTC)
         rows: list[dict] = []
         changed: list[tuple[str, int]] = []
-        for name, topic in md.topics.items():
-            if name.startswith(self.excluded) or topic.error is not None:
-                continue
-            for pid, p in topic.partitions.items():
+        topics = sorted(n for n, t in md.topics.items()
+                        if not n.startswith(self.excluded) and t.error is None)
+        if now >= self._next_config:  # topic settings (durability) every config interval
+            rows += self._topic_configs(topics, md, now)
+            self._next_config = now + timedelta(seconds=self.settings.watch.config_seconds)
+        rows += self._cluster(now)
+        for name in topics:
+            for pid, p in md.topics[name].partitions.items():
                 key = (name, pid)
                 view = PartitionView(p.leader, tuple(sorted(p.isrs)), tuple(p.replicas))
                 before = self.state.get(key)
-                for kind in diff_partition(before, view):
+                for kind in diff_partition(before, view, self.min_isr.get(name)):
                     rows.append({
                         "event_time": now, "topic": name, "partition": pid, "kind": kind,
                         "leader": view.leader,
@@ -110,24 +162,173 @@ class ClusterWatcher:
                     })
                     changed.append(key)
                 self.state[key] = view
-        if rows:
-            epochs = self._epochs(sorted(set(changed)))
+        sample = now >= self._next_log_end
+        asked = sorted(self.state) if sample else sorted(set(changed))
+        if asked:
+            answers = self._log_ends(asked)
             for r in rows:
-                r["leader_epoch"] = epochs.get((r["topic"], r["partition"]))
+                if r.get("partition", -1) >= 0:
+                    epoch, end = answers.get((r["topic"], r["partition"]), (None, None))
+                    r["leader_epoch"], r["log_end"] = epoch, end
+            rows += self._log_end_drops(answers, now)
+            if sample:
+                self._next_log_end = now + timedelta(
+                    seconds=self.settings.watch.log_end_seconds)
+        blind = self.settings.watch.blind_after_seconds
+        if self.last_ok is not None and (self._open_gap is not None
+                                         or (now - self.last_ok).total_seconds() > blind):
+            rows.insert(0, self._gap(self.last_ok, now))
+        if rows:
             append_rows(self.table, "cluster_events", rows)
             self.events_written += len(rows)
+        self.last_ok, self._open_gap = now, None
         return rows
+
+    def _log_ends(self, keys: list[tuple[str, int]]
+                  ) -> dict[tuple[str, int], tuple[int | None, int | None]]:
+        """(leader epoch, log end) of each partition that answers."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        req = {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}
+        out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
+        for tp, fut in self._client().list_offsets(req, request_timeout=5).items():
+            try:
+                info = fut.result()
+            except Exception:  # noqa: BLE001 - a partition without leader answers nothing
+                continue
+            epoch = info.leader_epoch
+            out[(tp.topic, tp.partition)] = (None if epoch is None or epoch < 0 else epoch,
+                                             int(info.offset))
+        return out
+
+    def _log_end_drops(self, answers: dict, now: datetime) -> list[dict]:
+        """A log end lower than the one seen before: acknowledged data left the log (a
+        truncation after a fail-over, or a replica back with less than it had)."""
+        rows = []
+        for key, (_epoch, end) in answers.items():
+            if end is None:
+                continue
+            before = self.log_end.get(key)
+            if before is not None and end < before:
+                view = self.state.get(key)
+                rows.append({"event_time": now, "topic": key[0], "partition": key[1],
+                             "kind": LOG_END_DROP, "leader": view.leader if view else None,
+                             "isr": list(view.isr) if view else None, "log_end": end,
+                             "detail": json.dumps({"log_end_before": before}),
+                             "source": "watcher:list_offsets"})
+            self.log_end[key] = end
+        return rows
+
+    def _topic_configs(self, topics: list[str], md, now: datetime) -> list[dict]:
+        """Each topic's durability settings; a row when they change (or are first seen)."""
+        from confluent_kafka.admin import ConfigResource
+
+        if not topics:
+            return []
+        rows = []
+        futures = self._client().describe_configs([ConfigResource("topic", t) for t in topics])
+        for res, fut in futures.items():
+            try:
+                cfg = fut.result(timeout=5)
+            except Exception as exc:  # noqa: BLE001 - asked again next interval
+                log.debug("configs of %s unknown: %s", res.name, exc)
+                continue
+            parts = md.topics[res.name].partitions.values()
+            detail = {"replication_factor": min((len(p.replicas) for p in parts), default=0),
+                      **{k: cfg[k].value for k in _DURABILITY if k in cfg}}
+            if self.configs.get(res.name) != detail:
+                self.configs[res.name] = detail
+                rows.append({"event_time": now, "topic": res.name, "partition": -1,
+                             "kind": "topic_config", "detail": json.dumps(detail),
+                             "source": "watcher:describe_configs"})
+            try:
+                self.min_isr[res.name] = int(detail["min.insync.replicas"])
+            except (KeyError, TypeError, ValueError):
+                pass
+        return rows
+
+    def _cluster(self, now: datetime) -> list[dict]:
+        """The controller and the registered (unfenced) brokers; a row for each change."""
+        try:
+            d = self._client().describe_cluster(request_timeout=5).result()
+        except Exception as exc:  # noqa: BLE001 - the metadata poll decides the outage
+            log.debug("describe_cluster: %s", exc)
+            return []
+        rows = []
+        controller = d.controller.id if d.controller is not None else None
+        if self.controller is not None and controller != self.controller:
+            rows.append(self._cluster_row(now, "controller_change", {
+                "controller": controller, "previous": self.controller}))
+        self.controller = controller
+        brokers = {n.id for n in d.nodes}
+        if self.brokers is not None:
+            for b in sorted(self.brokers - brokers):
+                rows.append(self._cluster_row(now, "broker_fenced", {"broker": b}))
+            for b in sorted(brokers - self.brokers):
+                rows.append(self._cluster_row(now, "broker_unfenced", {"broker": b}))
+        self.brokers = brokers
+        return rows
+
+    def _cluster_row(self, now: datetime, kind: str, detail: dict) -> dict:
+        return {"event_time": now, "topic": "", "partition": -1, "kind": kind,
+                "detail": json.dumps(detail), "source": "watcher:describe_cluster"}
+
+    def step(self) -> float:
+        """One poll, outages ridden out; returns how long to wait before the next."""
+        try:
+            rows = self.poll_once()
+        except Exception as exc:  # noqa: BLE001 - an outage must not stop the watcher
+            self._mark_blind()
+            return self.outage.failed(exc)
+        self.outage.succeeded(partitions=len(self.state), events_written=self.events_written)
+        if rows and self.on_events is not None:
+            self.on_events(rows)
+        return self.settings.watch.interval_seconds
+
+    def _mark_blind(self) -> None:
+        """While polls fail, an open gap says the watcher sees nothing now (once an outage)."""
+        if self._open_gap is not None or self.last_ok is None:
+            return
+        try:
+            append_rows(self.table, "cluster_events", [self._gap(self.last_ok, None)])
+            self._open_gap = self.last_ok
+        except Exception as exc:  # noqa: BLE001 - written again at the next failed poll
+            log.debug("cannot write the open gap: %s", exc)
+
+    def wait_reachable(self) -> None:
+        """The first poll, retried for ``watch.startup_timeout_seconds``; a cluster never
+        reached is a ``ClusterError`` with one line."""
+        import time
+
+        deadline = time.monotonic() + self.settings.watch.startup_timeout_seconds
+        while True:
+            try:
+                rows = self.poll_once()
+                break
+            except Exception as exc:  # noqa: BLE001 - retried until the deadline
+                if time.monotonic() > deadline:
+                    raise ClusterError(
+                        f"the watcher cannot reach the cluster of profile "
+                        f"{self.settings.profile.name!r} after "
+                        f"{self.settings.watch.startup_timeout_seconds:.0f}s: "
+                        f"{str(exc).splitlines()[0]}") from None
+                time.sleep(self.settings.outage.retry_seconds)
+        self.outage.succeeded(partitions=len(self.state), events_written=self.events_written)
+        if rows and self.on_events is not None:
+            self.on_events(rows)
 
     def run(self, stop: threading.Event) -> None:
         while not stop.is_set():
-            try:
-                self.poll_once()
-            except Exception as exc:  # noqa: BLE001 - a broker outage must not stop the watcher
-                log.warning("watcher poll failed: %s", exc)
-            stop.wait(self.settings.watch.interval_seconds)
+            stop.wait(self.step())
 
     def start_thread(self) -> tuple[threading.Thread, threading.Event]:
         stop = threading.Event()
         t = threading.Thread(target=self.run, args=(stop,), name="cluster-watcher", daemon=True)
         t.start()
         return t, stop
+
+
+#: the topic settings that decide durability, followed in the timeline
+_DURABILITY = ("min.insync.replicas", "unclean.leader.election.enable", "flush.messages",
+               "flush.ms", "cleanup.policy", "retention.ms")

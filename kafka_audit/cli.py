@@ -1,16 +1,30 @@
-"""``kafka-audit``: one command, a subcommand per role. ``kafka-audit SUBCOMMAND --help``."""
+"""``kafka-audit``: one command, a subcommand per role. ``kafka-audit SUBCOMMAND --help``.
+
+Exit codes: 0 success; 1 a demo whose verdicts did not match ground truth; 2 a
+configuration or usage error, or any other :class:`AuditorError` (one line on
+stderr, the traceback too with ``--verbose``); 130 interrupted (Ctrl-C).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
+import os
 import sys
 import threading
-import time
+import traceback
 
+from kafka_audit import __version__
 from kafka_audit.clients import LIBRDKAFKA_LOGGER
 from kafka_audit.errors import AuditorError
-from kafka_audit.settings import get_settings
+from kafka_audit.settings import get_settings, redacted
+
+EXIT_OK = 0
+EXIT_MISMATCH = 1  # a demo whose verdicts did not match ground truth
+EXIT_ERROR = 2  # a configuration or usage error (argparse exits 2 too), any AuditorError
+EXIT_BLOCKED = 3  # `check` found a problem that blocks auditing
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
 
 
 def _cluster(args) -> int:
@@ -45,47 +59,90 @@ def _produce(args) -> int:
 
 
 def _consume(args) -> int:
-    from kafka_audit.jobs.consume_job import DEFAULT_PATTERN, start_consume
+    from kafka_audit.jobs.consume_job import run_consume
     from kafka_audit.jobs.spark import get_spark
 
     s = get_settings()
-    q = start_consume(get_spark(s, "kafka-audit-consume"), s, args.topics or DEFAULT_PATTERN,
-                      once=args.once)
-    q.awaitTermination()
+    run_consume(get_spark(s, "kafka-audit-consume"), s, args.topics, once=args.once)
     return 0
 
 
 def _audit(args) -> int:
-    from kafka_audit.jobs.audit_job import ClusterLookups, run_audit_pass
+    from kafka_audit.jobs.audit_job import run_audit_loop
     from kafka_audit.jobs.spark import get_spark
 
     s = get_settings()
-    spark = get_spark(s, "kafka-audit-audit")
-    lookups = ClusterLookups(s)
-    while True:
-        print(run_audit_pass(spark, s, lookups=lookups).line(), flush=True)
-        if args.once:
-            return 0
-        time.sleep(s.audit.interval_seconds)
+    run_audit_loop(get_spark(s, "kafka-audit-audit"), s, once=args.once)
+    return 0
 
 
 def _watch(args) -> int:
     from kafka_audit.jobs.watcher import ClusterWatcher
 
-    w = ClusterWatcher(get_settings())
-    stop = threading.Event()
-    try:
-        while not stop.is_set():
-            for row in w.poll_once():
-                print(f"{row['event_time']:%H:%M:%S} {row['topic']}-{row['partition']} "
-                      f"{row['kind']} leader={row['leader']} isr={row['isr']} "
-                      f"epoch={row['leader_epoch']}", flush=True)
-            if args.once:
-                return 0
-            stop.wait(get_settings().watch.interval_seconds)
-    except KeyboardInterrupt:
-        return 0
+    def show(rows: list[dict]) -> None:
+        for row in rows:
+            at, kind = f"{row['event_time']:%H:%M:%S}", row["kind"]
+            if kind == "watcher_blind":
+                print(f"{at} watcher blind until {row['until']:%H:%M:%S}", flush=True)
+            elif row.get("partition", -1) < 0:
+                print(f"{at} {row['topic'] or 'cluster'} {kind} {row.get('detail')}", flush=True)
+            else:
+                print(f"{at} {row['topic']}-{row['partition']} {kind} "
+                      f"leader={row.get('leader')} isr={row.get('isr')} "
+                      f"epoch={row.get('leader_epoch')} log_end={row.get('log_end')}",
+                      flush=True)
+
+    w = ClusterWatcher(get_settings(), on_events=show)
+    w.wait_reachable()  # a cluster never reached: one line, exit 2
+    if not args.once:
+        w.run(threading.Event())  # until Ctrl-C (exit 130, like every subcommand)
     return 0
+
+
+def _run(args) -> int:
+    import signal
+
+    from kafka_audit.jobs.watcher import ClusterWatcher
+    from kafka_audit.service import build, stop_consume_query
+
+    s = get_settings()
+    ClusterWatcher(s).wait_reachable()  # a cluster never reached: one line, exit 2
+    service = build(s)
+    signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(
+        target=stop_consume_query, args=(service,), daemon=True).start())
+    return service.run()
+
+
+def _check(args) -> int:
+    from kafka_audit.preflight import run_check
+
+    report = run_check(get_settings())
+    print(report.to_json() if args.json else report.text())
+    return EXIT_BLOCKED if report.blocked else EXIT_OK
+
+
+def _scenario(args) -> int:
+    from kafka_audit.scenarios.catalog import SCENARIOS
+
+    if args.action == "list":
+        for name, sc in SCENARIOS.items():
+            print(f"{name:<22} {sc.summary}")
+        return EXIT_OK
+    from kafka_audit.deploy.cluster import LocalCluster
+    from kafka_audit.jobs.spark import get_spark
+    from kafka_audit.scenarios.runner import run_scenario
+
+    if args.name not in SCENARIOS:
+        raise AuditorError(f"no scenario {args.name!r}; `kafka-audit scenario list` names them")
+    s = get_settings()
+    s = s.model_copy(update={"audit": s.audit.model_copy(
+        update={"settle_seconds": args.settle})})
+    cluster = LocalCluster(s)
+    cluster.up(print)
+    report = run_scenario(args.name, s, cluster, get_spark(s, "kafka-audit-scenario"),
+                          seed=args.seed, seconds=args.seconds)
+    print(report.text())
+    return EXIT_OK if report.ok else EXIT_MISMATCH
 
 
 def _serve(args) -> int:
@@ -98,21 +155,76 @@ def _serve(args) -> int:
 
 
 def _setup(args) -> int:
-    from kafka_audit.deploy.jvm import ensure_jars, native_jar
+    from kafka_audit.deploy.jars import ensure_jars, native_jar, plugin_library, preflight_jar
+    from kafka_audit.errors import JarsMissing
 
-    print(f"jars ready in {ensure_jars()}; project jar {native_jar()}")
+    print(f"jars ready in {ensure_jars()}; project jars {native_jar()}, {preflight_jar()}")
+    try:  # without it producers are audited by the pure-Python path: said, not fatal
+        print(f"producer plugin {plugin_library()}")
+    except JarsMissing as exc:
+        print(f"producer plugin not built ({exc.message}): producers use the Python path")
     return 0
 
 
+def _ship(args) -> int:
+    import time
+    from pathlib import Path
+
+    from kafka_audit.producers.native import native_spool_root
+    from kafka_audit.producers.shipper import ship_spools
+
+    s = get_settings()
+    root = Path(args.spool_dir) if args.spool_dir else native_spool_root(s)
+    while True:
+        report = ship_spools(root, s.table_path("acks"))
+        print(report.line(), flush=True)
+        if not args.follow:
+            return EXIT_ERROR if report.failed else EXIT_OK
+        time.sleep(args.interval)
+
+
 def _demo(args) -> int:
-    from kafka_audit.demo import run_demo
+    from kafka_audit.scenarios.demo import run_demo
 
     result = run_demo(get_settings(), keep_running=args.keep_running)
-    return 0 if result.match else 1
+    return EXIT_OK if result.match else EXIT_MISMATCH
+
+
+def _config_show(args) -> int:
+    import yaml
+
+    data = redacted(get_settings())
+    if args.json:
+        print(json.dumps(data, indent=2))
+    else:
+        print(yaml.safe_dump(data, sort_keys=False, default_flow_style=False), end="")
+    return 0
+
+
+def _token(args) -> int:
+    """``token new``: a random token and the settings entry holding its hash; ``token hash``:
+    the hash of a token read from stdin (never from the command line: shells keep those)."""
+    from kafka_audit.auditor_api.auth import hash_token, new_token
+
+    if args.token_cmd == "new":
+        token = new_token()
+        print(f"token (give it to {args.name}; it is shown once, only its hash is kept):")
+        print(f"  {token}")
+        print("settings entry (api.tokens in the file named by KAFKA_AUDIT_CONFIG):")
+        print(f"  - {{name: {args.name}, hash: '{hash_token(token)}', role: {args.role}}}")
+        return EXIT_OK
+    token = sys.stdin.readline().strip()
+    if not token:
+        raise AuditorError("token hash: give the token on standard input")
+    print(hash_token(token))
+    return EXIT_OK
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kafka-audit", description=__doc__.splitlines()[0])
+    p.add_argument("--version", action="version", version=f"kafka-audit {__version__}")
+    p.add_argument("-v", "--verbose", action="store_true",
+                   help="print the traceback of an error, not only its one-line message")
     sub = p.add_subparsers(dest="cmd", required=True)
 
     s = sub.add_parser("setup", help="fetch the pinned Kafka, Spark-Kafka and Delta jars (once)")
@@ -135,6 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--producer-id", default="load")
     s.set_defaults(fn=_produce)
 
+    s = sub.add_parser("ship", help="commit the kaudit plugin's spooled delivery reports "
+                                    "(producers in any language) to the acks table")
+    s.add_argument("--spool-dir", help="the plugin's kaudit.spool.dir (default: "
+                                       "<home>/spool/native)")
+    s.add_argument("--follow", action="store_true", help="ship again every --interval "
+                                                         "seconds, until interrupted")
+    s.add_argument("--interval", type=float, default=1.0)
+    s.set_defaults(fn=_ship)
+
     s = sub.add_parser("consume", help="Spark job: audited topics -> consumed table")
     s.add_argument("--once", action="store_true", help="read to the current end, then stop")
     s.add_argument("--topics", help="Java regex of topics (default: all not starting with _)")
@@ -148,6 +269,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--once", action="store_true")
     s.set_defaults(fn=_watch)
 
+    s = sub.add_parser("run", help="the whole auditor as one service: watcher, consume, "
+                                   "audit and the REST API, supervised; SIGTERM stops it")
+    s.add_argument("--log-json", action="store_true", help="log JSON lines, not text")
+    s.set_defaults(fn=_run)
+
+    s = sub.add_parser("check", help="preflight against the profile: reachable, credentials "
+                                     "accepted, permissions, each audited topic's durability")
+    s.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    s.set_defaults(fn=_check)
+
+    s = sub.add_parser("scenario", help="fault scenarios on the local cluster, judged against "
+                                        "ground truth: list, run NAME")
+    s.add_argument("action", choices=["list", "run"])
+    s.add_argument("name", nargs="?", help="the scenario to run (see list)")
+    s.add_argument("--seed", type=int, default=0, help="what varies between runs")
+    s.add_argument("--seconds", type=float, default=20, help="seconds of traffic")
+    s.add_argument("--settle", type=float, default=5,
+                   help="audit.settle_seconds for the run (default 5)")
+    s.set_defaults(fn=_scenario)
+
     s = sub.add_parser("serve", help="REST API (uvicorn)")
     s.add_argument("--host")
     s.add_argument("--port", type=int)
@@ -156,18 +297,80 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("demo", help="produce with acks=1, kill the leader, audit, serve findings")
     s.add_argument("--keep-running", action="store_true", help="leave the cluster up afterwards")
     s.set_defaults(fn=_demo)
+
+    s = sub.add_parser("config", help="the effective settings")
+    config = s.add_subparsers(dest="config_cmd", metavar="show", required=True)
+    s = config.add_parser("show", help="print the merged settings as YAML, secrets as ***")
+    s.add_argument("--json", action="store_true", help="print JSON instead of YAML")
+    s.set_defaults(fn=_config_show)
+
+    s = sub.add_parser("token", help="REST API bearer tokens: make one, or hash one")
+    token = s.add_subparsers(dest="token_cmd", metavar="new|hash", required=True)
+    s = token.add_parser("new", help="print a new random token and its settings entry (hash)")
+    s.add_argument("--name", default="reader", help="who holds it (default: reader)")
+    s.add_argument("--role", choices=["read", "admin"], default="read")
+    s.set_defaults(fn=_token)
+    s = token.add_parser("hash", help="print the settings hash of a token read from stdin")
+    s.set_defaults(fn=_token)
+
+    # --verbose after the subcommand too; SUPPRESS keeps a global one from being reset
+    for parser in [*sub.choices.values(), *config.choices.values(), *token.choices.values()]:
+        parser.add_argument("-v", "--verbose", action="store_true", default=argparse.SUPPRESS,
+                            help="print the traceback of an error too")
     return p
 
 
+class _JsonLines(logging.Formatter):
+    """One JSON object a line: time, level, logger, message (``--log-json``)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        import json
+
+        out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
+               "level": record.levelname, "logger": record.name,
+               "message": record.getMessage()}
+        if record.exc_info:
+            out["traceback"] = self.formatException(record.exc_info)
+        return json.dumps(out)
+
+
+def _logging(args) -> None:
+    """One log stream on stderr: readable lines, or JSON lines with ``--log-json``; the
+    Kafka clients' and Spark's chatter only with ``--verbose``."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(_JsonLines() if getattr(args, "log_json", False) else logging.Formatter(
+        "%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(logging.INFO if getattr(args, "cmd", None) == "run" else logging.WARNING)
+    logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(
+        logging.WARNING if args.verbose else logging.CRITICAL)
+    for noisy in ("py4j", "great_expectations", "great_expectations.data_context.types.base",
+                  "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.INFO if args.verbose else logging.ERROR)
+    if args.verbose:
+        os.environ.setdefault("KAFKA_AUDIT_SPARK__LOG_LEVEL", "WARN")
+
+
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger(LIBRDKAFKA_LOGGER).setLevel(logging.CRITICAL)
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(argv)  # a usage error exits 2
+    _logging(args)
     try:
         return args.fn(args)
     except AuditorError as exc:
+        if args.verbose:
+            traceback.print_exc()
         print(f"kafka-audit: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - one line; the traceback with --verbose
+        if args.verbose:
+            traceback.print_exc()
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        print(f"kafka-audit: {type(exc).__name__}: {first} (--verbose shows the traceback)",
+              file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -35,3 +35,9 @@ class LedgerWriteError(AuditorError):
     """Raised when the ack ledger cannot be written to its Delta table (acks stay spooled)."""
 
     code = "ledger_write"
+
+
+class TableError(AuditorError):
+    """Raised when a Delta table exists but is not the one this version declares."""
+
+    code = "table"

@@ -1,31 +1,101 @@
-"""Typed settings: conf/defaults.yaml, then KAFKA_AUDIT_* environment variables.
+"""Typed settings: the models below, conf/defaults.yaml, an overlay file, KAFKA_AUDIT_* variables.
 
-Reach them through :func:`get_settings`; tests call ``get_settings.cache_clear()``
-after changing the environment. There is no module-level settings instance.
+Lowest to highest priority: the defaults in the models; ``conf/defaults.yaml`` (the
+local cluster's broker properties); the YAML file named by ``KAFKA_AUDIT_CONFIG``;
+``KAFKA_AUDIT_<SECTION>__<KEY>`` environment variables; keyword arguments to
+:class:`Settings`. Every layer is merged key by key at every depth. An unknown key,
+in a file or in the environment, is an error naming it and the nearest valid key.
+
+Reach them through :func:`get_settings`, which raises :class:`ConfigError` with a
+one-line message; tests call ``get_settings.cache_clear()`` after changing the
+environment. There is no module-level settings instance.
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
+import json
+import os
+import re
+import typing
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import BaseModel, Field, field_validator
-from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretBytes,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    SettingsError,
+)
+
+from kafka_audit.errors import ConfigError
+from kafka_audit.profile import ProfileSettings
+
+ENV_PREFIX = "KAFKA_AUDIT_"
+ENV_DELIMITER = "__"
+#: KAFKA_AUDIT_* variables that are not settings, accepted as they are:
+#: the overlay file, the JVM jar cache (deploy/jars.py) and a test knob
+#: (tests/spark/test_spark_engine.py).
+NON_SETTINGS_ENV = ("KAFKA_AUDIT_CONFIG", "KAFKA_AUDIT_JAR_CACHE", "KAFKA_AUDIT_SPARK_HISTORIES")
+REDACTED = "***"
+_SECRET_NAME = re.compile(r"password|secret|token|jaas", re.IGNORECASE)
 
 
-class ClusterSettings(BaseModel):
+def default_home() -> Path:
+    """Working data's default place: ``$XDG_DATA_HOME/kafka-audit`` (``~/.local/share``)."""
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "kafka-audit"
+
+
+class _Section(BaseModel):
+    """A settings section: an unknown key is an error, never silently ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ClusterSettings(_Section):
     nodes: int = Field(3, ge=1, le=9)
     host: str = "127.0.0.1"
-    broker_base_port: int = 29091
-    controller_base_port: int = 29191
-    # brokers replicate over their own listener, so a fault can cut replication alone
-    replication_base_port: int = 29291
-    heap: str = "-Xms256m -Xmx512m"
-    broker_overrides: dict[str, Any] = Field(default_factory=dict)
+    broker_base_port: int = Field(29091, description="node N listens on this + N - 1")
+    controller_base_port: int = Field(29191, description="KRaft controller listener of node N")
+    replication_base_port: int = Field(
+        29291, description="followers fetch from node N here: a fault can cut replication alone")
+    heap: str = Field("-Xms256m -Xmx512m",
+                      description="three brokers plus a Spark driver fit in 24 GiB on 2 cores")
+    broker_overrides: dict[str, Any] = Field(
+        default_factory=dict, description="broker properties (conf/defaults.yaml sets the "
+                                          "local cluster's: failures noticed in seconds)")
     ready_timeout_seconds: float = 90
+    # the secured listener (deploy/security.py makes its certificates, users and ACLs);
+    # the users' passwords are generated into <home>/kafka/security/<user>.password, never here
+    secure: bool = Field(False, description="give each node a fourth listener, SECURE "
+                         "(SASL_SSL, SCRAM-SHA-512, ACLs enforced); PLAINTEXT stays a super user")
+    secure_base_port: int = Field(29391, description="node N's SECURE listener is this + N - 1")
+    secure_auditor_user: str = Field(
+        "auditor", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="SCRAM user with every permission the auditor needs")
+    secure_noread_user: str = Field(
+        "noread", pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+        description="SCRAM user that may describe the cluster and topics, never read them")
+
+    @field_validator("secure_noread_user")
+    @classmethod
+    def _two_users(cls, v: str, info: Any) -> str:
+        if v == info.data.get("secure_auditor_user"):
+            raise ValueError("secure_noread_user must differ from secure_auditor_user")
+        return v
 
     @field_validator("host")
     @classmethod
@@ -44,95 +114,390 @@ class ClusterSettings(BaseModel):
     def replication_port(self, node: int) -> int:
         return self.replication_base_port + node - 1
 
+    def secure_port(self, node: int) -> int:
+        return self.secure_base_port + node - 1
+
     @property
     def bootstrap(self) -> str:
         return ",".join(f"{self.host}:{self.broker_port(n)}" for n in range(1, self.nodes + 1))
 
+    @property
+    def secure_bootstrap(self) -> str:
+        """The SECURE listeners (they exist only while ``secure`` is on)."""
+        return ",".join(f"{self.host}:{self.secure_port(n)}" for n in range(1, self.nodes + 1))
 
-class ProducerSettings(BaseModel):
+
+class ProducerSettings(_Section):
     acks: str = "all"
     idempotence: bool = False
     retries: int = 2
     linger_ms: int = 5
     message_timeout_ms: int = 30000
-    ledger_flush_seconds: float = Field(1.0, gt=0)
-    ledger_flush_rows: int = Field(50000, gt=0)
+    ledger_flush_seconds: float = Field(1.0, gt=0, description="the ack ledger commits this "
+                                                                "often")
+    ledger_flush_rows: int = Field(50000, gt=0, description="... or once this many reports wait")
 
-    @field_validator("acks")
+    @field_validator("acks", mode="before")
     @classmethod
-    def _acks(cls, v: str) -> str:
+    def _acks(cls, v: object) -> str:  # YAML reads `acks: 1` as a number
         if str(v) not in {"0", "1", "all", "-1"}:
             raise ValueError("acks must be 0, 1, all or -1")
         return str(v)
 
 
-class SparkSettings(BaseModel):
+class SparkSettings(_Section):
     master: str = "local[2]"
     driver_memory: str = "2g"
     shuffle_partitions: int = 4
     consume_trigger_seconds: float = 2
-    max_offsets_per_trigger: int = Field(10_000_000, gt=0)
-    driver_rows: int = Field(200_000, ge=0)
+    topic_refresh_seconds: float = Field(10, gt=0, description="how often the consume job "
+                                         "looks for newly audited topics (the ack ledger's)")
+    log_level: str = Field("ERROR", description="Spark's log level (WARN with --verbose)")
+    properties: dict[str, str] = Field(
+        default_factory=dict, description="further Spark properties (spark.executor.memory, "
+        "...), set last: they win over the project's")
+    max_offsets_per_trigger: int = Field(
+        10_000_000, gt=0, description="most offsets one consume micro-batch takes when catching "
+        "up: each batch costs some fixed work, records little more than reading them")
+    driver_rows: int = Field(
+        200_000, ge=0, description="Delta data of at most this many rows moves through the "
+        "driver as Arrow and is committed with delta-rs (tens of ms, against about half a "
+        "second for Spark's Delta writer); more goes through Spark. 0: always Spark")
 
 
-class AuditSettings(BaseModel):
-    settle_seconds: float = Field(30, ge=0)
+class AuditSettings(_Section):
+    settle_seconds: float = Field(30, ge=0, description="a write is judged lost only once the "
+                                  "consumed frontier has stayed past its offset this long")
     interval_seconds: float = Field(5, gt=0)
-    lookback_seconds: float = Field(30, ge=0)
-    unseen_after_seconds: float = Field(120, gt=0)
-    read_retention_seconds: float = Field(600, gt=0)
-    reread_timeout_seconds: float = Field(30, gt=0)
-    hot_rewrite_passes: int = Field(10, gt=0)
+    lookback_seconds: float = Field(30, ge=0, description="writes acked this close to a leader "
+                                    "change are judged only from a read made after it")
+    unseen_after_seconds: float = Field(120, gt=0, description="a pending write still unread "
+                                        "this long after its ack is reported as unseen")
+    read_retention_seconds: float = Field(
+        600, gt=0, description="read runs stay in the hot state this long (longer if a pending "
+        "write needs them); keep it above the producers' message.timeout.ms")
+    reread_timeout_seconds: float = Field(30, gt=0, description="a direct re-read of a suspect "
+                                          "range gives up after this long")
+    hot_rewrite_passes: int = Field(10, gt=0, description="each pass appends its state as a "
+                                    "generation; every this many passes it rewrites the table")
 
 
-class WatchSettings(BaseModel):
+class WatchSettings(_Section):
     interval_seconds: float = Field(0.5, gt=0)
+    blind_after_seconds: float = Field(
+        3, gt=0, description="two successful polls further apart than this (an outage, a "
+        "paused process) leave a gap in cluster_events: what happened then was not seen")
+    startup_timeout_seconds: float = Field(
+        30, gt=0, description="a watcher that has never reached the cluster gives up after "
+        "this long, with one line")
+    config_seconds: float = Field(30, gt=0, description="topic durability settings "
+                                  "(min.insync.replicas, unclean election, ...) asked this "
+                                  "often")
+    log_end_seconds: float = Field(2, gt=0, description="every partition's log end asked this "
+                                   "often (a drop is a log_end_drop event)")
 
 
-class ApiSettings(BaseModel):
+class OutageSettings(_Section):
+    """How every long-running component (watcher, consume, audit) rides out an outage."""
+
+    retry_seconds: float = Field(0.5, gt=0, description="first wait after a failed step")
+    max_backoff_seconds: float = Field(10, gt=0, description="the wait doubles up to this")
+
+
+class ServiceSettings(_Section):
+    """``kafka-audit run``: the supervised service."""
+
+    stop_timeout_seconds: float = Field(30, gt=0, description="SIGTERM stops every component "
+                                        "within this long")
+
+
+class HealthSettings(_Section):
+    """``/healthz`` says ``degraded`` once a component's last good step is older than this."""
+
+    watcher_stale_seconds: float = Field(15, gt=0)
+    consume_stale_seconds: float = Field(120, gt=0, description="the consume job reports "
+                                         "progress at least every 10 s while it is alive")
+    audit_stale_seconds: float = Field(120, gt=0)
+
+
+class ApiToken(_Section):
+    """One bearer token of the REST API, stored hashed: the settings never hold a token."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$",
+                      description="who holds it (e.g. grafana, prometheus): for people, never "
+                                  "logged with the token")
+    hash: str = Field(description="sha256:<64 hex digits> of the token, as `kafka-audit token "
+                                  "hash` prints it; never the token itself")
+    role: typing.Literal["read", "admin"] = Field(
+        "read", description="read: every GET; admin: also what writes (no endpoint writes today)")
+
+    @field_validator("hash")
+    @classmethod
+    def _hashed(cls, v: str) -> str:
+        if not re.fullmatch(r"sha256:[0-9a-f]{64}", v):
+            # the value is never echoed: it may be a token pasted by mistake
+            raise ValueError("not a token hash: store sha256:<64 lowercase hex digits> as "
+                             "`kafka-audit token hash` prints it, never the token itself")
+        return v
+
+
+class ApiSettings(_Section):
     host: str = "127.0.0.1"
     port: int = 8088
     page_size_max: int = Field(1000, gt=0)
+    tokens: list[ApiToken] = Field(
+        default_factory=list, description="bearer tokens, hashed; when any is set every "
+        "endpoint but /healthz, /readyz and the dashboard's static page needs one (401 "
+        "without, 403 with a wrong one). Empty: the API is open (the local demo), and says so "
+        "when it starts")
+    timeline_points_max: int = Field(
+        2000, gt=0, le=100_000, description="a partition timeline holds at most this many "
+        "points per series; longer ranges are downsampled into time buckets")
+    response_cache: bool = Field(
+        True, description="keep each /v1 answer with the table versions it was computed "
+        "from; the same request is answered from memory while none changed")
+
+    @field_validator("tokens")
+    @classmethod
+    def _distinct(cls, v: list[ApiToken]) -> list[ApiToken]:
+        names = [t.name for t in v]
+        if len(set(names)) != len(names):
+            raise ValueError("two tokens share a name")
+        if len({t.hash for t in v}) != len(v):
+            raise ValueError("two tokens share a hash (the same token twice)")
+        return v
+
+
+class SteadySettings(_Section):
+    """Steady state: how soon a loss is answered, and the upkeep that keeps a long run's
+    cost flat (compaction, vacuum, checkpoints; ``jobs/maintenance.py``)."""
+
+    wake_on_commit: bool = Field(True, description="in `kafka-audit run`, a consume "
+                                 "micro-batch committed starts the next audit pass at once "
+                                 "(else after audit.interval_seconds)")
+    min_pass_gap_seconds: float = Field(0.5, ge=0, description="a pass woken by a commit "
+                                        "starts at least this long after the previous one")
+    rejudge_timeout_seconds: float = Field(
+        10, gt=0, description="a pass re-reads the ranges it suspects and judges them in the "
+        "same pass, spending at most this long on the re-reads; ranges not answered by then "
+        "are asked again by the next pass")
+    quality_every_seconds: float = Field(
+        30, ge=0, description="in the audit loop, great-expectations checks the new acks at "
+        "most this often, beside the passes rather than inside them")
+    compact_every_seconds: float = Field(600, gt=0, description="how often the tables are "
+                                         "compacted (OPTIMIZE), checkpointed and vacuumed")
+    compact_min_files: int = Field(10, ge=2, description="a table is compacted once it "
+                                   "holds at least this many live files")
+    vacuum_retention_hours: int = Field(
+        1, ge=1, description="files a compaction replaced are deleted this long after: "
+        "longer than any reader holds an older version (an audit pass: seconds)")
+    hot_keep_versions: int = Field(5, ge=1, description="audit_hot's vacuum (half-way between "
+                                   "two rewrites) keeps the files of this many latest versions")
+
+
+def _section_model(annotation: Any) -> type[BaseModel] | None:
+    """The model of a field that is a section of settings; None for values and free dicts."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+def _model_at(path: tuple[str, ...]) -> type[BaseModel] | None:
+    """The section model at ``path`` (``()`` is :class:`Settings`), or None if there is none."""
+    model: type[BaseModel] | None = Settings
+    for part in path:
+        field = model.model_fields.get(part) if model is not None else None
+        model = _section_model(field.annotation) if field is not None else None
+    return model
+
+
+def _setting_paths(model: type[BaseModel], prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """Every section and key of ``model`` as a path, each section before its keys."""
+    paths = []
+    for name, field in model.model_fields.items():
+        paths.append(prefix + (name,))
+        sub = _section_model(field.annotation)
+        if sub is not None:
+            paths.extend(_setting_paths(sub, prefix + (name,)))
+    return paths
+
+
+def _env_name(path: tuple[str, ...]) -> str:
+    return ENV_PREFIX + ENV_DELIMITER.join(path).upper()
+
+
+def _dotted(path: tuple[str, ...]) -> str:
+    return ".".join(path)
+
+
+def _nearest_key(path: tuple[str, ...]) -> str | None:
+    """The valid dotted key nearest to an unknown one: a sibling first, then any key."""
+    parent = _model_at(path[:-1])
+    if parent is not None:
+        match = difflib.get_close_matches(path[-1], list(parent.model_fields), n=1)
+        if match:
+            return _dotted(path[:-1] + (match[0],))
+    every = [_dotted(p) for p in _setting_paths(Settings)]
+    match = difflib.get_close_matches(_dotted(path), every, n=1)
+    if match:
+        return match[0]
+    # the right key in the wrong section
+    same = [p for p in every if p.rsplit(".", 1)[-1] == path[-1]]
+    return same[0] if len(same) == 1 else None
+
+
+def _unknown_key(path: tuple[str, ...], where: str = "") -> str:
+    nearest = _nearest_key(path)
+    hint = f" (did you mean {nearest}?)" if nearest else ""
+    return f"{_dotted(path)}{where}: unknown setting{hint}"
+
+
+def _without_empty_sections(data: dict[str, Any], model: type[BaseModel]) -> dict[str, Any]:
+    """Drop sections left empty (``audit:`` with every key commented out): they change nothing."""
+    out = {}
+    for key, value in data.items():
+        field = model.model_fields.get(key)
+        sub = _section_model(field.annotation) if field is not None else None
+        if sub is not None and value is None:
+            continue
+        out[key] = _without_empty_sections(value, sub) if sub and isinstance(value, dict) else value
+    return out
+
+
+def deep_merge(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """``base`` overlaid by ``over`` key by key at every depth (neither is modified)."""
+    out = dict(base)
+    for key, value in over.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _parse_yaml(text: str, where: str) -> dict[str, Any]:
+    try:
+        data = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark
+        at = f" line {mark.line + 1} column {mark.column + 1}" if mark else ""
+        raise ConfigError(_one_line(f"{where}{at}: invalid YAML, {exc.problem or exc}")) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(_one_line(f"{where}: invalid YAML, {exc}")) from exc
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping of sections (cluster:, audit:, ...), "
+                          f"got a {type(data).__name__}")
+    return _without_empty_sections(data, Settings)  # unknown keys: extra="forbid"
+
+
+def _overlay() -> tuple[str, dict[str, Any]] | None:
+    """The file named by KAFKA_AUDIT_CONFIG and what it holds, or None if it is not set."""
+    name = os.environ.get("KAFKA_AUDIT_CONFIG")
+    if not name:
+        return None
+    where = f"KAFKA_AUDIT_CONFIG={name}"
+    try:
+        text = Path(name).read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{where}: no such file") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{where}: not UTF-8 text") from exc
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror or exc})") from exc
+    return name, _parse_yaml(text, name)
 
 
 class _YamlSource(PydanticBaseSettingsSource):
-    """Lowest-priority source: conf/defaults.yaml, then the file named by KAFKA_AUDIT_CONFIG."""
+    """Lowest-priority source: conf/defaults.yaml, overlaid by the file in KAFKA_AUDIT_CONFIG."""
 
     def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
         return None, field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        import os
+        data = _parse_yaml(resources.files("kafka_audit.conf").joinpath("defaults.yaml")
+                           .read_text(encoding="utf-8"), "conf/defaults.yaml")
+        overlay = _overlay()
+        return deep_merge(data, overlay[1]) if overlay else data
 
-        data: dict[str, Any] = yaml.safe_load(
-            resources.files("kafka_audit.conf").joinpath("defaults.yaml").read_text()
-        )
-        extra = os.environ.get("KAFKA_AUDIT_CONFIG")
-        if extra:
-            over = yaml.safe_load(Path(extra).read_text()) or {}
-            for key, value in over.items():
-                if isinstance(value, dict) and isinstance(data.get(key), dict):
-                    data[key] = {**data[key], **value}
-                else:
-                    data[key] = value
-        return data
+
+def _unknown_environment(environ: typing.Mapping[str, str]) -> list[str]:
+    """A problem for each KAFKA_AUDIT_* variable that names no setting."""
+    known = [_env_name(p) for p in _setting_paths(Settings)] + list(NON_SETTINGS_ENV)
+    problems = []
+    for name in sorted(environ):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in NON_SETTINGS_ENV:
+            continue
+        path = tuple(upper[len(ENV_PREFIX):].lower().split(ENV_DELIMITER))
+        model: type[BaseModel] | None = Settings
+        for i, part in enumerate(path):
+            field = model.model_fields.get(part) if model is not None else None
+            if field is None:
+                break
+            model = _section_model(field.annotation)
+            if model is None:
+                # a value: the name must end here, unless it is a free dict (broker_overrides)
+                free = typing.get_origin(field.annotation) is dict
+                if free or i == len(path) - 1:
+                    path = ()
+                break
+        else:
+            path = ()  # a whole section, given as JSON
+        if not path:
+            continue
+        nearest = difflib.get_close_matches(upper, known, n=1)
+        hint = f" (did you mean {nearest[0]}?)" if nearest else ""
+        problems.append(f"{name}: unknown setting {_dotted(path)}{hint}")
+    return problems
+
+
+class _EnvironmentCheck(PydanticBaseSettingsSource):
+    """Contributes nothing: refuses KAFKA_AUDIT_* variables that name no setting.
+
+    pydantic-settings ignores them silently, so a typo would leave a default in force.
+    """
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        problems = _unknown_environment(os.environ)
+        if problems:
+            raise ConfigError("; ".join(problems))
+        return {}
 
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="KAFKA_AUDIT_", env_nested_delimiter="__")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, env_nested_delimiter=ENV_DELIMITER,
+                                      extra="forbid")
 
-    home: Path = Path("var")
+    home: Path = Field(default_factory=lambda: default_home(), description=(
+        "working data: the warehouse, checkpoints, spools, status files, the local cluster; "
+        "$XDG_DATA_HOME/kafka-audit (~/.local/share/kafka-audit) unless set (the checkout's "
+        "dev.sh sets var/)"))
     cluster: ClusterSettings = ClusterSettings()
     producer: ProducerSettings = ProducerSettings()
     spark: SparkSettings = SparkSettings()
     audit: AuditSettings = AuditSettings()
+    profile: ProfileSettings = ProfileSettings()
     watch: WatchSettings = WatchSettings()
+    outage: OutageSettings = OutageSettings()
+    health: HealthSettings = HealthSettings()
+    service: ServiceSettings = ServiceSettings()
     api: ApiSettings = ApiSettings()
+    steady: SteadySettings = SteadySettings()
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings,
                                    dotenv_settings, file_secret_settings):
-        return (init_settings, env_settings, _YamlSource(settings_cls))
+        return (init_settings, _EnvironmentCheck(settings_cls), env_settings,
+                _YamlSource(settings_cls))
 
     @property
     def home_dir(self) -> Path:
@@ -150,6 +515,108 @@ class Settings(BaseSettings):
         return self.home_dir / "checkpoints"
 
 
+def _is_secret(path: tuple[str, ...]) -> bool:
+    """Whether the setting at ``path`` must never be printed: by its type or by its name."""
+    if _SECRET_NAME.search(_dotted(path)):
+        return True
+    parent = _model_at(path[:-1])
+    field = parent.model_fields.get(path[-1]) if parent is not None and path else None
+    return field is not None and _secret_type(field.annotation)
+
+
+def _secret_type(annotation: Any) -> bool:
+    if annotation in (SecretStr, SecretBytes):
+        return True
+    return any(_secret_type(a) for a in typing.get_args(annotation))
+
+
+def _origin(path: tuple[str, ...]) -> str:
+    """Where a setting's value came from, if that was the environment or the overlay file."""
+    for i in range(len(path), 0, -1):
+        env = _env_name(path[:i])
+        if any(name.upper() == env for name in os.environ):
+            return f" from {env}"
+    try:
+        overlay = _overlay()
+    except ConfigError:
+        return ""
+    if overlay is not None:
+        node: Any = overlay[1]
+        for part in path:
+            if not isinstance(node, dict) or part not in node:
+                return ""
+            node = node[part]
+        return f" in {overlay[0]}"
+    return ""
+
+
+def describe_validation_error(exc: ValidationError) -> str:
+    """One line: each problem as ``dotted.path: what is wrong (got value)``, joined by "; "."""
+    problems = []
+    for err in exc.errors(include_url=False):
+        path = tuple(str(part) for part in err["loc"])
+        if err["type"] == "extra_forbidden":
+            problems.append(_unknown_key(path, _origin(path)))
+            continue
+        message = err["msg"].removeprefix("Value error, ")
+        value = err.get("input")
+        if not isinstance(value, dict | list) and not _is_secret(path):
+            shown = repr(value)
+            message += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
+        problems.append(f"{_dotted(path) or 'settings'}{_origin(path)}: {message}")
+    return _one_line("; ".join(problems))
+
+
+def redacted(value: Any) -> Any:
+    """``value`` (a settings model, or part of one) as plain data to print, secrets as "***".
+
+    A secret is a field typed SecretStr/SecretBytes, or any field or dict key whose name
+    contains password, secret, token or jaas (case-insensitive).
+    """
+    if isinstance(value, BaseModel):
+        out = {}
+        for name, field in type(value).model_fields.items():
+            secret = _secret_type(field.annotation) or _SECRET_NAME.search(name)
+            out[name] = REDACTED if secret else redacted(getattr(value, name))
+        return out
+    if isinstance(value, SecretStr | SecretBytes):
+        return REDACTED
+    if isinstance(value, dict):
+        return {str(k): REDACTED if _SECRET_NAME.search(str(k)) else redacted(v)
+                for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [redacted(v) for v in value]
+    if value is None or isinstance(value, str | int | float | bool):
+        return value
+    return str(value)
+
+
 @functools.cache
 def get_settings() -> Settings:
-    return Settings()
+    """The effective settings; a :class:`ConfigError` with a one-line message if they are wrong."""
+    try:
+        return Settings()
+    except ValidationError as exc:
+        raise ConfigError(describe_validation_error(exc)) from exc
+    except SettingsError as exc:  # a KAFKA_AUDIT_* variable for a mapping that is not JSON
+        raise ConfigError("; ".join(_bad_json_environment()) or _one_line(str(exc))) from exc
+
+
+def _bad_json_environment() -> list[str]:
+    """A problem for each KAFKA_AUDIT_* variable that sets a mapping to something not JSON."""
+    problems = []
+    for name, value in sorted(os.environ.items()):
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX) or upper in NON_SETTINGS_ENV:
+            continue
+        path = tuple(upper[len(ENV_PREFIX):].lower().split(ENV_DELIMITER))
+        parent = _model_at(path[:-1])
+        field = parent.model_fields.get(path[-1]) if parent is not None else None
+        if field is None or not (_section_model(field.annotation)
+                                 or typing.get_origin(field.annotation) is dict):
+            continue
+        try:
+            json.loads(value)
+        except ValueError:
+            problems.append(f"{_dotted(path)} from {name}: not valid JSON (a mapping is expected)")
+    return problems

@@ -1,0 +1,1 @@
+"""Import name ``kafka_audit.schemas``: every table, the stamp, the verdicts, declared once."""

@@ -1,36 +1,95 @@
 """The message stamp: one Kafka record header, ``kaudit``, binary.
 
-Layout (big-endian)::
+Two layouts, told apart by the first byte (big-endian numbers)::
 
-    byte 0      version (1)
-    bytes 1-8   sequence (unsigned 64)
-    bytes 9-12  CRC32 of the value (unsigned 32)
-    byte 13     length P of the producer id, then P bytes UTF-8
-    next byte   length R of the run id, then R bytes UTF-8
+    version 1 (the Python producer)          version 2 (the librdkafka plugin)
+    byte 0      1                            byte 0      2
+    bytes 1-8   sequence                     bytes 1-8   sequence
+    bytes 9-12  CRC32 of the value           bytes 9-16  XXH64 of the value, seed 42
+    byte 13     length P, then P bytes       byte 17     length P, then P bytes
+                of the producer id (UTF-8)               of the producer id (UTF-8)
+    next byte   length R, then R bytes       next byte   length R, then R bytes
+                of the run id (UTF-8)                    of the run id (UTF-8)
 
-One header instead of four keeps the producer's per-message cost low: the
-id part is built once per producer and only 12 bytes are packed per record.
-The Spark consume job parses the same layout with SQL functions
-(``jobs/transforms.py``); ``parse_stamp`` is the reference parser.
+The sequence is unsigned 64 on the wire, below 2^63 to be well formed. One
+header instead of four keeps the producer's per-message cost low: the id part
+is built once per producer and only the sequence and checksum are packed per
+record. Version 2 exists for the native plugin (``producers/plugin/``): XXH64
+runs at several GB/s on any CPU (zlib's CRC32 cost about 1 µs a KiB), and it is
+the one fast checksum Spark SQL has as a function (``xxhash64``: XXH64 with seed
+42), so the consume job's SQL definition computes it like the JVM fold does.
+Version 1 stays readable (tables and topics written before it) and is what the
+pure-Python producer still writes.
+
+The stamp rule
+--------------
+
+Every record has exactly one stamp status, decided by its headers alone:
+
+* **no stamp**: no header has the key ``kaudit`` (no headers at all, or
+  other headers only); ``stamp_error`` in ``consumed``: ``"no kaudit header"``;
+* **malformed**: a ``kaudit`` header exists but the record holds more than one
+  ``kaudit`` header; or its value is null or empty; or shorter than its
+  version's fixed part plus two id lengths (15 bytes for version 1, 19 for
+  version 2; an unknown version byte is malformed whatever its length); or the
+  producer id or the run id has length 0; or the lengths do not add up to the
+  value's length exactly (15 + P + R, or 19 + P + R: truncated or overlong);
+  or an id is not valid UTF-8 (strictly: no surrogates, no overlong forms,
+  nothing past U+10FFFF); or the sequence is 2^63 or more (it must fit a
+  signed 64-bit column); ``stamp_error``: ``"malformed stamp"``;
+* **stamped**: a well-formed :class:`Stamp` (producer id, run id, seq, checksum,
+  version).
+
+Whether a stamp's checksum matches is decided apart from the rule: CRC32 (version
+1) or XXH64 with seed 42 (version 2) of the record's value, a null value counting
+as empty bytes (:func:`checksum_ok`).
+
+:func:`stamp_of_headers` is the definition, over a record's header list
+(:func:`parse_stamp` over one ``kaudit`` value). Every reader follows it: the
+Spark consume job with SQL functions (``parse_kafka_records`` in
+``jobs/transforms.py``) and in its JVM fold (``jobs/ReadRuns.java``), the
+direct re-reads (``jobs/reread.py``) and the ground truth
+(``scenarios/groundtruth.py``) through :func:`stamp_of_headers` itself; the
+plugin writes it (``producers/plugin/kaudit.c``).
+``tests/support/stamp_corpus.py`` holds them all equal on one corpus of good
+and bad header lists of both versions.
 """
 
 from __future__ import annotations
 
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["HEADER", "VERSION", "SEQ_CRC", "Stamp", "StampError", "stamp_prefix", "build_stamp",
-           "parse_stamp", "crc32"]
+__all__ = ["HEADER", "VERSION", "VERSION_XXH64", "VERSIONS", "SEQ_CRC", "SEQ_XXH64",
+           "MIN_LENGTH", "MIN_LENGTHS", "SEQ_LIMIT", "XXH64_SEED", "NO_STAMP", "MALFORMED",
+           "Stamp", "StampError", "stamp_prefix", "build_stamp", "parse_stamp",
+           "stamp_of_headers", "checksum_ok", "checksum_of", "crc32", "xxh64"]
 
 HEADER = "kaudit"
-VERSION = 1
-SEQ_CRC = struct.Struct(">QI")  # bytes 1-12 of a stamp: sequence, CRC32
+VERSION = 1  # CRC32: what the pure-Python producer writes
+VERSION_XXH64 = 2  # XXH64 (seed 42): what the librdkafka plugin writes
+VERSIONS = (VERSION, VERSION_XXH64)
+SEQ_CRC = struct.Struct(">QI")  # bytes 1-12 of a version 1 stamp: sequence, CRC32
+SEQ_XXH64 = struct.Struct(">QQ")  # bytes 1-16 of a version 2 stamp: sequence, XXH64
+MIN_LENGTH = 15  # version 1: version, seq, CRC32, the two id lengths (ids of one byte: 17)
+#: per version: the fixed part plus the two id lengths (the producer id's length is the
+#: byte at MIN_LENGTHS[v] - 2, its first byte at MIN_LENGTHS[v] - 1)
+MIN_LENGTHS = {VERSION: MIN_LENGTH, VERSION_XXH64: 19}
+_SEQ_SUM = {VERSION: SEQ_CRC, VERSION_XXH64: SEQ_XXH64}
+SEQ_LIMIT = 2**63  # a well-formed seq is below it: it must fit a signed 64-bit column
+XXH64_SEED = 42  # Spark SQL's xxhash64() seed: the SQL definition computes the same
 crc32 = zlib.crc32
+
+#: the ``consumed`` table's ``stamp_error`` for a record without a ``kaudit`` header
+NO_STAMP = f"no {HEADER} header"
+#: the ``consumed`` table's ``stamp_error`` for a record with a malformed one
+MALFORMED = "malformed stamp"
 
 
 class StampError(ValueError):
-    """Raised when a header value is not a well-formed stamp."""
+    """Raised when a record's ``kaudit`` header is not one well-formed stamp; says why."""
 
 
 @dataclass(frozen=True)
@@ -39,6 +98,65 @@ class Stamp:
     run_id: str
     seq: int
     checksum: int
+    version: int = VERSION
+
+
+_M64 = (1 << 64) - 1
+_P1, _P2, _P3, _P4, _P5 = (11400714785074694791, 14029467366897019727, 1609587929392839161,
+                           9650029242287828579, 2870177450012600261)
+
+
+def _round(acc: int, lane: int) -> int:
+    acc = (acc + lane * _P2) & _M64
+    return (((acc << 31) | (acc >> 33)) * _P1) & _M64
+
+
+def xxh64(data: bytes, seed: int = XXH64_SEED) -> int:
+    """XXH64 of ``data`` (the reference algorithm, unsigned 64): Spark's ``xxhash64`` of a
+    binary column and the plugin's C code give the same. Pure Python: for re-reads and
+    tests, not for a hot path."""
+    n = len(data)
+    i = 0
+    if n >= 32:
+        v1, v2, v3, v4 = ((seed + _P1 + _P2) & _M64, (seed + _P2) & _M64, seed & _M64,
+                          (seed - _P1) & _M64)
+        lanes = struct.unpack_from(f"<{(n // 32) * 4}Q", data)
+        for j in range(0, len(lanes), 4):
+            v1 = _round(v1, lanes[j])
+            v2 = _round(v2, lanes[j + 1])
+            v3 = _round(v3, lanes[j + 2])
+            v4 = _round(v4, lanes[j + 3])
+        i = (n // 32) * 32
+        h = (((v1 << 1) | (v1 >> 63)) + ((v2 << 7) | (v2 >> 57)) + ((v3 << 12) | (v3 >> 52))
+             + ((v4 << 18) | (v4 >> 46))) & _M64
+        for v in (v1, v2, v3, v4):
+            h = ((h ^ _round(0, v)) * _P1 + _P4) & _M64
+    else:
+        h = (seed + _P5) & _M64
+    h = (h + n) & _M64
+    while i + 8 <= n:
+        h ^= _round(0, struct.unpack_from("<Q", data, i)[0])
+        h = ((((h << 27) | (h >> 37)) & _M64) * _P1 + _P4) & _M64
+        i += 8
+    if i + 4 <= n:
+        h ^= (struct.unpack_from("<I", data, i)[0] * _P1) & _M64
+        h = ((((h << 23) | (h >> 41)) & _M64) * _P2 + _P3) & _M64
+        i += 4
+    while i < n:
+        h ^= (data[i] * _P5) & _M64
+        h = ((((h << 11) | (h >> 53)) & _M64) * _P1) & _M64
+        i += 1
+    h ^= h >> 33
+    h = (h * _P2) & _M64
+    h ^= h >> 29
+    h = (h * _P3) & _M64
+    return h ^ (h >> 32)
+
+
+def checksum_of(value: bytes | None, version: int = VERSION) -> int:
+    """The checksum a stamp of ``version`` carries for ``value`` (null: empty bytes)."""
+    value = value or b""
+    return crc32(value) if version == VERSION else xxh64(value)
 
 
 def _id_bytes(value: str, what: str) -> bytes:
@@ -48,32 +166,80 @@ def _id_bytes(value: str, what: str) -> bytes:
     return bytes([len(raw)]) + raw
 
 
-def stamp_prefix(producer_id: str, run_id: str) -> tuple[bytes, bytes]:
-    """The constant parts around the per-record 12 bytes: (version byte, id tail)."""
-    return bytes([VERSION]), _id_bytes(producer_id, "producer id") + _id_bytes(run_id, "run id")
+def stamp_prefix(producer_id: str, run_id: str, version: int = VERSION) -> tuple[bytes, bytes]:
+    """The constant parts around the per-record sequence and checksum: (version byte, id
+    tail)."""
+    if version not in VERSIONS:
+        raise StampError(f"unknown stamp version {version}")
+    return bytes([version]), _id_bytes(producer_id, "producer id") + _id_bytes(run_id, "run id")
 
 
-def build_stamp(producer_id: str, run_id: str, seq: int, checksum: int) -> bytes:
-    head, tail = stamp_prefix(producer_id, run_id)
-    return head + SEQ_CRC.pack(seq, checksum) + tail
+def build_stamp(producer_id: str, run_id: str, seq: int, checksum: int,
+                version: int = VERSION) -> bytes:
+    if not 0 <= seq < SEQ_LIMIT:
+        raise StampError(f"seq must be in [0, 2^63), got {seq}")
+    head, tail = stamp_prefix(producer_id, run_id, version)
+    return head + _SEQ_SUM[version].pack(seq, checksum) + tail
+
+
+def _decode_id(raw: bytes, what: str) -> str:
+    try:
+        return raw.decode()  # strict UTF-8: Java's REPORT decoder and Spark agree on it
+    except UnicodeDecodeError as exc:
+        raise StampError(f"{what} is not UTF-8: {exc.reason} at byte {exc.start}") from None
 
 
 def parse_stamp(value: bytes | None) -> Stamp:
-    if value is None or len(value) < 15:
-        raise StampError("stamp too short")
-    if value[0] != VERSION:
-        raise StampError(f"unknown stamp version {value[0]}")
-    seq, checksum = SEQ_CRC.unpack_from(value, 1)
-    p_len = value[13]
-    p_end = 14 + p_len
-    if p_len == 0 or len(value) < p_end + 1:
+    """The stamp in one ``kaudit`` header value; :class:`StampError` if it is malformed."""
+    if value is None:
+        raise StampError("null stamp value")
+    value = bytes(value)
+    if not value:
+        raise StampError("empty stamp value")
+    version = value[0]
+    if version not in VERSIONS:
+        raise StampError(f"unknown stamp version {version}")
+    min_length = MIN_LENGTHS[version]
+    if len(value) < min_length:
+        raise StampError(f"stamp too short ({len(value)} bytes)")
+    seq, checksum = _SEQ_SUM[version].unpack_from(value, 1)
+    p_at = min_length - 2  # the producer id's length byte
+    p_len = value[p_at]
+    p_end = p_at + 1 + p_len
+    if p_len == 0:
+        raise StampError("empty producer id")
+    if len(value) < p_end + 1:
         raise StampError("truncated producer id")
     r_len = value[p_end]
-    if r_len == 0 or len(value) != p_end + 1 + r_len:
-        raise StampError("truncated or overlong run id")
-    try:
-        producer = value[14:p_end].decode()
-        run = value[p_end + 1:].decode()
-    except UnicodeDecodeError as exc:
-        raise StampError(f"ids are not UTF-8: {exc}") from None
-    return Stamp(producer, run, seq, checksum)
+    if r_len == 0:
+        raise StampError("empty run id")
+    if len(value) != p_end + 1 + r_len:
+        raise StampError("truncated run id" if len(value) < p_end + 1 + r_len
+                         else f"overlong stamp ({len(value) - p_end - 1 - r_len} bytes past "
+                              "the run id)")
+    producer = _decode_id(value[p_at + 1:p_end], "producer id")
+    run = _decode_id(value[p_end + 1:], "run id")
+    if seq >= SEQ_LIMIT:
+        raise StampError(f"seq {seq} does not fit a signed 64-bit integer")
+    return Stamp(producer, run, seq, checksum, version)
+
+
+def stamp_of_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Stamp | None:
+    """The stamp rule over a record's headers (``(key, value)`` pairs, as confluent-kafka's
+    ``Message.headers()`` gives them; ``None``: no headers).
+
+    Returns the :class:`Stamp`, or ``None`` when no header is ``kaudit`` (*no stamp*);
+    raises :class:`StampError` with the reason when the record's stamp is *malformed*.
+    """
+    values = [v for k, v in headers or () if k == HEADER]
+    if not values:
+        return None
+    if len(values) > 1:
+        raise StampError(f"{len(values)} {HEADER} headers")
+    return parse_stamp(values[0])
+
+
+def checksum_ok(stamp: Stamp, value: bytes | None) -> bool:
+    """Whether ``stamp``'s checksum is the record value's (CRC32 for version 1, XXH64 with
+    seed 42 for version 2; a null value counts as empty)."""
+    return checksum_of(value, stamp.version) == stamp.checksum

@@ -2,7 +2,7 @@
 
 Each table is declared once as ``Column`` values; :func:`arrow_schema` and
 :func:`spark_schema` derive the pyarrow and Spark types from that one list,
-and ``tests/integration`` proves they agree with the tables on disk.
+and ``tests/cluster`` proves they agree with the tables on disk.
 
 Who writes what (one writing engine per table, see FIELD-NOTES):
 
@@ -18,6 +18,9 @@ table               writer                 one row per
 ``partition_state`` audit job (Spark)      partition per audit pass: frontier, pending
 ``audit_hot``       audit job (Spark)      the audit's state: unjudged runs, progress
 ``dq_results``      audit job (delta-rs)   expectation result per validated batch
+``fault_events``    scenario harness       fault injected (never read by the verdict rules)
+``windows``         windows job (delta-rs) interval a partition's writes were at risk
+                                           (rewritten whole: derived from the others)
 ==================  =====================  ===================================
 """
 
@@ -96,7 +99,11 @@ TABLES: dict[str, list[Column]] = {
         C("topic", "string", False),
         C("partition", "int", False),
         C("kind", "string", False, "leader_change | isr_shrink | isr_expand | offline | "
-                                   "under_min_isr_enter | under_min_isr_exit | first_seen"),
+                                   "under_min_isr_enter | under_min_isr_exit | first_seen | "
+                                   "watcher_blind (a gap: nothing was observed from "
+                                   "event_time to until; topic '' and partition -1) | "
+                                   "log_end_drop | topic_config | controller_change | "
+                                   "broker_fenced | broker_unfenced"),
         C("leader", "int", True),
         C("previous_leader", "int", True),
         C("isr", "int_list", True),
@@ -104,6 +111,14 @@ TABLES: dict[str, list[Column]] = {
         C("replicas", "int_list", True),
         C("leader_epoch", "int", True, "from list_offsets(latest)"),
         C("source", "string", False, "who observed it, e.g. watcher:metadata"),
+        C("until", "timestamp", True, "watcher_blind: the end of the gap (null: still "
+                                      "blind when written)"),
+        C("log_end", "long", True, "the partition's log end (high watermark) when observed; "
+                                   "log_end_drop: the one it went back to"),
+        C("detail", "string", True, "JSON: topic_config: replication factor, "
+                                    "min.insync.replicas, unclean.leader.election.enable, "
+                                    "flush settings; controller_change: controller; "
+                                    "broker_*: broker; log_end_drop: the log end before"),
     ],
     "findings": [
         C("finding_id", "string", False, "deterministic id of the finding"),
@@ -143,18 +158,43 @@ TABLES: dict[str, list[Column]] = {
         C("run_id", "string", True),
         C("seq", "long", True),
         C("count", "long", True),
-        C("offset", "long", True),
-        C("time1", "timestamp", True, "ack: first ack; read: read time; judged: when; obs: when"),
-        C("time2", "timestamp", True, "ack: last ack"),
-        C("error_name", "string", True),
-        C("acks", "string", True),
-        C("source", "string", True),
-        C("status", "string", True),
-        C("leader_epoch", "int", True),
+        C("offset", "long", True, "observation: the consumed frontier observed"),
+        C("first_ack", "timestamp", True, "ack: first delivery report of the run"),
+        C("last_ack", "timestamp", True, "ack: last delivery report of the run"),
+        C("read_time", "timestamp", True, "read: when it was read"),
+        C("judged_at", "timestamp", True, "judged: when the run was judged"),
+        C("observed_at", "timestamp", True, "observation: when the frontier was observed"),
+        C("error_name", "string", True, "ack: librdkafka error name (null on success)"),
+        C("acks", "string", True, "ack: the producer's acks setting"),
+        C("source", "string", True, "read: stream | reread"),
+        C("status", "string", True, "read: record | absent | truncated | expired"),
+        C("leader_epoch", "int", True, "read: leader epoch of the records"),
         C("horizon", "long", True, "ack without offset: the log end after its report"),
         C("progress", "string", True, "progress row: JSON of source versions and pass id"),
         C("pass_id", "long", True, "the pass whose state this row belongs to (its "
-                                   "generation); null in tables from before generations"),
+                                   "generation)"),
+    ],
+    "windows": [
+        C("window_id", "string", False, "kind:topic:partition:start"),
+        C("kind", "string", False, "exposure | reduced_redundancy | rejection | split_brain"),
+        C("topic", "string", False),
+        C("partition", "int", False),
+        C("start", "timestamp", False),
+        C("end", "timestamp", True, "null: open, it lasts"),
+        C("opened_by", "string", False, "the event (or ack) that opened it"),
+        C("closed_by", "string", True, "the event (or ack) that closed it"),
+        C("acks", "long", False, "writes acknowledged inside it"),
+        C("losses", "long", False, "writes acknowledged inside it and lost"),
+        C("detail", "string", True, "JSON: what the kind adds (refused writes, ...)"),
+        C("computed_at", "timestamp", False),
+    ],
+    "fault_events": [
+        C("at", "timestamp", False, "when the harness did it"),
+        C("scenario", "string", False),
+        C("run_id", "string", False, "one scenario run"),
+        C("topic", "string", False),
+        C("kind", "string", False, "leader_killed | followers_paused | replication_cut | ..."),
+        C("detail", "string", True, "JSON: nodes, ports"),
     ],
     "dq_results": [
         C("validated_at", "timestamp", False),
@@ -188,3 +228,29 @@ def spark_schema(table: str):
     }
     return T.StructType([T.StructField(c.name, spark_types[c.type], c.nullable)
                          for c in TABLES[table]])
+
+
+_PYTHON = {"string": str, "long": int, "int": int, "bool": bool, "double": float,
+           "timestamp": "datetime", "int_list": list[int]}
+
+
+def row_model(table: str, name: str, overrides: dict | None = None,
+              exclude: tuple[str, ...] = ()):
+    """A pydantic model of one row of ``table`` (the API's response models): one field per
+    declared column, its doc as the field's description; ``overrides`` maps a column to
+    ``(type, description)`` where the API shows it otherwise (e.g. parsed JSON)."""
+    from datetime import datetime
+
+    from pydantic import Field, create_model
+
+    fields = {}
+    for c in TABLES[table]:
+        if c.name in exclude:
+            continue
+        typ, doc = (overrides or {}).get(c.name, (None, c.doc))
+        if typ is None:
+            typ = _PYTHON[c.type]
+            typ = datetime if typ == "datetime" else typ
+            typ = typ | None if c.nullable else typ
+        fields[c.name] = (typ, Field(description=doc or None))
+    return create_model(name, **fields)

@@ -1,0 +1,251 @@
+"""The audit's hot state as rows: ``audit_hot`` rows <-> :class:`PartitionHot`, and the
+rows one judge step hands back to the pass (state, findings, re-reads, status).
+
+``audit_hot`` holds one row per state item, ``kind`` naming which: an unjudged
+``ack`` run, a ``read`` run still needed, a recently ``judged`` run (for
+``reordered``), a frontier ``observation``, and the pass's ``progress`` row.
+Each kind fills its own named columns (``schemas/tables.py``).
+
+The judge step (``groupBy().applyInPandas``) returns the state rows plus the
+columns of :data:`STEP_COLUMNS`, tagged by ``row``: ``hot``, ``finding``,
+``reread`` or ``status``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from datetime import UTC, datetime, timedelta
+
+import pandas as pd
+import pyarrow as pa
+
+from kafka_audit.jobs.engine import AuditConfig, PartitionHot, step_partition
+from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.schemas.tables import arrow_schema, spark_schema
+
+__all__ = ["hot_from_rows", "hot_from_arrow", "hot_rows", "step_fn", "arrow_step_fn",
+           "step_schema", "step_arrow_schema", "consumed_row", "STEP_COLUMNS"]
+
+#: what a judge step returns besides the ``audit_hot`` columns: name -> Spark SQL type
+STEP_COLUMNS = {
+    "row": "string",             # hot | finding | reread | status
+    "finding_id": "string",      # finding
+    "subkind": "string",         # finding
+    "cause": "string",           # finding
+    "evidence": "string",        # finding: JSON
+    "ack_time": "timestamp",     # finding: first ack of the range
+    "reason": "string",          # reread: why the range is read again
+    "frontier": "bigint",        # status: the consumed frontier
+    "settled_frontier": "bigint",  # status: the frontier a settle period ago
+    "pending": "bigint",         # status: writes not yet judged
+    "unseen": "bigint",          # status: pending writes unread too long
+    "oldest_unseen": "timestamp",  # status: ack time of the oldest unseen write
+}
+
+
+def _aware(v) -> datetime | None:
+    # Spark hands pandas naive timestamps in the session time zone, which is UTC
+    if v is None or v is pd.NaT or (isinstance(v, float) and pd.isna(v)):
+        return None
+    return pd.Timestamp(v).to_pydatetime().replace(tzinfo=UTC)
+
+
+def _naive(v: datetime | None) -> datetime | None:
+    return None if v is None else v.astimezone(UTC).replace(tzinfo=None)
+
+
+def _opt(v):
+    """None for every null pandas hands out (None, NaN, NA, NaT), else the value."""
+    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v):
+        return None
+    return v
+
+
+def _opt_int(v) -> int | None:
+    v = _opt(v)
+    return None if v is None else int(v)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _times(col: pd.Series) -> list:
+    """A timestamp column as aware UTC datetimes, None where null (column-wise: a pandas
+    scalar per value costs microseconds, and a pass converts a whole state)."""
+    if not pd.api.types.is_datetime64_any_dtype(col):
+        return [_aware(v) for v in col.tolist()]
+    if col.dt.tz is not None:
+        col = col.dt.tz_convert(UTC).dt.tz_localize(None)
+    micros = col.to_numpy(dtype="datetime64[us]").astype("int64").tolist()
+    return [None if null else _EPOCH + timedelta(microseconds=m)
+            for m, null in zip(micros, col.isna().tolist(), strict=True)]
+
+
+def _ints(col: pd.Series) -> list:
+    if pd.api.types.is_integer_dtype(col.dtype) and not col.hasnans:
+        return [int(v) for v in col.tolist()]
+    return [_opt_int(v) for v in col.tolist()]
+
+
+def _objects(col: pd.Series) -> list:
+    return [_opt(v) for v in col.tolist()]
+
+
+_TIMES_IN = ("first_ack", "last_ack", "read_time", "judged_at", "observed_at")
+_INTS_IN = ("partition", "seq", "count", "offset", "horizon", "leader_epoch")
+_OBJECTS_IN = ("kind", "topic", "producer_id", "run_id", "error_name", "acks", "source",
+               "status")
+
+
+def hot_from_rows(pdf: pd.DataFrame) -> PartitionHot:
+    """One partition's ``audit_hot`` rows (and new ack and read rows, in the same columns)."""
+    if not len(pdf):
+        return PartitionHot()
+    return _hot_from_columns({n: _times(pdf[n]) for n in _TIMES_IN}
+                             | {n: _ints(pdf[n]) for n in _INTS_IN}
+                             | {n: _objects(pdf[n]) for n in _OBJECTS_IN})
+
+
+def hot_from_arrow(t: pa.Table) -> PartitionHot:
+    """:func:`hot_from_rows` of rows held as Arrow (the driver's judgement)."""
+    def times(col):
+        return [None if m is None else _EPOCH + timedelta(microseconds=m)
+                for m in col.cast(pa.int64()).to_pylist()]
+
+    return _hot_from_columns({n: times(t.column(n)) for n in _TIMES_IN}
+                             | {n: t.column(n).to_pylist() for n in _INTS_IN + _OBJECTS_IN})
+
+
+def _hot_from_columns(c: dict[str, list]) -> PartitionHot:
+    hot = PartitionHot()
+    for i, kind in enumerate(c["kind"]):
+        if kind == "ack":
+            hot.acks.append(AckRun(c["topic"][i], c["partition"][i], c["producer_id"][i],
+                                   c["run_id"][i], c["seq"][i], c["count"][i], c["offset"][i],
+                                   c["first_ack"][i], c["last_ack"][i], c["error_name"][i],
+                                   c["acks"][i], c["horizon"][i]))
+        elif kind == "read":
+            hot.reads.append(ReadRun(c["topic"][i], c["partition"][i], c["offset"][i],
+                                     c["count"][i], c["producer_id"][i], c["run_id"][i],
+                                     c["seq"][i], c["read_time"][i], c["source"][i],
+                                     c["status"][i], c["leader_epoch"][i]))
+        elif kind == "judged":
+            t = c["judged_at"][i]
+            hot.judged.append((AckRun(c["topic"][i], c["partition"][i], c["producer_id"][i],
+                                      c["run_id"][i], c["seq"][i], c["count"][i],
+                                      c["offset"][i], t, t), t))
+        elif kind == "observation":
+            hot.observations.append((c["offset"][i], c["observed_at"][i]))
+    return hot
+
+
+def _row(kind: str, topic: str, partition: int, **kw) -> dict:
+    return {"kind": kind, "topic": topic, "partition": partition, **kw}
+
+
+def hot_rows(topic: str, partition: int, hot: PartitionHot) -> list[dict]:
+    """The ``audit_hot`` rows that hold one partition's state (tagged ``row = hot``)."""
+    rows = [_row("ack", topic, partition, producer_id=a.producer_id, run_id=a.run_id,
+                 seq=a.seq, count=a.count, offset=a.offset, first_ack=_naive(a.first_ack),
+                 last_ack=_naive(a.last_ack), error_name=a.error, acks=a.acks,
+                 horizon=a.horizon)
+            for a in hot.acks]
+    rows += [_row("read", topic, partition, producer_id=r.producer_id, run_id=r.run_id,
+                  seq=r.seq, count=r.count, offset=r.offset, read_time=_naive(r.read_time),
+                  source=r.source, status=r.status, leader_epoch=r.leader_epoch)
+             for r in hot.reads]
+    rows += [_row("judged", topic, partition, producer_id=a.producer_id, run_id=a.run_id,
+                  seq=a.seq, count=a.count, offset=a.offset, judged_at=_naive(t))
+             for a, t in hot.judged]
+    rows += [_row("observation", topic, partition, offset=f, observed_at=_naive(t))
+             for f, t in hot.observations]
+    for r in rows:
+        r["row"] = "hot"
+    return rows
+
+
+def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_ends,
+           tz: str | None) -> pa.Table:
+    """One :func:`~kafka_audit.jobs.engine.step_partition` and its result as rows of
+    :func:`step_arrow_schema` (``tz``: its timestamps' zone, None for naive UTC)."""
+    topic, partition = key[0], int(key[1])
+    res = step_partition(topic, hot, events.get((topic, partition), []), now, cfg,
+                         log_ends.get((topic, partition)))
+    rows = hot_rows(topic, partition, res.hot)
+    for f in res.findings:
+        rows.append(_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
+                         producer_id=f.producer_id, run_id=f.run_id, seq=f.seq,
+                         count=f.count, offset=f.offset, ack_time=_naive(f.ack_time),
+                         subkind=f.subkind, cause=f.cause,
+                         evidence=json.dumps(f.evidence, default=str)))
+    for q in res.rereads:
+        rows.append(_row("reread", topic, partition, row="reread", offset=q.offset,
+                         count=q.end - q.offset, reason=q.reason))
+    rows.append(_row("status", topic, partition, row="status",
+                     frontier=res.clock.stream_frontier,
+                     settled_frontier=res.clock.settled_frontier, pending=res.pending,
+                     unseen=res.unseen, oldest_unseen=_naive(res.oldest_unseen)))
+    # column by column, each typed at once: a pandas frame built from these rows costs
+    # seconds for a large state (naive datetimes are read as UTC)
+    schema = step_arrow_schema(tz)
+    return pa.Table.from_arrays([pa.array([r.get(f.name) for r in rows], f.type)
+                                 for f in schema], schema=schema)
+
+
+def step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
+            cfg: AuditConfig, log_ends: dict[tuple[str, int], int]):
+    """The pandas function a pass runs per ``(topic, partition)`` on Spark: one
+    :func:`~kafka_audit.jobs.engine.step_partition`, its result as rows."""
+
+    def step(key, pdf):  # no hints: pyspark would try to infer an eval type from them
+        return _judge(key, hot_from_rows(pdf), events, now, cfg, log_ends, None).to_pandas(
+            coerce_temporal_nanoseconds=True)
+
+    return step
+
+
+def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
+                  cfg: AuditConfig, log_ends: dict[tuple[str, int], int]):
+    """:func:`step_fn` over Arrow rows of :func:`step_arrow_schema` (UTC), for the driver."""
+
+    def step(key, table: pa.Table) -> pa.Table:
+        return _judge(key, hot_from_arrow(table), events, now, cfg, log_ends, "UTC")
+
+    return step
+
+
+@functools.cache
+def step_arrow_schema(tz: str | None = "UTC") -> pa.Schema:
+    """:func:`step_schema` as Arrow: ``audit_hot``'s columns (nullable), then
+    :data:`STEP_COLUMNS`; timestamps in zone ``tz`` (None: naive, as Spark hands pandas)."""
+    def typed(t: pa.DataType) -> pa.DataType:
+        return pa.timestamp("us", tz=tz) if pa.types.is_timestamp(t) else t
+
+    types = {"string": pa.string(), "bigint": pa.int64(),
+             "timestamp": pa.timestamp("us", tz=tz)}
+    return pa.schema([pa.field(f.name, typed(f.type)) for f in arrow_schema("audit_hot")]
+                     + [pa.field(n, types[t]) for n, t in STEP_COLUMNS.items()])
+
+
+@functools.cache
+def step_schema():
+    """``audit_hot``'s columns plus :data:`STEP_COLUMNS`: what a judge step returns."""
+    from pyspark.sql import types as T
+
+    extra = {"string": T.StringType(), "bigint": T.LongType(), "timestamp": T.TimestampType()}
+    return T.StructType([T.StructField(f.name, f.dataType, True)
+                         for f in spark_schema("audit_hot").fields]
+                        + [T.StructField(n, extra[t], True) for n, t in STEP_COLUMNS.items()])
+
+
+def consumed_row(r: ReadRun, batch_id: int) -> dict:
+    """A read run as a row of the ``consumed`` table (re-reads; recorded test histories)."""
+    stamped = r.producer_id is not None
+    return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "count": r.count,
+            "kafka_timestamp": None, "stamped": stamped,
+            "stamp_error": None if stamped or r.status != "record" else "foreign or malformed",
+            "producer_id": r.producer_id, "run_id": r.run_id, "seq": r.seq,
+            "checksum_ok": True if stamped else None, "read_time": r.read_time,
+            "batch_id": batch_id, "source": r.source, "status": r.status,
+            "leader_epoch": r.leader_epoch}

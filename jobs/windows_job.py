@@ -1,0 +1,161 @@
+"""Windows job: when writes were at risk, into the ``windows`` table.
+
+* sources: ``cluster_events`` (ISR observations, leader changes, topic settings),
+  ``acks`` (refused writes; acknowledged writes counted inside each window) and
+  ``findings`` of committed passes (losses, for split-brain windows and counts);
+* rule: :func:`kafka_audit.jobs.windows.partition_windows` per partition, the
+  pure function the tests exercise;
+* sink: ``windows``, rewritten whole (delta-rs) when it changed: every row is
+  derived from the tables above, so a rewrite is exactly once by construction;
+* trigger: after each audit pass (the audit loop), or ``kafka-audit windows``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import defaultdict
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
+from kafka_audit.jobs.windows import Window, partition_windows
+from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.schemas.verdicts import LOSSES
+from kafka_audit.settings import Settings
+from kafka_audit.store import committed_pass, read_table, table_exists, write_arrow
+
+__all__ = ["compute_windows", "update_windows"]
+
+log = logging.getLogger(__name__)
+
+
+def _tuple(v):
+    return tuple(v) if v is not None else None
+
+
+def _events(settings: Settings) -> tuple[dict[tuple[str, int], list[ClusterEvent]],
+                                         dict[str, int]]:
+    by_partition: dict[tuple[str, int], list[ClusterEvent]] = defaultdict(list)
+    min_isr: dict[str, int] = {}
+    rows = read_table(settings.table_path("cluster_events"), "cluster_events").to_pylist()
+    for r in sorted(rows, key=lambda r: r["event_time"]):
+        if r["kind"] == "topic_config":
+            try:
+                min_isr[r["topic"]] = int(json.loads(r["detail"])["min.insync.replicas"])
+            except (KeyError, TypeError, ValueError):
+                pass
+            continue
+        if r["partition"] < 0:
+            continue
+        by_partition[(r["topic"], r["partition"])].append(ClusterEvent(
+            r["event_time"].astimezone(UTC), r["topic"], r["partition"], r["kind"],
+            r["leader"], r["previous_leader"], _tuple(r["isr"]), _tuple(r["previous_isr"]),
+            _tuple(r["replicas"]), log_end=r["log_end"]))
+    return by_partition, min_isr
+
+
+def _refused(settings: Settings) -> dict[tuple[str, int], list[AckRun]]:
+    t = read_table(settings.table_path("acks"), "acks",
+                   where=pc.field("error_name").isin(["NOT_ENOUGH_REPLICAS",
+                                                      "NOT_ENOUGH_REPLICAS_AFTER_APPEND"]))
+    out: dict[tuple[str, int], list[AckRun]] = defaultdict(list)
+    for r in t.to_pylist():
+        out[(r["topic"], r["partition"])].append(AckRun(
+            r["topic"], r["partition"], r["producer_id"], r["run_id"], r["seq"], r["count"],
+            None, r["ack_time"].astimezone(UTC), r["last_ack_time"].astimezone(UTC),
+            r["error_name"], r["acks"]))
+    return out
+
+
+def _findings(settings: Settings, kinds: list[str], where=None
+              ) -> dict[tuple[str, int], list[Finding]]:
+    committed = committed_pass(settings)
+    condition = pc.field("kind").isin(kinds) & (pc.field("pass_id")
+                                               <= pa.scalar(committed, pa.int64()))
+    t = read_table(settings.table_path("findings"), "findings",
+                   where=condition if where is None else condition & where)
+    out: dict[tuple[str, int], list[Finding]] = defaultdict(list)
+    for r in t.to_pylist():
+        out[(r["topic"], r["partition"])].append(Finding(
+            r["kind"], r["topic"], r["partition"], r["producer_id"], r["run_id"], r["seq"],
+            r["offset"], r["count"], r["subkind"],
+            r["ack_time"] and r["ack_time"].astimezone(UTC), r["cause"]))
+    return out
+
+
+def _confirmed_over(settings: Settings, key: tuple[str, int], lost: list[Finding]
+                    ) -> list[Finding]:
+    """The confirmed findings at the offsets of a partition's lost writes (what sits there
+    now), for split-brain windows."""
+    offsets = [(f.offset, f.offset + f.count) for f in lost if f.offset is not None]
+    if not offsets:
+        return []
+    lo, hi = min(a for a, _ in offsets), max(b for _, b in offsets)
+    found = _findings(settings, ["confirmed"],
+                      (pc.field("topic") == key[0])
+                      & (pc.field("partition") == pa.scalar(key[1], pa.int32()))
+                      & (pc.field("offset") < pa.scalar(hi, pa.int64())))
+    return [c for c in found.get(key, []) if c.offset is not None
+            and c.offset + c.count > lo]
+
+
+def _acked_inside(settings: Settings, w: Window, now: datetime) -> int:
+    """Writes acknowledged inside the window (successes: the ledger's placed runs)."""
+    ts = pa.timestamp("us", tz="UTC")
+    t = read_table(settings.table_path("acks"), "acks", columns=["count"],
+                   where=(pc.field("topic") == w.topic)
+                   & (pc.field("partition") == pa.scalar(w.partition, pa.int32()))
+                   & pc.field("error_name").is_null()
+                   & (pc.field("ack_time") >= pa.scalar(w.start, ts))
+                   & (pc.field("ack_time") <= pa.scalar(w.end or now, ts)))
+    return int(pc.sum(t.column("count")).as_py() or 0)
+
+
+def compute_windows(settings: Settings, now: datetime | None = None) -> list[Window]:
+    """Every window, from the tables as they are now."""
+    now = now or datetime.now(UTC)
+    events, min_isr = _events(settings)
+    refused, losses = _refused(settings), _findings(settings, sorted(LOSSES))
+    out: list[Window] = []
+    for key in sorted(set(events) | set(refused) | set(losses)):
+        lost = losses.get(key, [])
+        over = _confirmed_over(settings, key, lost)
+        for w in partition_windows(key[0], key[1], events.get(key, []), min_isr.get(key[0]),
+                                   refused.get(key, []), lost, over):
+            out.append(Window(w.kind, w.topic, w.partition, w.start, w.end, w.opened_by,
+                              w.closed_by, _acked_inside(settings, w, now), w.losses,
+                              w.detail))
+    return out
+
+
+def update_windows(settings: Settings, now: datetime | None = None) -> list[Window]:
+    """Rewrite the ``windows`` table when the windows changed; return them."""
+    now = now or datetime.now(UTC)
+    windows = compute_windows(settings, now)
+    path = settings.table_path("windows")
+    rows = [{"window_id": w.window_id, "kind": w.kind, "topic": w.topic,
+             "partition": w.partition, "start": w.start, "end": w.end,
+             "opened_by": w.opened_by, "closed_by": w.closed_by, "acks": w.acks,
+             "losses": w.losses, "detail": json.dumps(w.detail) if w.detail else None}
+            for w in windows]
+    keep = [c for c in arrow_schema("windows").names if c != "computed_at"]
+    if table_exists(path):
+        have = read_table(path, "windows", columns=keep).to_pylist()
+        key = lambda r: r["window_id"]  # noqa: E731
+        if sorted(have, key=key) == sorted(_normal(rows), key=key):
+            return windows
+    elif not rows:
+        return windows
+    data = pa.Table.from_pylist([{**r, "computed_at": now} for r in rows],
+                                schema=arrow_schema("windows"))
+    write_arrow(path, "windows", data, mode="overwrite")
+    return windows
+
+
+def _normal(rows: list[dict]) -> list[dict]:
+    """Rows as they read back from the table (times in UTC)."""
+    return [{k: (v.astimezone(UTC) if isinstance(v, datetime) else v) for k, v in r.items()}
+            for r in rows]

@@ -1,0 +1,435 @@
+"""The table layer: every Delta table access of producers, jobs, watcher and API.
+
+The ground floor of the project: it knows the declared schemas
+(``schemas/tables.py``) and delta-rs, nothing of Spark, of the audit's rules or
+of the API. Nothing above it imports ``deltalake`` for table access; Spark's
+own Delta writer (``jobs/sink.py``) is the one other path into the tables.
+
+* read: :func:`read_table` (an empty table of the declared schema if absent),
+  :func:`files_added_since` (the rows appended since a version: data-changing adds in
+  the commit files, so compactions never make old rows look new) and
+  :func:`max_in_files` (answered from the Delta log);
+* write: :func:`append_rows`, :func:`write_arrow`, and the idempotent appends
+  :func:`append_once` / :func:`append_arrow_once` keyed by ``(app_id, version)``;
+* upkeep: :func:`compact` (OPTIMIZE, then a checkpoint), :func:`vacuum`,
+  :func:`checkpoint`, :func:`footprint` (what a table holds on disk);
+* check: :func:`check_table` refuses a table whose columns are not the declared
+  ones (a table of an older version of this project) with a clear error;
+* the audit's commit point: :func:`committed_progress` and :func:`committed_pass`
+  say which audit pass is committed, so readers never see a pass that died.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from urllib.parse import unquote
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_audit.errors import TableError
+from kafka_audit.schemas.tables import arrow_schema
+
+__all__ = ["table_exists", "check_table", "read_table", "append_rows", "append_once",
+           "append_arrow_once", "write_arrow", "transaction_version", "commit_metadata",
+           "files_added_since", "data_changes_since", "latest_version", "max_in_files",
+           "rows_in_files",
+           "compact", "vacuum", "checkpoint", "Footprint", "footprint", "Progress",
+           "committed_progress", "committed_pass"]
+
+log = logging.getLogger(__name__)
+
+_CHECKED: set[str] = set()  # table paths whose columns were checked in this process
+# what Spark gives the tables it creates (jobs/spark.py); delta-rs gives new tables the same
+_NEW_TABLE = {"delta.checkpointInterval": "100"}
+
+
+def table_exists(path: str) -> bool:
+    return (Path(path) / "_delta_log").is_dir()
+
+
+def check_table(path: str, table: str) -> None:
+    """Raise :class:`TableError` if the table at ``path`` exists with other columns than the
+    declared ``table`` (written by an older version of this project); once per process."""
+    from deltalake import DeltaTable
+
+    if path in _CHECKED or not table_exists(path):
+        return
+    have = [f.name for f in DeltaTable(path).schema().fields]
+    want = arrow_schema(table).names
+    if have != want:
+        raise TableError(
+            f"table {table} at {path} has columns {sorted(set(have) ^ set(want))} that differ "
+            f"from this version's; it was written by another version of kafka-audit: move the "
+            f"warehouse away (or point `home` elsewhere) and audit again")
+    _CHECKED.add(path)
+
+
+def read_table(path: str, table: str, columns: list[str] | None = None,
+               where: pc.Expression | None = None, version: int | None = None) -> pa.Table:
+    """The table as Arrow; an empty table of the declared schema if it does not exist yet.
+
+    ``where`` is applied inside the scan (row groups whose statistics exclude it are skipped).
+    """
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        found = arrow_schema(table).empty_table()
+        found = found.filter(where) if where is not None else found
+        return found.select(columns) if columns else found
+    dt = DeltaTable(path, version=version)
+    return dt.to_pyarrow_dataset().to_table(columns=columns, filter=where)
+
+
+def _arrow(table: str, rows: list[dict]) -> pa.Table:
+    return pa.Table.from_pylist(rows, schema=arrow_schema(table))
+
+
+def append_rows(path: str, table: str, rows: list[dict]) -> None:
+    """Append plain rows with delta-rs, typed by the table's declared schema."""
+    if rows:
+        write_arrow(path, table, _arrow(table, rows))
+
+
+def transaction_version(path: str, app_id: str) -> int | None:
+    """The last version the idempotent writer ``app_id`` committed (None: none, or no table)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path).transaction_version(app_id) if table_exists(path) else None
+
+
+def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, version: int,
+                      known: int | None = None) -> bool:
+    """Append ``data`` as the idempotent Delta transaction ``(app_id, version)``: nothing is
+    written if that app already committed ``version`` or a later one. ``known``: the app's
+    committed version if the caller knows it (the table's log is then not read). True if
+    appended."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    done = transaction_version(path, app_id) if known is None else known
+    if done is not None and done >= version:
+        return False
+    write_deltalake(path, data, mode="append", commit_properties=CommitProperties(
+                        app_transactions=[Transaction(app_id, version)]))
+    return True
+
+
+def append_once(path: str, table: str, rows: list[dict], app_id: str, version: int) -> bool:
+    """:func:`append_arrow_once` of plain rows; an empty list writes nothing."""
+    return bool(rows) and append_arrow_once(path, table, _arrow(table, rows), app_id, version)
+
+
+def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
+                user_metadata: str | None = None) -> None:
+    """One delta-rs commit of ``data`` (the declared ``table``'s columns, in any order).
+
+    Written in the table's own schema when it has one (nullability, order: Spark creates
+    its columns nullable, the declaration may not); the table's log is read once a write.
+    """
+    from deltalake import CommitProperties, DeltaTable, write_deltalake
+
+    target = DeltaTable(path) if table_exists(path) else None
+    schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
+    data = data.select(schema.names).cast(schema)
+    write_deltalake(path if target is None else target, data, mode=mode,
+                    configuration=_NEW_TABLE if target is None else None,
+                    commit_properties=CommitProperties(
+                        custom_metadata={"userMetadata": user_metadata}
+                        if user_metadata is not None else None))
+
+
+def commit_metadata(path: str) -> Iterator[str]:
+    """The ``userMetadata`` of every commit of the table, newest first ("" where none)."""
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        return
+    for commit in DeltaTable(path).history():
+        yield commit.get("userMetadata") or ""
+
+
+def _add_actions(dt) -> pa.Table:
+    """The live files of a loaded ``DeltaTable`` with their statistics, one row each."""
+    return pa.table(dt.get_add_actions(flatten=True))  # delta-rs hands arro3: to pyarrow
+
+
+def max_in_files(path: str, column: str) -> int | None:
+    """The largest value of a numeric ``column`` over the table's live files, from the file
+    statistics in the Delta log (no data read); None if the table is empty or absent, and
+    raises ``LookupError`` if some file carries no statistic for it (the caller must scan)."""
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        return None
+    adds = _add_actions(DeltaTable(path))
+    if adds.num_rows == 0:
+        return None
+    name = f"max.{column}"
+    if name not in adds.column_names or adds.column(name).null_count:
+        raise LookupError(f"{path}: no {column} statistics in some files")
+    return pc.max(adds.column(name)).as_py()
+
+
+def rows_in_files(path: str, column: str, value: int) -> int:
+    """An upper bound of the rows whose numeric ``column`` equals ``value``: the rows of the
+    live files whose statistics admit it (from the Delta log, no data read). Raises
+    ``LookupError`` if some file carries no statistic for it."""
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        return 0
+    adds = _add_actions(DeltaTable(path))
+    lo, hi = f"min.{column}", f"max.{column}"
+    if adds.num_rows == 0:
+        return 0
+    if lo not in adds.column_names or adds.column(lo).null_count \
+            or adds.column("num_records").null_count:
+        raise LookupError(f"{path}: no {column} statistics in some files")
+    admit = pc.and_(pc.less_equal(adds.column(lo), value),
+                    pc.greater_equal(adds.column(hi), value))
+    return int(pc.sum(adds.column("num_records").filter(admit)).as_py() or 0)
+
+
+def _log_dir(path: str) -> Path:
+    return Path(path) / "_delta_log"
+
+
+def _commit_file(path: str, version: int) -> Path:
+    return _log_dir(path) / f"{version:020d}.json"
+
+
+def _commit_actions(path: str, version: int) -> list[dict] | None:
+    """The actions of one commit, from its JSON file in the Delta log (None: no such file,
+    e.g. removed by the log's own cleanup after a checkpoint)."""
+    try:
+        text = _commit_file(path, version).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _last_checkpoint(path: str) -> int:
+    try:
+        return int(json.loads((_log_dir(path) / "_last_checkpoint").read_text())["version"])
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return -1
+
+
+def latest_version(path: str, at_least: int = -1) -> int:
+    """The table's newest version, found by looking for the commit files after ``at_least``
+    (or after the last checkpoint): no table state is loaded. -1 if there is no commit.
+
+    Commits appear whole (written beside, then created atomically), so a version seen
+    here can be read."""
+    v = max(at_least, _last_checkpoint(path))
+    if v < 0 and not _commit_file(path, 0).exists():
+        return -1
+    v = max(v, 0)
+    while _commit_file(path, v + 1).exists():
+        v += 1
+    return v
+
+
+def _records(add: dict) -> int | None:
+    try:
+        return int(json.loads(add.get("stats") or "{}")["numRecords"])
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def data_changes_since(path: str, version: int, skip_apps: Collection[str] = ()
+                       ) -> tuple[int, dict[str, int | None]] | None:
+    """The current version and the files that commits after ``version`` added with
+    ``dataChange`` true (relative path -> rows, None where the log holds no statistic),
+    read from each commit's JSON file; None if one of those files is gone (the log's
+    cleanup removed it after a checkpoint).
+
+    A compaction (OPTIMIZE) removes files and adds their rows again in new files, both
+    with ``dataChange`` false: its files are left out, so rows appended once are
+    reported once, whatever was compacted since. A file added and removed again as a
+    data change (a delete) inside the range is left out too. Commits that carry an
+    idempotent transaction of an app in ``skip_apps`` are left out whole."""
+    current = latest_version(path, version)
+    files: dict[str, int | None] = {}
+    for v in range(version + 1, current + 1):
+        actions = _commit_actions(path, v)
+        if actions is None:
+            return None
+        if skip_apps and any((a.get("txn") or {}).get("appId") in skip_apps for a in actions):
+            continue
+        for a in actions:
+            if (add := a.get("add")) is not None and add.get("dataChange", True):
+                files[add["path"]] = _records(add)
+            elif (rm := a.get("remove")) is not None and rm.get("dataChange", True):
+                files.pop(rm["path"], None)
+    return current, files
+
+
+def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
+                      ) -> tuple[int, list[str], int | None]:
+    """The table's current version, the data files holding the rows appended after
+    ``version`` (-1: every live file) and their row count (from the Delta log's
+    statistics; None if a file carries none). Paths are absolute.
+
+    Exact for append-only tables (``acks``, ``consumed``, ``cluster_events``), also across
+    compactions: the appended files are those of :func:`data_changes_since` (a file a
+    later compaction removed is still read: vacuum keeps it for
+    ``steady.vacuum_retention_hours``, far longer than one audit pass). Should a commit
+    file after ``version`` be gone (the Delta log keeps them ``delta.logRetentionDuration``,
+    30 days by default), the answer falls back to the live files now less those live at
+    ``version``, which is exact only if no compaction ran in between (logged).
+    """
+    from deltalake import DeltaTable
+
+    if version < 0:  # everything: the live files (a compaction's rows counted once)
+        dt = DeltaTable(path)
+        adds = _add_actions(dt)
+        rows = dict(zip(adds.column("path").to_pylist(), adds.column("num_records").to_pylist(),
+                        strict=True))
+        current = dt.version()
+    else:
+        found = data_changes_since(path, version, skip_apps)
+        if found is not None:
+            current, rows = found
+        else:
+            log.warning("%s: commit files after version %d are gone (log cleanup); new files "
+                        "found by comparing snapshots, exact only without a compaction since",
+                        path, version)
+            dt = DeltaTable(path)
+            current = dt.version()
+            adds = _add_actions(dt)
+            rows = dict(zip(adds.column("path").to_pylist(),
+                            adds.column("num_records").to_pylist(), strict=True))
+            for f in _add_actions(DeltaTable(path, version=version)).column("path").to_pylist():
+                rows.pop(f, None)
+        if version >= current:
+            return current, [], 0
+    counts = list(rows.values())
+    total = None if any(n is None for n in counts) else sum(counts)
+    return current, sorted(str(Path(path) / unquote(f)) for f in rows), total
+
+
+# ---- upkeep: compaction, vacuum, checkpoints (scheduled by jobs/maintenance.py) ----
+
+def compact(path: str, target_size: int | None = None) -> dict | None:
+    """OPTIMIZE: rewrite the table's small files into few (``dataChange`` false: readers of
+    appended rows, :func:`files_added_since`, are not fooled), then write a checkpoint so
+    readers replay the log from there. Returns delta-rs's metrics; None if the table is
+    absent or a concurrent commit conflicted with this one (nothing changed: try again
+    later). Appends by other writers meanwhile are kept: they do not conflict."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    if not table_exists(path):
+        return None
+    try:
+        metrics = DeltaTable(path).optimize.compact(target_size=target_size)
+    except CommitFailedError as exc:
+        log.info("compaction of %s lost to a concurrent commit, retried later: %s", path, exc)
+        return None
+    if metrics.get("numFilesRemoved"):
+        checkpoint(path)
+    return metrics
+
+
+def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
+    """Delete the data files no version newer than ``retention_hours`` references (and,
+    with ``keep_last_versions``, none of the last so many versions: a reader that loaded
+    one of them a moment ago still finds its files). Returns the files deleted."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    if not table_exists(path):
+        return 0
+    dt = DeltaTable(path)
+    keep = list(range(max(0, dt.version() - keep_last_versions + 1), dt.version() + 1)) \
+        if keep_last_versions else None
+    try:
+        return len(dt.vacuum(retention_hours=retention_hours, dry_run=False,
+                             enforce_retention_duration=False, keep_versions=keep))
+    except CommitFailedError as exc:  # its log entries only: nothing lost, retried later
+        log.info("vacuum of %s lost to a concurrent commit, retried later: %s", path, exc)
+        return 0
+
+
+def checkpoint(path: str) -> None:
+    """Write a Delta checkpoint at the current version (readers then replay the log from
+    it: the cost of loading the table stops growing with its commits)."""
+    from deltalake import DeltaTable
+
+    if table_exists(path):
+        DeltaTable(path).create_checkpoint()
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What a table costs on disk: its version, its live files and every file it holds."""
+
+    version: int
+    live_files: int
+    live_bytes: int
+    data_files: int  # parquet files on disk, live or not yet vacuumed
+    data_bytes: int
+    log_bytes: int
+
+
+def footprint(path: str) -> Footprint | None:
+    """The table's :class:`Footprint` (None if it does not exist)."""
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        return None
+    dt = DeltaTable(path)
+    adds = _add_actions(dt)
+    data = [p for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts]
+    return Footprint(dt.version(), adds.num_rows,
+                     int(pc.sum(adds.column("size_bytes")).as_py() or 0),
+                     len(data), sum(_size(p) for p in data),
+                     sum(_size(p) for p in _log_dir(path).iterdir() if p.is_file()))
+
+
+def _size(p: Path) -> int:
+    try:
+        return p.stat().st_size
+    except FileNotFoundError:  # vacuumed while we looked
+        return 0
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The audit's committed progress: the last pass and the source versions it consumed.
+
+    ``generation`` is the ``pass_id`` the committed state's ``audit_hot`` rows carry
+    (the committing pass; None before the first pass)."""
+
+    pass_id: int = 0
+    acks_version: int = -1
+    consumed_version: int = -1
+    generation: int | None = None
+
+    def to_json(self) -> str:
+        return json.dumps({"pass_id": self.pass_id, "acks_version": self.acks_version,
+                           "consumed_version": self.consumed_version})
+
+
+def committed_progress(settings) -> Progress:
+    """The audit's commit point: each pass appends its state and its progress row to
+    ``audit_hot`` in one commit, so the latest progress row names the committed pass."""
+    t = read_table(settings.table_path("audit_hot"), "audit_hot", ["progress", "pass_id"],
+                   where=pc.field("kind") == "progress")
+    if t.num_rows == 0:
+        return Progress()
+    rows = [(json.loads(p), g) for p, g in zip(t.column("progress").to_pylist(),
+                                               t.column("pass_id").to_pylist(), strict=True)]
+    latest, generation = max(rows, key=lambda r: r[0]["pass_id"])
+    return Progress(**latest, generation=generation)
+
+
+def committed_pass(settings) -> int:
+    """The last committed audit pass (0: none yet). Findings and partition states of later
+    passes belong to a pass that died before its commit point and are never served."""
+    return committed_progress(settings).pass_id
