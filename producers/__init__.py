@@ -1,0 +1,1 @@
+"""Import name ``kafka_audit.producers``: the instrumented producer, its ack ledger, load."""

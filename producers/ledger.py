@@ -37,7 +37,7 @@ import threading
 import time
 from collections import deque
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -45,22 +45,14 @@ import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
 from kafka_audit.errors import LedgerWriteError
-from kafka_audit.jobs.io import upgrade_table
+from kafka_audit.schemas.policy import Durability
 from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.store import append_arrow_once, check_table, transaction_version
 
-__all__ = ["AckLedger", "DurabilitySettings"]
+__all__ = ["AckLedger"]
 
 log = logging.getLogger(__name__)
 _SCHEMA = arrow_schema("acks")
-
-
-class DurabilitySettings(NamedTuple):
-    """The producer settings that decide durability, as it was configured."""
-
-    acks: str
-    idempotence: bool
-    retries: int
-    max_in_flight: int
 
 
 class SpoolCommitter:
@@ -130,21 +122,13 @@ class SpoolCommitter:
     def _committed_version(self) -> int:
         """Read from the table only when unknown: replaying the Delta log on every flush
         would grow with the table, and this folder's owner is the only writer of its app id."""
-        from deltalake import DeltaTable
-        from deltalake.exceptions import TableNotFoundError
-
         if self._committed is None:
-            try:
-                v = DeltaTable(self.table_path).transaction_version(self.app_id)
-            except TableNotFoundError:
-                v = None
+            v = transaction_version(self.table_path, self.app_id)
             self._committed = -1 if v is None else int(v)
         return self._committed
 
     def commit(self) -> int:
         """Append every spooled segment not yet in the table; return rows appended."""
-        from deltalake import CommitProperties, Transaction, write_deltalake
-
         segments = self.segments()
         if not segments:
             return 0
@@ -157,12 +141,11 @@ class SpoolCommitter:
                     seg.unlink()
                     continue
                 with pa.memory_map(str(seg)) as src:
-                    table = ipc.open_file(src).read_all()
-                write_deltalake(
-                    self.table_path, table, mode="append",
-                    commit_properties=CommitProperties(
-                        app_transactions=[Transaction(self.app_id, version)]),
-                )
+                    # a batch file's metadata is the spool's business (the native shipper
+                    # keeps its cursor there), not the table's
+                    table = ipc.open_file(src).read_all().replace_schema_metadata(None)
+                append_arrow_once(self.table_path, "acks", table, self.app_id, version,
+                                  known=committed)
                 self._committed = version
                 seg.unlink()
                 written += table.num_rows
@@ -210,7 +193,7 @@ class AckLedger:
     """Buffers raw delivery reports and writes them to the ``acks`` table exactly once."""
 
     def __init__(self, table_path: str, spool_dir: Path, app_id: str, producer_id: str,
-                 run_id: str, durability: DurabilitySettings, flush_seconds: float = 1.0,
+                 run_id: str, durability: Durability, flush_seconds: float = 1.0,
                  flush_rows: int = 50_000) -> None:
         self.table_path = table_path
         self.app_id = app_id
@@ -220,10 +203,7 @@ class AckLedger:
         self.flush_seconds = flush_seconds
         self.flush_rows = flush_rows
         self.spool_root = Path(spool_dir)
-        try:  # an acks table left by an older version gets the columns it lacks
-            upgrade_table(table_path, "acks")
-        except Exception as exc:  # noqa: BLE001 - the spool keeps every report meanwhile
-            log.warning("could not check the acks table's columns at %s: %s", table_path, exc)
+        check_table(table_path, "acks")  # another version's table: say so before producing
         self._spool = SpoolCommitter(table_path, self.spool_root / _folder_name(app_id), app_id)
         if not self._spool.lock():
             raise LedgerWriteError(f"another live ledger holds {self._spool.folder}")

@@ -7,6 +7,7 @@ import threading
 import time
 from dataclasses import dataclass
 
+from kafka_audit.clients import cluster_config
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.settings import Settings
 
@@ -28,7 +29,7 @@ class LoadSpec:
 
 def producer_config(settings: Settings, spec: LoadSpec) -> dict:
     return {
-        "bootstrap.servers": settings.cluster.bootstrap,
+        **cluster_config(settings),  # the audited cluster, through its profile
         "acks": spec.acks,  # what the auditor is here to check
         "enable.idempotence": spec.idempotence,
         "retries": spec.retries,

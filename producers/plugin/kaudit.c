@@ -1,0 +1,995 @@
+/*
+ * kaudit: a librdkafka interceptor plugin that makes any librdkafka producer auditable.
+ *
+ * Loaded with `plugin.library.paths=/path/libkaudit.so`, it
+ *
+ *   - stamps every record in on_send(): one `kaudit` header, stamp version 2 (layout and
+ *     rule: schemas/stamp.py): producer id, run id, a sequence from 0, XXH64 (seed 42) of
+ *     the value;
+ *   - records every delivery report of its own stamped records in on_acknowledgement(),
+ *     folded into runs (consecutive seqs at consecutive offsets of one partition, or one
+ *     shared error), in a per-producer spool that survives the process being killed: the
+ *     spool is a memory-mapped file, so a report is in the kernel's page cache the moment
+ *     on_acknowledgement() returns, before the application is told of it;
+ *   - writes the producer's durability settings (acks, idempotence, retries, in flight)
+ *     once, beside the spool.
+ *
+ * A shipper (producers/shipper.py: a thread of the Python producer, or `kafka-audit ship`
+ * for producers in other languages) turns closed runs into rows of the Delta `acks` table
+ * exactly once. No Python runs per message.
+ *
+ * Properties (an unknown kaudit.* property is a configuration error):
+ *   kaudit.producer.id           stable producer name (default: client.id)
+ *   kaudit.run.id                this producer instance (default: UTC time + random hex)
+ *   kaudit.spool.dir             spool root (default: $KAFKA_AUDIT_HOME/spool/native, else
+ *                                $XDG_DATA_HOME/kafka-audit/spool/native, else
+ *                                ~/.local/share/kafka-audit/spool/native)
+ *   kaudit.spool.fsync.ms        fdatasync the spool this often when it changed (default
+ *                                1000); -1: never (the page cache alone: survives the
+ *                                process, not the machine)
+ *   kaudit.spool.segment.records runs per spool segment file (default 65536, min 16)
+ *
+ * Spool folder <spool.dir>/<producer>_<run>/ (names: bytes outside [A-Za-z0-9._-] become _):
+ *   .lock          flock(LOCK_EX) held while the producer lives (shippers test it)
+ *   meta           key=value lines: ids (hex), durability, versions; written once, fsynced
+ *   state          4 KiB, mapped: counters, the shipper's close request and its answer
+ *   topics         "index<TAB>name" lines, appended when a topic is first acknowledged
+ *   NNNNNNNN.seg   64-byte header + 64-byte run records, mapped (see struct kseg, krec)
+ *
+ * Stamping in on_send(): librdkafka documents the message as immutable there. The plugin
+ * relies on what librdkafka 2.0.2 and 2.16.0 do (README, "The stamp path"), and refuses to
+ * load on any other version. Messages whose stamped size would exceed message.max.bytes
+ * (librdkafka checked the size before on_send) are left unstamped and counted: a stamped
+ * one could trip librdkafka's own assertion on the batch size.
+ *
+ * Little-endian hosts only (x86-64, arm64): the spool holds native integers.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <librdkafka/rdkafka.h>
+
+#include "xxh64.h"
+
+#define KAUDIT_EXPORT __attribute__((visibility("default")))
+
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "the kaudit spool holds native little-endian integers"
+#endif
+
+#define PLUGIN_VERSION 1
+#define STAMP_VERSION 2
+#define STAMP_FIXED 19 /* version, seq, XXH64, the two id lengths */
+#define XXH64_SEED 42
+#define HEADER_NAME "kaudit"
+#define MAX_ID 255
+#define MAX_STAMP (STAMP_FIXED + 2 * MAX_ID)
+/* librdkafka's RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD: the per-record bound it checks with */
+#define V2_MAX_OVERHEAD (5 + 1 + 10 + 5 + 5 + 5 + 5)
+
+/* The librdkafka versions (major.minor.revision, 0xMMmmrr) this plugin was tested with:
+ * Debian bookworm's 2.0.2 (kcat) and the confluent-kafka 2.16.1 wheel's 2.16.0. */
+#ifndef KAUDIT_TESTED
+#define KAUDIT_TESTED 0x020002, 0x021000
+#endif
+static const int tested_versions[] = {KAUDIT_TESTED};
+
+#define KIND_RUN 1
+#define FLAG_CLOSED 1
+
+/* One run of delivery reports: 64 bytes, little-endian. `kf` is published last. */
+struct krec {
+        _Atomic uint32_t kf; /* kind (low 16 bits) | flags << 16 */
+        int32_t topic;       /* index into the topics file */
+        int32_t partition;   /* -1: failed before a partition was chosen */
+        int32_t err;         /* librdkafka error code, 0: delivered */
+        int64_t seq;         /* first seq of the run */
+        int64_t offset;      /* first offset, -1: none (failed, or acks=0) */
+        _Atomic int64_t count;
+        int64_t first_ack_us; /* wall clock, microseconds */
+        int64_t last_ack_us;
+        int64_t send_min_us; /* earliest produce() call of the run */
+};
+
+struct kseg {
+        char magic[8]; /* "KAUDSEG1" */
+        uint32_t rec_size;
+        uint32_t capacity; /* records after the header */
+        uint32_t segno;
+        _Atomic uint32_t used; /* records published */
+        _Atomic uint32_t sealed; /* 1: no record here changes any more */
+        uint32_t pad[9];
+        struct krec recs[];
+};
+
+struct kstate {
+        char magic[8]; /* "KAUDSTA1" */
+        uint32_t layout;
+        uint32_t pad0;
+        _Atomic uint64_t next_seq;  /* 16 */
+        _Atomic uint64_t acked;     /* 24 */
+        _Atomic uint64_t failed;    /* 32 */
+        _Atomic uint64_t unstamped; /* 40: produced without our stamp (size, own header) */
+        _Atomic uint64_t close_req; /* 48: written by the shipper */
+        _Atomic uint64_t close_done; /* 56: every run open at close_req is closed */
+        _Atomic uint32_t segment;   /* 64: the segment being written */
+        _Atomic uint32_t closed;    /* 68: 1 once the producer is gone */
+        _Atomic uint64_t syncs;     /* 72: fdatasyncs done */
+        _Atomic uint64_t dropped;   /* 80: reports that could not be recorded (no space) */
+};
+
+_Static_assert(sizeof(struct krec) == 64, "krec is 64 bytes");
+_Static_assert(sizeof(struct kseg) == 64, "kseg header is 64 bytes");
+_Static_assert(sizeof(struct kstate) <= 4096, "kstate fits a page");
+
+/* Configuration, one per rd_kafka_conf_t (copied by on_conf_dup). */
+struct kconf {
+        char producer_id[MAX_ID + 1];
+        char run_id[MAX_ID + 1];
+        char spool_dir[PATH_MAX - 512];
+        int fsync_ms;
+        int segment_records;
+        struct kinst *inst; /* the producer created from this conf, if any */
+};
+
+struct kpart {
+        int32_t ok;   /* slot of the open run of delivered reports, -1: none */
+        int32_t fail; /* slot of the open run of failed reports, -1: none */
+};
+
+struct ktopic {
+        char *name;
+        int32_t nparts;
+        struct kpart *parts; /* index partition + 1 (0: unassigned) */
+};
+
+struct kinst {
+        struct kconf *conf;
+        char folder[PATH_MAX];
+        uint8_t tail[2 + 2 * MAX_ID]; /* the stamp's id part: P, producer, R, run */
+        size_t tail_len;
+        size_t stamp_len;
+        size_t header_ser; /* the stamp header's serialized size in a v2 record */
+        int64_t max_msg_size;
+        int lock_fd, state_fd, topics_fd, seg_fd;
+        struct kstate *st;
+        struct kseg *seg;
+        size_t seg_bytes;
+        pthread_mutex_t lock; /* guards everything below, the segment and the topics file */
+        struct ktopic *topics;
+        int32_t ntopics;
+        int32_t last_topic;
+        pthread_t thread;
+        int thread_started;
+        _Atomic int stop;
+        uint64_t synced_changes;
+        _Atomic uint64_t changes; /* bumped on every record change */
+};
+
+static void set_err(char *errstr, size_t size, const char *fmt, ...)
+        __attribute__((format(printf, 3, 4)));
+
+static void set_err(char *errstr, size_t size, const char *fmt, ...) {
+        va_list ap;
+        if (!errstr || !size)
+                return;
+        va_start(ap, fmt);
+        vsnprintf(errstr, size, fmt, ap);
+        va_end(ap);
+}
+
+static int64_t now_us(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/* A delivery report's time: the kernel's tick-resolution clock (1-4 ms), a few ns a call
+ * instead of tens; the audit's windows are seconds. */
+static int64_t ack_time_us(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME_COARSE, &ts);
+        return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+static void put_be64(uint8_t *p, uint64_t v) {
+        v = __builtin_bswap64(v);
+        memcpy(p, &v, 8);
+}
+
+static uint64_t get_be64(const uint8_t *p) {
+        uint64_t v;
+        memcpy(&v, p, 8);
+        return __builtin_bswap64(v);
+}
+
+/* zig-zag varint size of n, as librdkafka serializes header lengths */
+static size_t varint_size(int64_t n) {
+        uint64_t z = ((uint64_t)n << 1) ^ (uint64_t)(n >> 63);
+        size_t s   = 1;
+        while (z >= 0x80) {
+                z >>= 7;
+                s++;
+        }
+        return s;
+}
+
+/* ---- configuration ------------------------------------------------------------------ */
+
+static const char *known_props =
+    "kaudit.producer.id, kaudit.run.id, kaudit.spool.dir, kaudit.spool.fsync.ms, "
+    "kaudit.spool.segment.records";
+
+static int valid_id(const char *v, char *errstr, size_t size, const char *what) {
+        size_t n = strlen(v);
+        if (n == 0 || n > MAX_ID) {
+                set_err(errstr, size, "kaudit: %s must be 1-%d bytes, got %zu", what, MAX_ID,
+                        n);
+                return 0;
+        }
+        return 1;
+}
+
+static int parse_int(const char *v, long lo, long hi, long *out) {
+        char *end;
+        long x;
+        errno = 0;
+        x     = strtol(v, &end, 10);
+        if (errno || end == v || *end || x < lo || x > hi)
+                return 0;
+        *out = x;
+        return 1;
+}
+
+static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name,
+                                       const char *val, char *errstr, size_t errstr_size,
+                                       void *ic_opaque) {
+        struct kconf *kc = ic_opaque;
+        long x;
+        (void)conf;
+        if (strncmp(name, "kaudit.", 7))
+                return RD_KAFKA_CONF_UNKNOWN; /* not ours: librdkafka's or another's */
+        if (!val) {
+                set_err(errstr, errstr_size, "kaudit: %s needs a value", name);
+                return RD_KAFKA_CONF_INVALID;
+        }
+        if (!strcmp(name, "kaudit.producer.id")) {
+                if (!valid_id(val, errstr, errstr_size, name))
+                        return RD_KAFKA_CONF_INVALID;
+                snprintf(kc->producer_id, sizeof(kc->producer_id), "%s", val);
+        } else if (!strcmp(name, "kaudit.run.id")) {
+                if (!valid_id(val, errstr, errstr_size, name))
+                        return RD_KAFKA_CONF_INVALID;
+                snprintf(kc->run_id, sizeof(kc->run_id), "%s", val);
+        } else if (!strcmp(name, "kaudit.spool.dir")) {
+                if (!*val || strlen(val) >= sizeof(kc->spool_dir)) {
+                        set_err(errstr, errstr_size, "kaudit: %s: empty or too long a path",
+                                name);
+                        return RD_KAFKA_CONF_INVALID;
+                }
+                snprintf(kc->spool_dir, sizeof(kc->spool_dir), "%s", val);
+        } else if (!strcmp(name, "kaudit.spool.fsync.ms")) {
+                if (!parse_int(val, -1, 3600000, &x) || x == 0) {
+                        set_err(errstr, errstr_size,
+                                "kaudit: %s must be -1 (never) or 1-3600000 ms, got \"%s\"",
+                                name, val);
+                        return RD_KAFKA_CONF_INVALID;
+                }
+                kc->fsync_ms = (int)x;
+        } else if (!strcmp(name, "kaudit.spool.segment.records")) {
+                if (!parse_int(val, 16, 1 << 24, &x)) {
+                        set_err(errstr, errstr_size,
+                                "kaudit: %s must be 16-16777216, got \"%s\"", name, val);
+                        return RD_KAFKA_CONF_INVALID;
+                }
+                kc->segment_records = (int)x;
+        } else {
+                set_err(errstr, errstr_size, "kaudit: unknown property %s (known: %s)", name,
+                        known_props);
+                return RD_KAFKA_CONF_INVALID;
+        }
+        return RD_KAFKA_CONF_OK;
+}
+
+static void add_conf_interceptors(rd_kafka_conf_t *conf, struct kconf *kc);
+
+static rd_kafka_resp_err_t on_conf_dup(rd_kafka_conf_t *new_conf,
+                                       const rd_kafka_conf_t *old_conf, size_t filter_cnt,
+                                       const char **filter, void *ic_opaque) {
+        struct kconf *copy = malloc(sizeof(*copy));
+        (void)old_conf;
+        (void)filter_cnt;
+        (void)filter;
+        if (!copy)
+                return RD_KAFKA_RESP_ERR__FAIL;
+        memcpy(copy, ic_opaque, sizeof(*copy));
+        copy->inst = NULL;
+        add_conf_interceptors(new_conf, copy);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static void inst_finish(struct kinst *in);
+
+static rd_kafka_resp_err_t on_conf_destroy(void *ic_opaque) {
+        struct kconf *kc = ic_opaque;
+        /* A producer's own conf is destroyed last in rd_kafka_destroy(), after every
+         * librdkafka thread has stopped: no report can arrive any more. */
+        if (kc->inst)
+                inst_finish(kc->inst);
+        free(kc);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* ---- the spool ----------------------------------------------------------------------- */
+
+static int write_all(int fd, const void *buf, size_t n) {
+        const char *p = buf;
+        while (n) {
+                ssize_t w = write(fd, p, n);
+                if (w < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        return -1;
+                }
+                p += w;
+                n -= (size_t)w;
+        }
+        return 0;
+}
+
+static int mkdirs(const char *path) {
+        char tmp[PATH_MAX];
+        size_t n = strlen(path);
+        if (n >= sizeof(tmp))
+                return -1;
+        memcpy(tmp, path, n + 1);
+        for (char *p = tmp + 1; *p; p++) {
+                if (*p != '/')
+                        continue;
+                *p = 0;
+                if (mkdir(tmp, 0755) && errno != EEXIST)
+                        return -1;
+                *p = '/';
+        }
+        if (mkdir(tmp, 0755) && errno != EEXIST)
+                return -1;
+        return 0;
+}
+
+static void sanitize(char *out, const char *in, size_t max) {
+        size_t i;
+        for (i = 0; in[i] && i < max; i++) {
+                char c = in[i];
+                int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+                         (c >= '0' && c <= '9') || c == '.' || c == '_' || c == '-';
+                out[i] = ok ? c : '_';
+        }
+        out[i] = 0;
+}
+
+static void hex(char *out, const char *in) {
+        static const char digits[] = "0123456789abcdef";
+        for (; *in; in++) {
+                *out++ = digits[((unsigned char)*in) >> 4];
+                *out++ = digits[((unsigned char)*in) & 15];
+        }
+        *out = 0;
+}
+
+static int open_segment(struct kinst *in, uint32_t segno, char *errstr, size_t size) {
+        char path[PATH_MAX + 32];
+        size_t cap   = (size_t)in->conf->segment_records;
+        size_t bytes = sizeof(struct kseg) + cap * sizeof(struct krec);
+        int fd;
+        void *m;
+        snprintf(path, sizeof(path), "%s/%08" PRIu32 ".seg", in->folder, segno);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (fd < 0) {
+                set_err(errstr, size, "kaudit: cannot create %s: %s", path, strerror(errno));
+                return -1;
+        }
+        /* reserve the blocks now: a write through the mapping to a full disk is SIGBUS */
+        if ((errno = posix_fallocate(fd, 0, (off_t)bytes))) {
+                set_err(errstr, size, "kaudit: cannot allocate %zu bytes for %s: %s", bytes,
+                        path, strerror(errno));
+                close(fd);
+                unlink(path);
+                return -1;
+        }
+        m = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (m == MAP_FAILED) {
+                set_err(errstr, size, "kaudit: cannot map %s: %s", path, strerror(errno));
+                close(fd);
+                return -1;
+        }
+        in->seg       = m;
+        in->seg_fd    = fd;
+        in->seg_bytes = bytes;
+        memcpy(in->seg->magic, "KAUDSEG1", 8);
+        in->seg->rec_size = sizeof(struct krec);
+        in->seg->capacity = (uint32_t)cap;
+        in->seg->segno    = segno;
+        atomic_store_explicit(&in->st->segment, segno, memory_order_release);
+        return 0;
+}
+
+/* Close every open run (the shipper may take them whole). Lock held. */
+static void close_all_runs(struct kinst *in) {
+        for (int32_t t = 0; t < in->ntopics; t++) {
+                struct ktopic *tp = &in->topics[t];
+                for (int32_t p = 0; p < tp->nparts; p++) {
+                        struct kpart *kp = &tp->parts[p];
+                        if (kp->ok >= 0)
+                                atomic_fetch_or_explicit(&in->seg->recs[kp->ok].kf,
+                                                         (uint32_t)FLAG_CLOSED << 16,
+                                                         memory_order_release);
+                        if (kp->fail >= 0)
+                                atomic_fetch_or_explicit(&in->seg->recs[kp->fail].kf,
+                                                         (uint32_t)FLAG_CLOSED << 16,
+                                                         memory_order_release);
+                        kp->ok = kp->fail = -1;
+                }
+        }
+        atomic_fetch_add_explicit(&in->changes, 1, memory_order_relaxed);
+}
+
+/* Seal the current segment (every run closed, flushed to disk) and unmap it. Lock held. */
+static void seal_segment(struct kinst *in) {
+        if (!in->seg)
+                return;
+        close_all_runs(in);
+        atomic_store_explicit(&in->seg->sealed, 1, memory_order_release);
+        if (in->conf->fsync_ms > 0)
+                fdatasync(in->seg_fd);
+        munmap(in->seg, in->seg_bytes);
+        close(in->seg_fd);
+        in->seg    = NULL;
+        in->seg_fd = -1;
+}
+
+/* A free record slot in the current segment, a new segment if it is full; -1: none. */
+static int32_t new_slot(struct kinst *in) {
+        char err[256];
+        uint32_t used;
+        if (!in->seg)
+                return -1;
+        used = atomic_load_explicit(&in->seg->used, memory_order_relaxed);
+        if (used < in->seg->capacity)
+                return (int32_t)used;
+        {
+                uint32_t next = in->seg->segno + 1;
+                seal_segment(in);
+                if (open_segment(in, next, err, sizeof(err))) {
+                        fprintf(stderr, "%s: delivery reports are no longer recorded\n", err);
+                        return -1;
+                }
+        }
+        return 0;
+}
+
+static int32_t topic_index(struct kinst *in, const char *name) {
+        struct ktopic *tp;
+        char line[320];
+        int n;
+        if (in->last_topic >= 0 && !strcmp(in->topics[in->last_topic].name, name))
+                return in->last_topic;
+        for (int32_t t = 0; t < in->ntopics; t++)
+                if (!strcmp(in->topics[t].name, name))
+                        return in->last_topic = t;
+        tp = realloc(in->topics, sizeof(*tp) * (size_t)(in->ntopics + 1));
+        if (!tp)
+                return -1;
+        in->topics = tp;
+        tp         = &in->topics[in->ntopics];
+        tp->name   = strdup(name);
+        tp->nparts = 0;
+        tp->parts  = NULL;
+        if (!tp->name)
+                return -1;
+        /* the name reaches the page cache before any run names its index */
+        n = snprintf(line, sizeof(line), "%d\t%s\n", in->ntopics, name);
+        if (n <= 0 || (size_t)n >= sizeof(line) || write_all(in->topics_fd, line, (size_t)n)) {
+                free(tp->name);
+                return -1;
+        }
+        return in->last_topic = in->ntopics++;
+}
+
+static struct kpart *part_of(struct ktopic *tp, int32_t partition) {
+        int32_t ix = partition < 0 ? 0 : partition + 1;
+        if (ix >= tp->nparts) {
+                int32_t n        = ix + 1 > tp->nparts * 2 ? ix + 1 : tp->nparts * 2;
+                struct kpart *np = realloc(tp->parts, sizeof(*np) * (size_t)n);
+                if (!np)
+                        return NULL;
+                for (int32_t i = tp->nparts; i < n; i++)
+                        np[i].ok = np[i].fail = -1;
+                tp->parts  = np;
+                tp->nparts = n;
+        }
+        return &tp->parts[ix];
+}
+
+/* ---- interceptors -------------------------------------------------------------------- */
+
+/* The serialized size of the message's headers, as librdkafka counts them. */
+static size_t headers_size(rd_kafka_headers_t *hdrs) {
+        size_t total = 0, idx = 0, vsize;
+        const char *name;
+        const void *val;
+        while (!rd_kafka_header_get_all(hdrs, idx++, &name, &val, &vsize)) {
+                size_t nlen = strlen(name);
+                total += varint_size((int64_t)nlen) + nlen;
+                total += val ? varint_size((int64_t)vsize) + vsize : varint_size(-1);
+        }
+        return total;
+}
+
+static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque) {
+        struct kinst *in = ic_opaque;
+        uint8_t stamp[MAX_STAMP];
+        rd_kafka_headers_t *hdrs = NULL;
+        size_t have              = 0;
+        uint64_t seq;
+        (void)rk;
+
+        seq = atomic_fetch_add_explicit(&in->st->next_seq, 1, memory_order_relaxed);
+        if (!rd_kafka_message_headers(m, &hdrs)) {
+                const void *v;
+                size_t sz;
+                if (!rd_kafka_header_get_last(hdrs, HEADER_NAME, &v, &sz)) {
+                        /* stamped by someone else: not ours to audit */
+                        atomic_fetch_add_explicit(&in->st->unstamped, 1, memory_order_relaxed);
+                        return RD_KAFKA_RESP_ERR_NO_ERROR;
+                }
+                have = headers_size(hdrs);
+        } else {
+                hdrs = NULL;
+        }
+        /* librdkafka checked the size before on_send, without the stamp: check it again with
+         * the stamp, as librdkafka does; a record that would not fit stays unstamped.
+         * (KAUDIT_NO_SIZE_GUARD: a build for the test that shows why, never shipped.) */
+#ifndef KAUDIT_NO_SIZE_GUARD
+        if ((int64_t)(V2_MAX_OVERHEAD + m->key_len + m->len + have + in->header_ser) >
+            in->max_msg_size) {
+                atomic_fetch_add_explicit(&in->st->unstamped, 1, memory_order_relaxed);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+        }
+#else
+        (void)have;
+#endif
+        stamp[0] = STAMP_VERSION;
+        put_be64(stamp + 1, seq);
+        put_be64(stamp + 9, kaudit_xxh64(m->payload ? m->payload : "", m->payload ? m->len : 0,
+                                         XXH64_SEED));
+        memcpy(stamp + 17, in->tail, in->tail_len);
+        if (!hdrs) {
+                hdrs = rd_kafka_headers_new(1);
+                rd_kafka_header_add(hdrs, HEADER_NAME, sizeof(HEADER_NAME) - 1, stamp,
+                                    (ssize_t)in->stamp_len);
+                rd_kafka_message_set_headers(m, hdrs);
+        } else {
+                rd_kafka_header_add(hdrs, HEADER_NAME, sizeof(HEADER_NAME) - 1, stamp,
+                                    (ssize_t)in->stamp_len);
+        }
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque) {
+        struct kinst *in = ic_opaque;
+        rd_kafka_headers_t *hdrs;
+        const uint8_t *v;
+        size_t sz;
+        int64_t seq, offset, t, latency, sent;
+        int32_t topic, slot;
+        struct kpart *kp;
+        struct krec *r;
+        int ok = !m->err;
+        (void)rk;
+
+        if (rd_kafka_message_headers(m, &hdrs) ||
+            rd_kafka_header_get_last(hdrs, HEADER_NAME, (const void **)&v, &sz) ||
+            sz != in->stamp_len || v[0] != STAMP_VERSION ||
+            memcmp(v + 17, in->tail, in->tail_len))
+                return RD_KAFKA_RESP_ERR_NO_ERROR; /* not stamped by us */
+        seq     = (int64_t)get_be64(v + 1);
+        offset  = ok && m->offset >= 0 ? m->offset : -1;
+        t       = ack_time_us();
+        latency = rd_kafka_message_latency(m);
+        sent    = latency >= 0 ? t - latency : t;
+
+        pthread_mutex_lock(&in->lock);
+        topic = topic_index(in, rd_kafka_topic_name(m->rkt));
+        kp    = topic >= 0 ? part_of(&in->topics[topic], m->partition) : NULL;
+        if (!kp || !in->seg) {
+                atomic_fetch_add_explicit(&in->st->dropped, 1, memory_order_relaxed);
+                pthread_mutex_unlock(&in->lock);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+        }
+        slot = ok ? kp->ok : kp->fail;
+        if (slot >= 0) {
+                r = &in->seg->recs[slot];
+                int64_t n = atomic_load_explicit(&r->count, memory_order_relaxed);
+                if (r->seq + n == seq &&
+                    (ok ? (offset < 0 ? r->offset < 0 : r->offset >= 0 && r->offset + n == offset)
+                        : r->err == m->err)) {
+                        r->last_ack_us = t;
+                        if (sent < r->send_min_us)
+                                r->send_min_us = sent;
+                        atomic_store_explicit(&r->count, n + 1, memory_order_release);
+                        goto counted;
+                }
+                atomic_fetch_or_explicit(&r->kf, (uint32_t)FLAG_CLOSED << 16,
+                                         memory_order_release);
+        }
+        slot = new_slot(in);
+        if (slot < 0) {
+                atomic_fetch_add_explicit(&in->st->dropped, 1, memory_order_relaxed);
+                pthread_mutex_unlock(&in->lock);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+        }
+        if (slot == 0) /* a new segment: every open run was closed with the old one */
+                kp = part_of(&in->topics[topic], m->partition);
+        r               = &in->seg->recs[slot];
+        r->topic        = topic;
+        r->partition    = m->partition;
+        r->err          = m->err;
+        r->seq          = seq;
+        r->offset       = offset;
+        r->first_ack_us = t;
+        r->last_ack_us  = t;
+        r->send_min_us  = sent;
+        atomic_store_explicit(&r->count, 1, memory_order_relaxed);
+        atomic_store_explicit(&r->kf, KIND_RUN, memory_order_release);
+        atomic_store_explicit(&in->seg->used, (uint32_t)slot + 1, memory_order_release);
+        if (ok)
+                kp->ok = slot;
+        else
+                kp->fail = slot;
+counted:
+        /* the lock orders the writers: plain loads and stores, no locked instruction */
+        {
+                _Atomic uint64_t *c = ok ? &in->st->acked : &in->st->failed;
+                atomic_store_explicit(c, atomic_load_explicit(c, memory_order_relaxed) + 1,
+                                      memory_order_relaxed);
+                atomic_store_explicit(&in->changes,
+                                      atomic_load_explicit(&in->changes,
+                                                           memory_order_relaxed) + 1,
+                                      memory_order_relaxed);
+        }
+        pthread_mutex_unlock(&in->lock);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* The background thread: answers the shipper's close requests, fdatasyncs the spool. */
+static void *spool_thread(void *arg) {
+        struct kinst *in = arg;
+        int64_t last_sync = now_us();
+        const struct timespec tick = {0, 5 * 1000 * 1000}; /* 5 ms */
+        while (!atomic_load(&in->stop)) {
+                uint64_t req = atomic_load_explicit(&in->st->close_req, memory_order_acquire);
+                nanosleep(&tick, NULL);
+                if (req != atomic_load_explicit(&in->st->close_done, memory_order_relaxed)) {
+                        pthread_mutex_lock(&in->lock);
+                        if (in->seg)
+                                close_all_runs(in);
+                        pthread_mutex_unlock(&in->lock);
+                        atomic_store_explicit(&in->st->close_done, req, memory_order_release);
+                }
+                if (in->conf->fsync_ms > 0 && now_us() - last_sync >= in->conf->fsync_ms * 1000LL) {
+                        uint64_t changes = atomic_load(&in->changes);
+                        last_sync        = now_us();
+                        if (changes != in->synced_changes) {
+                                int fd;
+                                pthread_mutex_lock(&in->lock);
+                                fd = in->seg_fd >= 0 ? dup(in->seg_fd) : -1;
+                                pthread_mutex_unlock(&in->lock);
+                                if (fd >= 0) {
+                                        fdatasync(fd);
+                                        close(fd);
+                                }
+                                fdatasync(in->topics_fd);
+                                fdatasync(in->state_fd);
+                                in->synced_changes = changes;
+                                atomic_fetch_add(&in->st->syncs, 1);
+                        }
+                }
+        }
+        return NULL;
+}
+
+static rd_kafka_resp_err_t on_destroy(rd_kafka_t *rk, void *ic_opaque) {
+        struct kinst *in = ic_opaque;
+        (void)rk;
+        /* Reports may still come (messages purged while the client stops): the spool stays
+         * open until the client's conf goes (on_conf_destroy). Flush what is there. */
+        pthread_mutex_lock(&in->lock);
+        if (in->seg && in->conf->fsync_ms > 0)
+                fdatasync(in->seg_fd);
+        pthread_mutex_unlock(&in->lock);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+static void inst_finish(struct kinst *in) {
+        atomic_store(&in->stop, 1);
+        if (in->thread_started)
+                pthread_join(in->thread, NULL);
+        pthread_mutex_lock(&in->lock);
+        seal_segment(in);
+        atomic_store(&in->st->closed, 1);
+        atomic_store(&in->st->close_done, atomic_load(&in->st->close_req));
+        pthread_mutex_unlock(&in->lock);
+        if (in->conf->fsync_ms > 0) {
+                fdatasync(in->topics_fd);
+                msync(in->st, 4096, MS_SYNC);
+        }
+        munmap(in->st, 4096);
+        close(in->state_fd);
+        close(in->topics_fd);
+        for (int32_t t = 0; t < in->ntopics; t++) {
+                free(in->topics[t].name);
+                free(in->topics[t].parts);
+        }
+        free(in->topics);
+        pthread_mutex_destroy(&in->lock);
+        close(in->lock_fd); /* the folder is the shippers' now */
+        in->conf->inst = NULL;
+        free(in);
+}
+
+static int conf_str(const rd_kafka_conf_t *conf, const char *name, char *out, size_t size) {
+        size_t n = size;
+        return rd_kafka_conf_get(conf, name, out, &n) == RD_KAFKA_CONF_OK;
+}
+
+static void default_spool_dir(char *out, size_t size) {
+        const char *home = getenv("KAFKA_AUDIT_HOME");
+        const char *xdg  = getenv("XDG_DATA_HOME");
+        if (home && *home)
+                snprintf(out, size, "%s/spool/native", home);
+        else if (xdg && *xdg)
+                snprintf(out, size, "%s/kafka-audit/spool/native", xdg);
+        else
+                snprintf(out, size, "%s/.local/share/kafka-audit/spool/native",
+                         getenv("HOME") ? getenv("HOME") : "/tmp");
+}
+
+static int write_meta(struct kinst *in, const rd_kafka_conf_t *conf, char *errstr,
+                      size_t size) {
+        char acks[32] = "", idem[16] = "", retries[32] = "", inflight[32] = "", txn[300] = "";
+        char buf[4096], pid_hex[2 * MAX_ID + 1], run_hex[2 * MAX_ID + 1], path[PATH_MAX + 16],
+            tmp[PATH_MAX + 16];
+        int idempotent, fd, n;
+        long inflight_n;
+        const char *acks_v;
+
+        conf_str(conf, "acks", acks, sizeof(acks));
+        conf_str(conf, "enable.idempotence", idem, sizeof(idem));
+        conf_str(conf, "message.send.max.retries", retries, sizeof(retries));
+        conf_str(conf, "max.in.flight.requests.per.connection", inflight, sizeof(inflight));
+        conf_str(conf, "transactional.id", txn, sizeof(txn));
+        idempotent = !strcmp(idem, "true") || *txn;
+        acks_v     = (idempotent || !strcmp(acks, "-1") || !strcmp(acks, "all") || !*acks)
+                         ? "all"
+                         : acks;
+        inflight_n = strtol(*inflight ? inflight : "1000000", NULL, 10);
+        if (idempotent && inflight_n > 5)
+                inflight_n = 5;
+        hex(pid_hex, in->conf->producer_id);
+        hex(run_hex, in->conf->run_id);
+        n = snprintf(buf, sizeof(buf),
+                     "format=1\nplugin=%d\nstamp_version=%d\nlibrdkafka=%s\n"
+                     "producer_id_hex=%s\nrun_id_hex=%s\nacks=%s\nidempotence=%s\n"
+                     "retries=%s\nmax_in_flight=%ld\ncreated_us=%" PRId64 "\npid=%d\n",
+                     PLUGIN_VERSION, STAMP_VERSION, rd_kafka_version_str(), pid_hex, run_hex,
+                     acks_v, idempotent ? "true" : "false", *retries ? retries : "2147483647",
+                     inflight_n, now_us(), (int)getpid());
+        snprintf(path, sizeof(path), "%s/meta", in->folder);
+        snprintf(tmp, sizeof(tmp), "%s/meta.tmp", in->folder);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (fd < 0 || write_all(fd, buf, (size_t)n) || fsync(fd) || close(fd) ||
+            rename(tmp, path)) {
+                set_err(errstr, size, "kaudit: cannot write %s: %s", path, strerror(errno));
+                return -1;
+        }
+        return 0;
+}
+
+static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf,
+                                  void *ic_opaque, char *errstr, size_t errstr_size) {
+        struct kconf *kc = ic_opaque;
+        struct kinst *in;
+        char pid_s[101], run_s[101], path[PATH_MAX + 16], value[64];
+        size_t p, r;
+        int dirfd;
+
+        if (rd_kafka_type(rk) != RD_KAFKA_PRODUCER)
+                return RD_KAFKA_RESP_ERR_NO_ERROR; /* consumers are not stamped */
+        if (kc->inst) {
+                set_err(errstr, errstr_size, "kaudit: one conf object, two producers");
+                return RD_KAFKA_RESP_ERR__INVALID_ARG;
+        }
+        if (!*kc->producer_id && !conf_str(conf, "client.id", kc->producer_id,
+                                            sizeof(kc->producer_id)))
+                snprintf(kc->producer_id, sizeof(kc->producer_id), "rdkafka");
+        if (!*kc->run_id) {
+                uint32_t rnd = 0;
+                time_t now   = time(NULL);
+                struct tm tm;
+                char stamp[32];
+                if (getrandom(&rnd, sizeof(rnd), 0) != sizeof(rnd))
+                        rnd = (uint32_t)now_us() ^ (uint32_t)getpid();
+                gmtime_r(&now, &tm);
+                strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%S", &tm);
+                snprintf(kc->run_id, sizeof(kc->run_id), "%s-%08x", stamp, rnd);
+        }
+        if (!*kc->spool_dir)
+                default_spool_dir(kc->spool_dir, sizeof(kc->spool_dir));
+
+        in = calloc(1, sizeof(*in));
+        if (!in)
+                return RD_KAFKA_RESP_ERR__FAIL;
+        in->conf = kc;
+        in->lock_fd = in->state_fd = in->topics_fd = in->seg_fd = -1;
+        in->last_topic = -1;
+        pthread_mutex_init(&in->lock, NULL);
+        p = strlen(kc->producer_id);
+        r = strlen(kc->run_id);
+        in->tail[0] = (uint8_t)p;
+        memcpy(in->tail + 1, kc->producer_id, p);
+        in->tail[1 + p] = (uint8_t)r;
+        memcpy(in->tail + 2 + p, kc->run_id, r);
+        in->tail_len   = 2 + p + r;
+        in->stamp_len  = STAMP_FIXED + p + r;
+        in->header_ser = varint_size(sizeof(HEADER_NAME) - 1) + sizeof(HEADER_NAME) - 1 +
+                         varint_size((int64_t)in->stamp_len) + in->stamp_len;
+        in->max_msg_size = 1000000;
+        if (conf_str(conf, "message.max.bytes", value, sizeof(value)))
+                in->max_msg_size = strtoll(value, NULL, 10);
+
+        sanitize(pid_s, kc->producer_id, 100);
+        sanitize(run_s, kc->run_id, 100);
+        snprintf(in->folder, sizeof(in->folder), "%s/%s_%s", kc->spool_dir, pid_s, run_s);
+        if (mkdirs(kc->spool_dir)) {
+                set_err(errstr, errstr_size, "kaudit: cannot create spool dir %s: %s",
+                        kc->spool_dir, strerror(errno));
+                goto fail;
+        }
+        if (mkdir(in->folder, 0755)) {
+                set_err(errstr, errstr_size,
+                        "kaudit: cannot create %s: %s (kaudit.run.id must be new for each "
+                        "producer)", in->folder, strerror(errno));
+                goto fail;
+        }
+        snprintf(path, sizeof(path), "%s/.lock", in->folder);
+        in->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (in->lock_fd < 0 || flock(in->lock_fd, LOCK_EX | LOCK_NB)) {
+                set_err(errstr, errstr_size, "kaudit: cannot lock %s: %s", path,
+                        strerror(errno));
+                goto fail;
+        }
+        if (write_meta(in, conf, errstr, errstr_size))
+                goto fail;
+        snprintf(path, sizeof(path), "%s/state", in->folder);
+        in->state_fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        if (in->state_fd < 0 || posix_fallocate(in->state_fd, 0, 4096)) {
+                set_err(errstr, errstr_size, "kaudit: cannot create %s: %s", path,
+                        strerror(errno));
+                goto fail;
+        }
+        in->st = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, in->state_fd, 0);
+        if (in->st == MAP_FAILED) {
+                in->st = NULL;
+                set_err(errstr, errstr_size, "kaudit: cannot map %s: %s", path,
+                        strerror(errno));
+                goto fail;
+        }
+        in->st->layout = 1;
+        memcpy(in->st->magic, "KAUDSTA1", 8);
+        snprintf(path, sizeof(path), "%s/topics", in->folder);
+        in->topics_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        if (in->topics_fd < 0) {
+                set_err(errstr, errstr_size, "kaudit: cannot create %s: %s", path,
+                        strerror(errno));
+                goto fail;
+        }
+        if (open_segment(in, 1, errstr, errstr_size))
+                goto fail;
+        dirfd = open(in->folder, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (dirfd >= 0) { /* the files' names are durable too */
+                fsync(dirfd);
+                close(dirfd);
+        }
+        if (pthread_create(&in->thread, NULL, spool_thread, in)) {
+                set_err(errstr, errstr_size, "kaudit: cannot start the spool thread");
+                goto fail;
+        }
+        in->thread_started = 1;
+        kc->inst           = in;
+        rd_kafka_interceptor_add_on_send(rk, "kaudit", on_send, in);
+        rd_kafka_interceptor_add_on_acknowledgement(rk, "kaudit", on_ack, in);
+        rd_kafka_interceptor_add_on_destroy(rk, "kaudit", on_destroy, in);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+
+fail:
+        /* nothing is stamped: the application's own check (the Python producer's) or the
+         * error librdkafka logs says so */
+        if (in->seg)
+                munmap(in->seg, in->seg_bytes);
+        if (in->st)
+                munmap(in->st, 4096);
+        if (in->seg_fd >= 0)
+                close(in->seg_fd);
+        if (in->state_fd >= 0)
+                close(in->state_fd);
+        if (in->topics_fd >= 0)
+                close(in->topics_fd);
+        if (in->lock_fd >= 0)
+                close(in->lock_fd);
+        pthread_mutex_destroy(&in->lock);
+        free(in);
+        return RD_KAFKA_RESP_ERR__INVALID_ARG;
+}
+
+static void add_conf_interceptors(rd_kafka_conf_t *conf, struct kconf *kc) {
+        rd_kafka_conf_interceptor_add_on_conf_set(conf, "kaudit", on_conf_set, kc);
+        rd_kafka_conf_interceptor_add_on_conf_dup(conf, "kaudit", on_conf_dup, kc);
+        rd_kafka_conf_interceptor_add_on_conf_destroy(conf, "kaudit", on_conf_destroy, kc);
+        rd_kafka_conf_interceptor_add_on_new(conf, "kaudit", on_new, kc);
+}
+
+/* The plugin's entry point, called when plugin.library.paths names it. */
+KAUDIT_EXPORT rd_kafka_resp_err_t conf_init(rd_kafka_conf_t *conf, void **plug_opaquep,
+                                            char *errstr, size_t errstr_size) {
+        int v      = rd_kafka_version() >> 8;
+        int tested = 0;
+        struct kconf *kc;
+        char list[256] = "";
+        for (size_t i = 0; i < sizeof(tested_versions) / sizeof(*tested_versions); i++) {
+                size_t n = strlen(list);
+                tested |= tested_versions[i] == v;
+                snprintf(list + n, sizeof(list) - n, "%s%d.%d.%d", i ? ", " : "",
+                         tested_versions[i] >> 16, (tested_versions[i] >> 8) & 0xff,
+                         tested_versions[i] & 0xff);
+        }
+        if (!tested) {
+                set_err(errstr, errstr_size,
+                        "kaudit plugin: librdkafka %s is not a version it was tested with (%s): "
+                        "stamping relies on how librdkafka treats a message in on_send, so it "
+                        "refuses to load (README: The stamp path)",
+                        rd_kafka_version_str(), list);
+                return RD_KAFKA_RESP_ERR__INVALID_ARG;
+        }
+        kc = calloc(1, sizeof(*kc));
+        if (!kc)
+                return RD_KAFKA_RESP_ERR__FAIL;
+        kc->fsync_ms        = 1000;
+        kc->segment_records = 65536;
+        *plug_opaquep       = NULL;
+        add_conf_interceptors(conf, kc);
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+
+/* For the tests: the checksum the stamp carries, from this very code. */
+KAUDIT_EXPORT uint64_t kaudit_checksum(const void *data, size_t len) {
+        return kaudit_xxh64(data, len, XXH64_SEED);
+}
+
+KAUDIT_EXPORT int kaudit_plugin_version(void) {
+        return PLUGIN_VERSION;
+}
