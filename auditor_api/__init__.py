@@ -1,0 +1,1 @@
+"""Import name ``kafka_audit.auditor_api``: the FastAPI service over the Delta tables."""

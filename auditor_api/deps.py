@@ -1,29 +1,96 @@
-"""Injected dependencies: settings and the Delta table reader (tests replace them)."""
+"""Injected dependencies: settings and the table reader (tests replace them).
+
+The reader answers from :class:`~kafka_audit.auditor_api.snapshots.Snapshots`: Arrow
+copies of the Delta tables (delta-rs, no Spark), one per table and version, kept
+between requests by the app (``app.state.snapshots``, one per warehouse).
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+import json
+from typing import Annotated, Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import Depends
+from fastapi import Depends, Request
 
-from kafka_audit.jobs.io import read_table
+from kafka_audit.auditor_api.snapshots import Snapshot, Snapshots
 from kafka_audit.settings import Settings, get_settings
+from kafka_audit.store import Progress, read_table, table_exists
+
+#: rows of a table the snapshots hold; the rest is never read (the audit's state is large)
+KEEP = {"audit_hot": pc.field("kind") == "progress"}
+
+
+def snapshots_for(app, settings: Settings) -> Snapshots:
+    """The app's snapshots of the warehouse ``settings`` name (made on first use)."""
+    registry: dict[str, Snapshots] | None = getattr(app.state, "snapshots", None)
+    if registry is None:
+        app.state.snapshots = registry = {}
+    key = str(settings.warehouse)
+    found = registry.get(key)
+    if found is None:
+        found = registry.setdefault(key, Snapshots(settings.table_path, KEEP))
+    return found
 
 
 class TableReader:
-    """Reads the warehouse's Delta tables with delta-rs: no Spark session per request."""
+    """Reads the warehouse's Delta tables from the snapshots: no Spark session, no table read
+    twice at one version."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, snapshots: Snapshots | None = None) -> None:
         self.settings = settings
+        self.snapshots = snapshots or Snapshots(settings.table_path, KEEP)
 
-    def read(self, table: str, where: pc.Expression | None = None) -> pa.Table:
-        return read_table(self.settings.table_path(table), table, where=where)
+    def snapshot(self, table: str) -> Snapshot:
+        return self.snapshots.get(table)
+
+    def read(self, table: str, where: pc.Expression | None = None,
+             columns: list[str] | None = None, version: int | None = None) -> pa.Table:
+        """The table (at ``version``: as it stood then), filtered."""
+        if version is not None:  # time travel: memoized, the version never changes
+            return self.snapshots.memo(
+                ("read", table, version, str(where), tuple(columns or ())), (),
+                lambda: read_table(self.settings.table_path(table), table, columns=columns,
+                                   where=where, version=version))
+        t = self.snapshot(table).data
+        if where is not None:
+            t = t.filter(where)
+        return t.select(columns) if columns else t
+
+    def memo(self, key: Any, tables: tuple[str, ...], compute) -> Any:
+        """``compute(*snapshots)``, kept until one of ``tables`` changes."""
+        return self.snapshots.memo(key, tables, compute)
+
+    def exists(self, table: str) -> bool:
+        return table_exists(self.settings.table_path(table))
+
+    def committed_pass(self) -> int:
+        """The last committed audit pass: rows of later passes are never served."""
+        return self.progress().pass_id
+
+    def progress(self) -> Progress:
+        """The committed pass and the source table versions it had taken in: the latest
+        progress row of ``audit_hot`` (the audit's commit point, ``store.committed_progress``)."""
+        return self.memo("progress", ("audit_hot",), _progress)
 
 
-def get_reader(settings: Annotated[Settings, Depends(get_settings)]) -> TableReader:
-    return TableReader(settings)
+def _progress(hot: Snapshot) -> Progress:
+    t = hot.data
+    if t.num_rows == 0:
+        return Progress()
+    rows = [(json.loads(p), g) for p, g in zip(t.column("progress").to_pylist(),
+                                               t.column("pass_id").to_pylist(), strict=True)
+            if p is not None]
+    if not rows:
+        return Progress()
+    latest, generation = max(rows, key=lambda r: r[0]["pass_id"])
+    return Progress(**latest, generation=generation)
+
+
+def get_reader(request: Request,
+               settings: Annotated[Settings, Depends(get_settings)]) -> TableReader:
+    return TableReader(settings, snapshots_for(request.app, settings))
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]

@@ -1,20 +1,121 @@
-"""The FastAPI app: wires the routers, nothing else. Run: ``kafka-audit serve``."""
+"""The FastAPI app: wires the routers and middleware, nothing else. Run: ``kafka-audit serve``.
+
+Every /v1 route refuses query parameters it does not declare, and every error is a
+problem+json body (``problems.py``). With ``api.tokens`` set, every path but health and
+the dashboard's static page needs a bearer token (``auth.py``); without, the API is
+open and says so when it starts. ``/metrics`` is for Prometheus (``metrics.py``),
+``/dashboard`` for people. ``app`` is created on first use (``create_app()`` reads the
+settings for the limits and tokens it is built with).
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import logging
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import Depends, FastAPI
+from prometheus_client import CollectorRegistry
 
 from kafka_audit import __version__
-from kafka_audit.auditor_api.routes import findings, health, quality
+from kafka_audit.auditor_api import problems
+from kafka_audit.auditor_api.auth import BearerAuth, is_open
+from kafka_audit.auditor_api.cache import ResponseCache
+from kafka_audit.auditor_api.metrics import RequestMetrics
+from kafka_audit.auditor_api.params import declared_query_only
+from kafka_audit.auditor_api.routes import (
+    dashboard,
+    findings,
+    health,
+    metrics,
+    partitions,
+    producers,
+    quality,
+    topics,
+)
+from kafka_audit.settings import Settings, get_settings
+
+log = logging.getLogger("kafka_audit.auditor_api")
 
 
-def create_app() -> FastAPI:
-    app = FastAPI(title="Kafka durability auditor", version=__version__,
-                  description="Acknowledged-but-lost writes and their evidence, from Delta tables.")
-    app.include_router(health.router)
-    app.include_router(findings.router)
-    app.include_router(quality.router)
+def create_app(settings: Settings | None = None) -> FastAPI:
+    """The app. ``settings``: serve these (tables, limits, tokens) instead of
+    :func:`get_settings`'s; without them, the limits and tokens are read now and the tables'
+    settings on each request."""
+    limits = settings if settings is not None else get_settings()
+    tokens = list(limits.api.tokens)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI):
+        if tokens:
+            log.warning("API: bearer tokens required (%d configured); /healthz, /readyz and "
+                        "/dashboard's page are open", len(tokens))
+        else:
+            log.warning("API is OPEN: no api.tokens configured, anyone who reaches it reads "
+                        "the audit (fine for the local demo; `kafka-audit token new` makes "
+                        "one)")
+        yield
+
+    app = FastAPI(title="Kafka durability auditor", version=__version__, lifespan=lifespan,
+                  description="Acknowledged-but-lost writes and their evidence, from Delta "
+                              "tables. Every error is an RFC 9457 problem "
+                              "(application/problem+json); a query parameter a route does not "
+                              "declare is a 422. With tokens configured, send "
+                              "'Authorization: Bearer <token>' (401 without, 403 with a wrong "
+                              "one). A person reads /dashboard; Prometheus scrapes /metrics.")
+    app.state.snapshots = {}
+    app.state.metrics_registry = registry = CollectorRegistry(auto_describe=True)
+    problems.install(app)
+    v1 = {"dependencies": [Depends(declared_query_only)],
+          "responses": problems.PROBLEM_RESPONSES}
+    app.include_router(health.router, responses=problems.problem_responses(500))
+    app.include_router(findings.router(limits.api.page_size_max), **v1)
+    app.include_router(topics.router, **v1)
+    app.include_router(producers.router, **v1)
+    app.include_router(partitions.router(limits.api.timeline_points_max), **v1)
+    app.include_router(quality.router, **v1)
+    app.include_router(metrics.router, **v1)
+    app.include_router(dashboard.router)
+    if limits.api.response_cache:
+        app.add_middleware(ResponseCache, fastapi_app=app)  # inside the token check
+    app.add_middleware(BearerAuth, tokens=tokens)
+    app.add_middleware(RequestMetrics, registry=registry)  # outermost: 401s are timed too
+    if tokens:
+        _declare_bearer(app)
+    if settings is not None:
+        app.dependency_overrides[get_settings] = lambda: settings
     return app
 
 
-app = create_app()
+def _declare_bearer(app: FastAPI) -> None:
+    """The bearer scheme in the OpenAPI schema: required on every operation but the open
+    ones, each answering 401 and 403 problems."""
+    generate = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        first = app.openapi_schema is None
+        schema = generate()
+        if first:
+            schema["components"].setdefault("securitySchemes", {})["bearer"] = {
+                "type": "http", "scheme": "bearer",
+                "description": "a token made by `kafka-audit token new`; the settings hold "
+                               "its hash"}
+            extra = problems.problem_responses(401, 403)
+            for path, ops in schema["paths"].items():
+                if is_open(path):
+                    continue
+                for op in ops.values():
+                    op["security"] = [{"bearer": []}]
+                    op.setdefault("responses", {}).update(extra)
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def __getattr__(name: str) -> Any:
+    """``app``, created on first use (``uvicorn kafka_audit.auditor_api.main:app``): importing
+    this module reads no settings."""
+    if name == "app":
+        globals()["app"] = created = create_app()
+        return created
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

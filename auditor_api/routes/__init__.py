@@ -1,0 +1,1 @@
+"""Import name ``kafka_audit.auditor_api.routes``: one router per resource."""

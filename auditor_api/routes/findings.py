@@ -2,156 +2,435 @@
 
 Only findings of committed audit passes are served: a pass that died before
 its commit point is redone, and its findings are replaced, never shown twice.
+
+:func:`router` builds the routes for one app: the largest ``page_size`` is in
+the OpenAPI schema, from the settings the app was created with.
 """
 
-from __future__ import annotations
-
+# no ``from __future__ import annotations``: the routes' signatures use ``page_size_max``,
+# a local of router(), which FastAPI could not resolve from a string annotation
+import base64
 import functools
+import hashlib
 import json
 import operator
 from datetime import datetime
-from enum import StrEnum
 from typing import Annotated
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from fastapi import APIRouter, HTTPException, Query
-from pydantic import BaseModel
+from fastapi import APIRouter, Depends, Path, Query
+from pydantic import BaseModel, Field, create_model
 
-from kafka_audit.auditor_api.deps import ReaderDep, SettingsDep
-from kafka_audit.jobs.io import read_progress
+from kafka_audit.auditor_api.deps import ReaderDep
+from kafka_audit.auditor_api.params import Instant, Partition
+from kafka_audit.auditor_api.problems import (
+    UNKNOWN_FINDING,
+    UNKNOWN_TOPIC,
+    ProblemError,
+    bad_parameters,
+    problem_responses,
+)
+from kafka_audit.auditor_api.routes.partitions import latest_partitions
+from kafka_audit.schemas.stamp import NO_STAMP
+from kafka_audit.schemas.tables import row_model
+from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, Cause, Kind, Subkind
 
-router = APIRouter(prefix="/v1", tags=["findings"])
+__all__ = ["router", "FindingOut", "Summary", "FindingFilters", "example", "committed_findings"]
 
+FindingOut = row_model("findings", "FindingOut", overrides={
+    "evidence": (dict, "the rows that prove the verdict")})
 
-class Kind(StrEnum):
-    confirmed = "confirmed"
-    lost = "lost"
-    lost_after_seen = "lost_after_seen"
-    duplicate = "duplicate"
-    reordered = "reordered"
-    indeterminate = "indeterminate"
-    rejected = "rejected"
-    unverified = "unverified"
-
-
-class FindingOut(BaseModel):
-    finding_id: str
-    kind: str
-    subkind: str | None
-    topic: str
-    partition: int
-    offset: int | None
-    producer_id: str | None
-    run_id: str | None
-    seq: int | None
-    count: int
-    ack_time: datetime | None
-    cause: str | None
-    evidence: dict
-    detected_at: datetime
-    pass_id: int
+#: the verdict each write gets exactly once; the annotations are counted apart
+PRIMARY = tuple(k for k in Kind if k not in ANNOTATIONS)
 
 
 class FindingsPage(BaseModel):
-    total: int
-    page: int
+    """One page of findings of a traversal (the passes committed at its first page)."""
+
+    total: int = Field(description="findings matching the filters as of as_of_pass")
     page_size: int
-    items: list[FindingOut]
+    as_of_pass: int = Field(description="the committed pass this traversal serves through: "
+                                        "findings of later passes are not in it")
+    next_cursor: str | None = Field(description="give it as cursor for the next page; null "
+                                                "on the last page")
+    items: list[FindingOut]  # type: ignore[valid-type]
 
 
-@router.get("/findings", response_model=FindingsPage)
-def list_findings(
-    reader: ReaderDep,
-    settings: SettingsDep,
-    topic: str | None = None,
-    partition: Annotated[int | None, Query(ge=0)] = None,
-    kind: Annotated[list[Kind] | None, Query(description="one or more kinds")] = None,
-    since: Annotated[datetime | None, Query(description="ack_time >= since (ISO 8601)")] = None,
-    until: Annotated[datetime | None, Query(description="ack_time < until (ISO 8601)")] = None,
-    page: Annotated[int, Query(ge=1)] = 1,
-    page_size: Annotated[int, Query(ge=1)] = 100,
-) -> FindingsPage:
-    if page_size > settings.api.page_size_max:
-        raise HTTPException(422, f"page_size must be at most {settings.api.page_size_max}")
-    for name, value in (("since", since), ("until", until)):
-        if value is not None and value.tzinfo is None:
-            raise HTTPException(422, f"{name} needs a timezone, e.g. 2026-01-01T00:00:00Z")
-    if since and until and since >= until:
-        raise HTTPException(422, "since must be before until")
-    # the filter goes into the Delta scan rather than over a whole table read per request
-    ts = pa.timestamp("us", tz="UTC")
-    where = _committed(reader, [
-        pc.field("topic") == topic if topic is not None else None,
-        pc.field("partition") == pa.scalar(partition, pa.int32()) if partition is not None
-        else None,
-        pc.field("kind").isin([k.value for k in kind]) if kind else None,
-        pc.field("ack_time") >= pa.scalar(since, ts) if since is not None else None,
-        pc.field("ack_time") < pa.scalar(until, ts) if until is not None else None,
-    ])
-    t = reader.read("findings", where).sort_by(
-        [("topic", "ascending"), ("partition", "ascending"), ("kind", "ascending"),
-         ("offset", "ascending"), ("finding_id", "ascending")])
-    start = (page - 1) * page_size
-    rows = t.slice(start, page_size).to_pylist()
-    for r in rows:
-        r["evidence"] = json.loads(r["evidence"] or "{}")
-    return FindingsPage(total=t.num_rows, page=page, page_size=page_size,
-                        items=[FindingOut(**r) for r in rows])
+def _counts(name: str, kinds, doc: str) -> type[BaseModel]:
+    return create_model(name, __doc__=doc, **{
+        k.value: (int, Field(0, description=f"writes judged {k.value}")) for k in kinds})
 
 
-def _committed(reader, conditions: list) -> pc.Expression:
-    """AND of the given conditions and "written by a committed audit pass"."""
-    committed = read_progress(reader.settings).pass_id
-    given = [c for c in conditions if c is not None]
-    given.append(pc.field("pass_id") <= pa.scalar(committed, pa.int64()))
-    return functools.reduce(operator.and_, given)
+Verdicts = _counts("Verdicts", PRIMARY, "Writes per verdict kind, from committed passes: "
+                   "each write gets exactly one of these in the end.")
+Annotations = _counts("Annotations", sorted(ANNOTATIONS), "Writes annotated beside their own "
+                      "verdict (a duplicated write is also confirmed or lost, ...).")
+
+
+class JudgedThrough(BaseModel):
+    """How far the audit has judged: its last committed pass."""
+
+    pass_id: int = Field(description="the last committed audit pass (0: none yet)")
+    ack_time: datetime | None = Field(
+        description="the ack time of the newest ack that pass had taken in: the latest "
+                    "last_ack_time in the acks table version it consumed (null: none)")
+
+
+class UnjudgedRecords(BaseModel):
+    """Records the consume job read that the auditor cannot judge."""
+
+    no_stamp: int = Field(description="no kaudit header (a foreign producer)")
+    malformed_stamp: int = Field(description="a kaudit header that is not a well-formed stamp")
+    bad_checksum: int = Field(description="stamped, but the value's CRC32 differs from the "
+                                          "stamped one")
+    unknown_producer: int = Field(description="stamped and intact, but its (producer_id, "
+                                              "run_id) has no row in the ack ledger")
 
 
 class Summary(BaseModel):
-    topic: str | None
-    writes: dict[str, int]
-    lost: int
-    pending: int
-    unseen: int
+    """Totals of the ack ledger and of the verdicts: sum(verdicts) + pending == acked."""
+
+    topic: str | None = Field(description="the topic summed (null: every topic)")
+    acked: int = Field(description="writes in the ack ledger, failed deliveries included")
+    verdicts: Verdicts  # type: ignore[valid-type]
+    pending: int = Field(description="acked writes no committed pass has judged yet: "
+                                     "acked - sum(verdicts)")
+    lost: int = Field(description="writes lost: " + ", ".join(sorted(LOSSES)))
+    unseen: int = Field(description="pending writes unread for longer than "
+                                    "audit.unseen_after_seconds (last committed pass)")
+    annotations: Annotations  # type: ignore[valid-type]
+    judged_through: JudgedThrough
+    unjudged_records: dict[str, UnjudgedRecords] = Field(
+        description="per topic, stream records the auditor cannot judge")
 
 
-@router.get("/summary", response_model=Summary)
-def summary(reader: ReaderDep, topic: str | None = None) -> Summary:
-    """Writes per verdict kind (sum of ``count``), losses, and what is still pending."""
-    t = reader.read("findings", _committed(
-        reader, [pc.field("topic") == topic if topic is not None else None]))
-    by_kind = t.group_by("kind").aggregate([("count", "sum")]).to_pylist()
-    writes = {r["kind"]: int(r["count_sum"]) for r in by_kind}
-    parts = [p for p in latest_partitions(reader) if topic is None or p.topic == topic]
-    return Summary(topic=topic, writes=writes,
-                   lost=writes.get("lost", 0) + writes.get("lost_after_seen", 0),
-                   pending=sum(p.pending for p in parts), unseen=sum(p.unseen for p in parts))
+def _and(conditions: list) -> pc.Expression | None:
+    given = [c for c in conditions if c is not None]
+    return functools.reduce(operator.and_, given) if given else None
 
 
-class PartitionOut(BaseModel):
-    topic: str
-    partition: int
-    frontier: int
-    settled_frontier: int
-    pending: int
-    unseen: int
-    oldest_unseen: datetime | None
-    observed_at: datetime
-    pass_id: int
+def _committed(reader, conditions: list, committed: int | None = None) -> pc.Expression:
+    """AND of the given conditions and "written by a committed audit pass"."""
+    committed = reader.committed_pass() if committed is None else committed
+    return _and([*conditions, pc.field("pass_id") <= pa.scalar(committed, pa.int64())])
 
 
-def latest_partitions(reader) -> list[PartitionOut]:
-    """The rows of the last committed pass (it writes one per partition it holds state for;
-    a partition with nothing pending and nothing retained is absent)."""
-    committed = read_progress(reader.settings).pass_id
-    t = reader.read("partition_state", pc.field("pass_id") == pa.scalar(committed, pa.int64()))
-    rows = sorted(t.to_pylist(), key=lambda r: (r["topic"], r["partition"]))
-    return [PartitionOut(**r) for r in rows]
+def _caused_by(causes) -> pc.Expression | None:
+    """A cause may carry what qualifies it after its name (``acks=1 fail-over (watcher
+    blind ...)``, ``unknown: watcher blind ...``): matched by its leading cause."""
+    if not causes:
+        return None
+    return functools.reduce(operator.or_, [pc.starts_with(pc.field("cause"), pattern=str(c))
+                                           for c in causes])
 
 
-@router.get("/partitions", response_model=list[PartitionOut])
-def partitions(reader: ReaderDep, topic: str | None = None) -> list[PartitionOut]:
-    """Per partition, as of the last committed pass: frontier, settled frontier, pending
-    writes, and ``unseen`` ones (unread longer than ``audit.unseen_after_seconds``)."""
-    return [p for p in latest_partitions(reader) if topic is None or p.topic == topic]
+def _sum_by(t: pa.Table, key: str) -> dict[str, int]:
+    return {r[key]: int(r["count_sum"] or 0)
+            for r in t.group_by(key).aggregate([("count", "sum")]).to_pylist()}
+
+
+class KindCount(BaseModel):
+    kind: Kind
+    findings: int = Field(description="finding rows (each a range of writes)")
+    writes: int = Field(description="writes they stand for")
+
+
+class FindingCounts(BaseModel):
+    """Findings per kind under the filters, as of a committed pass."""
+
+    as_of_pass: int = Field(description="the committed audit pass counted through")
+    kinds: list[KindCount]
+
+
+FINDING_EXAMPLE = {
+    "finding_id": "lost:orders:0:demo:9f2c1a:79704", "kind": "lost", "subkind": "overwritten",
+    "topic": "orders", "partition": 0, "offset": 26735, "producer_id": "demo",
+    "run_id": "9f2c1a", "seq": 79704, "count": 99, "ack_time": "2026-11-22T07:51:02.114Z",
+    "evidence": {"acked_offset": 26735, "seen": [[26735, "reread", "other"]]},
+    "cause": "acks=1 fail-over", "detected_at": "2026-11-22T07:51:40Z", "pass_id": 7}
+
+
+def example(value) -> dict:
+    """``responses=`` entry giving a 200's JSON example in the OpenAPI schema."""
+    return {200: {"content": {"application/json": {"example": value}}}}
+
+
+def router(page_size_max: int) -> APIRouter:
+    """The findings and summary routes, ``page_size`` bounded by ``page_size_max`` in the
+    schema."""
+    r = APIRouter(prefix="/v1", tags=["findings"])
+    page_size_default = min(100, page_size_max)
+
+    @r.get("/findings", response_model=FindingsPage, responses=example({
+        "total": 7, "page_size": 1, "as_of_pass": 7, "next_cursor": "eyJ2IjoxLC4uLn0",
+        "items": [FINDING_EXAMPLE]}))
+    def list_findings(
+        reader: ReaderDep,
+        filters: Annotated[FindingFilters, Depends(finding_filters)],
+        cursor: Annotated[str | None, Query(
+            description="next_cursor of the previous page (the same filters): the next "
+                        "page of the same traversal", max_length=4096)] = None,
+        page_size: Annotated[int, Query(ge=1, le=page_size_max)] = page_size_default,
+    ) -> dict:
+        """Findings of committed passes, each a range of writes with its evidence, in the
+        order topic, partition, kind, offset. Pages go by **cursor**: a traversal serves the
+        findings committed when its first page was asked (``as_of_pass``), so passes that
+        commit between pages neither shift nor repeat a row; ``after_pass=as_of_pass`` later
+        fetches what came since. ``next_cursor`` is null on the last page."""
+        committed = reader.committed_pass()
+        as_of, after = committed, None
+        if cursor is not None:
+            as_of, after = _decode_cursor(cursor, filters, committed)
+        t = _matching(reader, filters, as_of)
+        total = t.num_rows
+        if after is not None:
+            t = t.filter(pc.greater(t.column(_KEY), pa.scalar(after, pa.string())))
+        page = t.slice(0, page_size)
+        rows = page.drop_columns([_KEY]).to_pylist()
+        for row in rows:
+            row["evidence"] = json.loads(row["evidence"] or "{}")
+        more = t.num_rows > page_size
+        nxt = (_encode_cursor(as_of, page.column(_KEY)[-1].as_py(), filters)
+               if more and rows else None)
+        return {"total": total, "page_size": page_size, "as_of_pass": as_of,
+                "next_cursor": nxt, "items": rows}  # validated once, by the response model
+
+    @r.get("/findings/counts", response_model=FindingCounts, responses=example({
+        "as_of_pass": 7, "kinds": [{"kind": "confirmed", "findings": 40, "writes": 541039},
+                                   {"kind": "lost", "findings": 7, "writes": 2513}]}))
+    def finding_counts(reader: ReaderDep,
+                       filters: Annotated[FindingFilters, Depends(finding_filters)]
+                       ) -> FindingCounts:
+        """Findings and the writes they stand for, per kind (every kind, zeros included),
+        under the same filters as ``/v1/findings``."""
+        committed = reader.committed_pass()
+        t = _matching(reader, filters, committed)
+        by = {r["kind"]: r for r in t.group_by("kind").aggregate(
+            [("count", "sum"), ("count", "count")]).to_pylist()}
+        return FindingCounts(as_of_pass=committed, kinds=[
+            KindCount(kind=k, findings=int(by.get(k.value, {}).get("count_count") or 0),
+                      writes=int(by.get(k.value, {}).get("count_sum") or 0)) for k in Kind])
+
+    @r.get("/findings/{finding_id}", response_model=FindingOut,
+           responses={**problem_responses(404), **example(FINDING_EXAMPLE)})
+    def get_finding(reader: ReaderDep, finding_id: Annotated[str, Path(
+            description="the finding's id, as /v1/findings gives it", max_length=2048,
+            examples=[FINDING_EXAMPLE["finding_id"]])]) -> FindingOut:
+        """One finding of a committed pass, by id; a 404 if no committed pass wrote it."""
+        t = reader.read("findings", _committed(reader, [pc.field("finding_id") == finding_id]))
+        if t.num_rows == 0:
+            raise ProblemError(404, f"no finding {finding_id!r} in a committed pass",
+                               type_=UNKNOWN_FINDING, title="Unknown finding")
+        row = max(t.to_pylist(), key=lambda r: r["pass_id"])
+        row["evidence"] = json.loads(row["evidence"] or "{}")
+        return FindingOut(**row)
+
+    @r.get("/summary", response_model=Summary, responses={**problem_responses(404), **example({
+        "topic": "orders", "acked": 543552,
+        "verdicts": {"confirmed": 541039, "lost": 2414, "lost_after_seen": 99,
+                     "indeterminate": 0, "rejected": 0, "unverified": 0},
+        "pending": 0, "lost": 2513, "unseen": 0,
+        "annotations": {"duplicate": 0, "reordered": 0},
+        "judged_through": {"pass_id": 7, "ack_time": "2026-11-22T07:51:09.8Z"},
+        "unjudged_records": {"orders": {"no_stamp": 0, "malformed_stamp": 0,
+                                        "bad_checksum": 0, "unknown_producer": 0}}})})
+    def summary(reader: ReaderDep,
+                topic: Annotated[str | None, Query(description="one topic (default: every "
+                                                               "topic)")] = None) -> Summary:
+        """What the ack ledger holds and what the audit made of it: acked writes, their
+        verdicts, the writes still pending (acked, not judged yet: from the first ack on),
+        the annotations apart, how far the audit has judged, and the records it cannot
+        judge. ``sum(verdicts) + pending == acked``. An unknown topic is a 404."""
+        return reader.memo(("summary", topic), ("acks", "findings", "consumed",
+                                                "partition_state", "audit_hot"),
+                           lambda *_: _summary(reader, topic))
+
+    return r
+
+
+class FindingFilters(BaseModel):
+    topic: str | None = None
+    partition: int | None = None
+    kind: list[str] | None = None
+    subkind: list[str] | None = None
+    cause: list[str] | None = None
+    producer: str | None = None
+    since: int | None = None
+    until: int | None = None
+    after_pass: int | None = None
+
+    def fingerprint(self) -> str:
+        text = self.model_dump_json()
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def finding_filters(
+    topic: str | None = None,
+    partition: Partition = None,
+    kind: Annotated[list[Kind] | None, Query(description="one or more kinds")] = None,
+    subkind: Annotated[list[Subkind] | None, Query(description="one or more sub-kinds")]
+    = None,
+    cause: Annotated[list[Cause] | None, Query(
+        description="one or more likely causes (a cause qualified after its name, e.g. "
+                    "'acks=1 fail-over (watcher blind ...)', matches its name)")] = None,
+    producer: Annotated[str | None, Query(description="one producer_id")] = None,
+    since: Annotated[Instant | None, Query(
+        description="ack_time >= since; before until if both are given")] = None,
+    until: Annotated[Instant | None, Query(description="ack_time < until")] = None,
+    after_pass: Annotated[int | None, Query(
+        ge=0, le=2**62, description="only findings of audit passes after this one (e.g. a "
+                                    "traversal's as_of_pass: what committed since)")] = None,
+) -> FindingFilters:
+    """The findings filters, shared by the list and the counts."""
+    if since is not None and until is not None and since >= until:
+        raise bad_parameters(("since", "must be before until"),
+                             ("until", "must be after since"))
+    return FindingFilters(topic=topic, partition=partition,
+                          kind=[k.value for k in kind] if kind else None,
+                          subkind=[k.value for k in subkind] if subkind else None,
+                          cause=[c.value for c in cause] if cause else None,
+                          producer=producer, since=since, until=until, after_pass=after_pass)
+
+
+#: the sort key of a finding row, one string: topic, partition, kind, offset (nulls last),
+#: finding_id, pass_id; the cursor carries the last one served
+_KEY = "__key"
+_CURSOR_VERSION = 1
+
+
+def _sorted_findings(findings) -> pa.Table:
+    """The findings table with its sort key, sorted by it (memoized per version)."""
+    t = findings.data
+    if t.num_rows == 0:
+        return t.append_column(_KEY, pa.array([], pa.string()))
+
+    def padded(col, width, shift=0):
+        values = pc.add(pc.cast(col, pa.int64()), shift) if shift else pc.cast(col, pa.int64())
+        return pc.utf8_lpad(pc.cast(values, pa.string()), width, "0")
+
+    offset = pc.fill_null(padded(t.column("offset"), 19), "~")  # nulls after every offset
+    key = pc.binary_join_element_wise(
+        t.column("topic"), padded(t.column("partition"), 10, 2**31), t.column("kind"), offset,
+        t.column("finding_id"), padded(t.column("pass_id"), 19), "\x00")
+    t = t.append_column(_KEY, key)
+    return t.take(pc.sort_indices(key))
+
+
+def _matching(reader, f: FindingFilters, as_of: int) -> pa.Table:
+    """Sorted findings of passes up to ``as_of`` under the filters ``f``."""
+    ts = pa.timestamp("us", tz="UTC")
+    where = _and([
+        pc.field("pass_id") <= pa.scalar(as_of, pa.int64()),
+        pc.field("topic") == f.topic if f.topic is not None else None,
+        pc.field("partition") == pa.scalar(f.partition, pa.int32()) if f.partition is not None
+        else None,
+        pc.field("kind").isin(f.kind) if f.kind else None,
+        pc.field("subkind").isin(f.subkind) if f.subkind else None,
+        _caused_by(f.cause),
+        pc.field("producer_id") == f.producer if f.producer is not None else None,
+        pc.field("ack_time") >= pa.scalar(f.since, ts) if f.since is not None else None,
+        pc.field("ack_time") < pa.scalar(f.until, ts) if f.until is not None else None,
+        pc.field("pass_id") > pa.scalar(f.after_pass, pa.int64()) if f.after_pass is not None
+        else None,
+    ])
+    t = reader.memo("findings_sorted", ("findings",), _sorted_findings)
+    return t.filter(where)
+
+
+def _encode_cursor(as_of: int, key: str, f: FindingFilters) -> str:
+    raw = json.dumps({"v": _CURSOR_VERSION, "a": as_of, "k": key, "q": f.fingerprint()},
+                     separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, f: FindingFilters, committed: int) -> tuple[int, str]:
+    """(as_of pass, last key served) of a cursor; a 422 naming ``cursor`` otherwise."""
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        data = json.loads(raw)
+        as_of, key, query = data["a"], data["k"], data["q"]
+        ok = (data.get("v") == _CURSOR_VERSION and type(as_of) is int and isinstance(key, str)
+              and isinstance(query, str))
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        ok = False
+    if not ok:
+        raise bad_parameters(("cursor", "not a cursor this API gave: pass next_cursor of the "
+                                        "previous page as it is"))
+    if query != f.fingerprint():
+        raise bad_parameters(("cursor", "this cursor belongs to a query with other filters: "
+                                        "send the same filters as its first page"))
+    if not 0 <= as_of <= committed:
+        raise bad_parameters(("cursor", "not a cursor this API gave (its pass is not "
+                                        "committed)"))
+    return as_of, key
+
+
+def _summary(reader, topic: str | None) -> Summary:
+    progress = reader.progress()
+    on_topic = pc.field("topic") == topic if topic is not None else None
+    ledger = reader.read("acks", columns=["topic", "count", "producer_id", "run_id"])
+    acks = ledger.filter(on_topic) if on_topic is not None else ledger
+    findings = reader.read("findings", _committed(reader, [on_topic], progress.pass_id),
+                           columns=["topic", "kind", "count"])
+    stream = reader.read("consumed", _and([on_topic, pc.field("source") == "stream"]),
+                         columns=["topic", "count", "stamped", "stamp_error", "checksum_ok",
+                                  "producer_id", "run_id"])
+    if (topic is not None and acks.num_rows == findings.num_rows == stream.num_rows == 0
+            and reader.read("consumed", on_topic, columns=["topic"]).num_rows == 0):
+        raise ProblemError(404, f"unknown topic {topic!r}: no acked write, consumed record or "
+                                f"finding names it", type_=UNKNOWN_TOPIC, title="Unknown topic")
+
+    by_kind = _sum_by(findings, "kind")
+    verdicts = {k.value: by_kind.get(k.value, 0) for k in PRIMARY}
+    acked = int(pc.sum(acks.column("count")).as_py() or 0)
+    parts = [p for p in latest_partitions(reader, progress.pass_id)
+             if topic is None or p.topic == topic]
+    topics = ({topic} if topic is not None else
+              set(acks.column("topic").to_pylist()) | set(findings.column("topic").to_pylist())
+              | set(stream.column("topic").to_pylist()))
+    return Summary(
+        topic=topic, acked=acked, verdicts=Verdicts(**verdicts),
+        pending=acked - sum(verdicts.values()), lost=sum(verdicts[k.value] for k in LOSSES),
+        unseen=sum(p.unseen for p in parts),
+        annotations=Annotations(**{k.value: by_kind.get(k.value, 0) for k in ANNOTATIONS}),
+        judged_through=JudgedThrough(pass_id=progress.pass_id,
+                                     ack_time=_newest_ack(reader, progress, on_topic)),
+        unjudged_records=_unjudged(stream, ledger, sorted(topics)))
+
+
+def _newest_ack(reader, progress, on_topic) -> datetime | None:
+    """The newest ack time the committed pass had taken in (the ``acks`` version it names):
+    the held ledger rows that version held (no data read again)."""
+    if progress.acks_version < 0:
+        return None
+    t = reader.snapshots.as_of("acks", progress.acks_version)
+    t = t.filter(on_topic) if on_topic is not None else t
+    return pc.max(t.column("last_ack_time")).as_py() if t.num_rows else None
+
+
+def committed_findings(reader) -> pa.Table:
+    """Every finding of a committed pass (memoized per findings and audit_hot version)."""
+    def compute(findings, _hot):
+        return findings.data.filter(pc.field("pass_id") <= pa.scalar(reader.committed_pass(),
+                                                                     pa.int64()))
+    return reader.memo("committed_findings", ("findings", "audit_hot"), compute)
+
+
+def _unjudged(stream: pa.Table, ledger: pa.Table, topics: list[str]) -> dict:
+    """Per topic, the stream records without a verdict of their own, by reason."""
+    stamped = pc.fill_null(stream.column("stamped"), False)
+    no_header = pc.fill_null(pc.equal(stream.column("stamp_error"), NO_STAMP), False)
+    bad = pc.and_(stamped, pc.fill_null(pc.equal(stream.column("checksum_ok"), False), False))
+    intact = stream.filter(pc.and_(stamped, pc.invert(bad)))
+    runs = ledger.select(["producer_id", "run_id"]).group_by(["producer_id", "run_id"]) \
+        .aggregate([])
+    unknown = intact.join(runs, keys=["producer_id", "run_id"], join_type="left anti")
+    reasons = {
+        "no_stamp": _sum_by(stream.filter(pc.and_(pc.invert(stamped), no_header)), "topic"),
+        "malformed_stamp": _sum_by(stream.filter(pc.and_(pc.invert(stamped),
+                                                         pc.invert(no_header))), "topic"),
+        "bad_checksum": _sum_by(stream.filter(bad), "topic"),
+        "unknown_producer": _sum_by(unknown, "topic"),
+    }
+    return {t: UnjudgedRecords(**{k: n.get(t, 0) for k, n in reasons.items()}) for t in topics}

@@ -1,0 +1,88 @@
+"""Bearer tokens: who may read the audit's results.
+
+Tokens live in the settings (``api.tokens``) as ``sha256:<hex>`` hashes only; a
+request's token is hashed and looked up. With any token configured, every path
+needs one but the open ones (:data:`OPEN_PATHS`: health for the orchestrator, and
+the dashboard's page, its script and the OpenAPI description, which carry no
+audit data: the page asks for a token and sends it with every data request):
+
+* no ``Authorization: Bearer ...`` header: **401** (with ``WWW-Authenticate``);
+* a token whose hash is not configured: **403**;
+* a read-only token on a method that writes: **403** (no endpoint writes today; an
+  ``admin`` token would be needed).
+
+Both answers are problem+json bodies. A token is never logged: this module logs
+nothing of a request, and the server's error log names method and path only.
+With no token configured the API is open, and says so once when it starts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import secrets
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from kafka_audit.auditor_api.problems import FORBIDDEN, UNAUTHORIZED, problem
+
+__all__ = ["hash_token", "new_token", "BearerAuth", "OPEN_PATHS", "is_open"]
+
+log = logging.getLogger("kafka_audit.auditor_api")
+
+#: paths served without a token: health, and what carries no audit data
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/dashboard", "/dashboard/", "/openapi.json",
+                        "/docs", "/docs/oauth2-redirect", "/redoc"})
+OPEN_PREFIXES = ("/dashboard/static/",)
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+TOKEN_PREFIX = "kaudit_"
+
+
+def hash_token(token: str) -> str:
+    """What the settings store for ``token``: ``sha256:<64 hex digits>``. Tokens are random
+    (:func:`new_token`, 256 bits), so one unsalted hash is enough: nothing to guess."""
+    return "sha256:" + hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def new_token() -> str:
+    """A new random token (256 bits), prefixed so that secret scanners can find leaks."""
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def is_open(path: str) -> bool:
+    return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
+class BearerAuth:
+    """ASGI middleware: the token check before any route runs (an unknown path without a
+    token is a 401 too: nothing is said about what exists)."""
+
+    def __init__(self, app: ASGIApp, tokens: list) -> None:
+        self.app = app
+        self.by_hash = {t.hash: t for t in tokens}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.by_hash or is_open(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
+        if header is None or header[:7].lower() != b"bearer " or not header[7:].strip():
+            response = problem(401, "this API needs a bearer token: send the header "
+                                    "'Authorization: Bearer <token>'", type_=UNAUTHORIZED,
+                               headers={"WWW-Authenticate": 'Bearer realm="kafka-audit"'})
+            await response(scope, receive, send)
+            return
+        digest = hash_token(header[7:].strip().decode("latin-1"))
+        token = next((t for h, t in self.by_hash.items() if hmac.compare_digest(h, digest)),
+                     None)
+        if token is None:
+            await problem(403, "this token is not accepted here", type_=FORBIDDEN)(
+                scope, receive, send)
+            return
+        if scope.get("method") not in _READ_METHODS and token.role != "admin":
+            await problem(403, f"{scope.get('method')} needs an admin token; this one may "
+                               f"only read", type_=FORBIDDEN)(scope, receive, send)
+            return
+        scope.setdefault("state", {})["api_token"] = token.name  # who, never the token
+        await self.app(scope, receive, send)

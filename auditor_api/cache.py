@@ -1,0 +1,77 @@
+"""Answers kept per table version: a repeated ``GET /v1/...`` is served from memory.
+
+Every ``/v1`` answer is a function of the request (path and query) and of the
+tables' versions, nothing else (no clock: health and ``/metrics`` are not cached).
+This ASGI middleware keeps each 200 answer with the versions of every table it was
+computed against; the same request is answered from memory while none of them
+changed (the version check is the snapshots' two ``stat`` calls per table). It sits
+inside the token check, so nothing is served to a request that would be refused.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kafka_audit.schemas.tables import TABLES
+
+__all__ = ["ResponseCache"]
+
+#: answers kept at most (one per distinct path and query), and the largest one kept
+MAX_ENTRIES = 1024
+MAX_BODY = 4 << 20
+
+
+class ResponseCache:
+    def __init__(self, app: ASGIApp, fastapi_app) -> None:
+        self.app = app
+        self.fastapi_app = fastapi_app
+        self.entries: OrderedDict[tuple, tuple] = OrderedDict()
+        self.lock = threading.Lock()
+        self.hits = self.misses = 0
+
+    def _versions(self) -> tuple:
+        from kafka_audit.auditor_api.deps import snapshots_for
+        from kafka_audit.settings import get_settings
+
+        app = self.fastapi_app
+        settings = app.dependency_overrides.get(get_settings, get_settings)()
+        snaps = snapshots_for(app, settings)
+        return (str(settings.warehouse), *(snaps.version(t) for t in TABLES))
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (scope["type"] != "http" or scope.get("method") != "GET"
+                or not scope["path"].startswith("/v1/")):
+            await self.app(scope, receive, send)
+            return
+        key = (scope["path"], scope.get("query_string", b""))
+        versions = self._versions()
+        hit = self.entries.get(key)
+        if hit is not None and hit[0] == versions:
+            self.hits += 1
+            await send({"type": "http.response.start", "status": 200, "headers": hit[1]})
+            await send({"type": "http.response.body", "body": hit[2]})
+            return
+        self.misses += 1
+        start: dict = {}
+        chunks: list[bytes] = []
+
+        async def keeping(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                start.update(message)
+            elif message["type"] == "http.response.body":
+                chunks.append(message.get("body", b""))
+                if not message.get("more_body") and start.get("status") == 200:
+                    body = b"".join(chunks)
+                    if len(body) <= MAX_BODY:
+                        with self.lock:
+                            self.entries[key] = (versions, list(start.get("headers", [])),
+                                                 body)
+                            self.entries.move_to_end(key)
+                            while len(self.entries) > MAX_ENTRIES:
+                                self.entries.popitem(last=False)
+            await send(message)
+
+        await self.app(scope, receive, keeping)

@@ -1,0 +1,184 @@
+"""``GET /metrics``: Prometheus text exposition (``prometheus-client``).
+
+* the API's own request latency, ``kafka_audit_api_request_seconds`` (a histogram by
+  route template, method and status; a path no route matches is ``route="unmatched"``);
+* the audit's figures per topic, computed at scrape time from the table snapshots (a
+  lookup while nothing committed): acked, confirmed, lost and judged writes per verdict,
+  duplicates, reordered (counters: they only grow); pending and unseen writes, the audit
+  lag (gauges); foreign and malformed records seen (``kafka_audit_unjudged_records_total``
+  by reason); and globally the committed pass, the age of its commit, each component's
+  last good step and the consume job's lag from the status files.
+
+``deploy/prometheus-alerts.yml`` alerts on ``kafka_audit_lost_writes_total``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kafka_audit.status import COMPONENTS, read_statuses
+
+__all__ = ["RequestMetrics", "audit_metrics", "CONTENT_TYPE"]
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: request latency buckets: a lookup is sub-millisecond, a timeline tens of ms
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+
+
+class RequestMetrics:
+    """ASGI middleware timing every HTTP request into the app's histogram."""
+
+    def __init__(self, app: ASGIApp, registry: CollectorRegistry) -> None:
+        self.app = app
+        self.seconds = Histogram("kafka_audit_api_request_seconds",
+                                 "REST API request latency, by route template",
+                                 ["route", "method", "status"], registry=registry,
+                                 buckets=BUCKETS)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        status = [500]
+
+        async def sending(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                status[0] = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            route = scope.get("route")
+            template = getattr(route, "path", None) or "unmatched"
+            self.seconds.labels(template, scope.get("method", ""), str(status[0])).observe(
+                time.perf_counter() - start)
+
+
+def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
+    return CounterMetricFamily(name, doc, labels=labels)
+
+
+def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, labels=labels or [])
+
+
+def _commit_time(log: Path, version: int) -> float | None:
+    """The commit timestamp (s) of a Delta version, from its commitInfo (or the file time)."""
+    path = log / f"{version:020d}.json"
+    try:
+        for line in path.read_text().splitlines():
+            if '"commitInfo"' in line:
+                ts = json.loads(line)["commitInfo"].get("timestamp")
+                if ts is not None:
+                    return ts / 1000.0
+        return path.stat().st_mtime
+    except (OSError, ValueError):
+        return None
+
+
+class _Families:
+    def __init__(self, families: list) -> None:
+        self.families = families
+
+    def collect(self):
+        return iter(self.families)
+
+
+def audit_metrics(reader, settings) -> bytes:
+    """The audit's figures, now, as Prometheus text."""
+    from kafka_audit.auditor_api.routes.topics import all_topics
+
+    now = time.time()
+    topics = all_topics(reader)
+    progress = reader.progress()
+    t = ["topic"]
+    acked = _counter("kafka_audit_acked_writes", "writes in the ack ledger (failed included)", t)
+    confirmed = _counter("kafka_audit_confirmed_writes", "writes confirmed in the log", t)
+    lost = _counter("kafka_audit_lost_writes", "acknowledged writes lost (lost and "
+                                               "lost_after_seen), committed passes", t)
+    judged = _counter("kafka_audit_judged_writes", "writes judged, per verdict kind",
+                      ["topic", "kind"])
+    dups = _counter("kafka_audit_duplicate_writes", "writes found at two or more offsets", t)
+    reord = _counter("kafka_audit_reordered_writes", "writes found above a later write of "
+                                                     "their producer run", t)
+    unjudged = _counter("kafka_audit_unjudged_records", "records read that cannot be judged: "
+                        "foreign (no_stamp, unknown_producer) or malformed (malformed_stamp, "
+                        "bad_checksum)", ["topic", "reason"])
+    pending = _gauge("kafka_audit_pending_writes", "acked writes not judged yet", t)
+    unseen = _gauge("kafka_audit_unseen_writes", "pending writes unread longer than "
+                                                 "audit.unseen_after_seconds", t)
+    lag = _gauge("kafka_audit_audit_lag_seconds", "newest ack in the ledger minus the newest "
+                 "ack the last committed pass had taken in (0: caught up)", t)
+    ratio = _gauge("kafka_audit_loss_ratio", "lost / acked", t)
+    judged_acks = reader.memo(("judged_acks", progress.acks_version), ("audit_hot",),
+                              lambda _h: _newest_per_topic(reader, progress.acks_version))
+    for name, tt in topics.items():
+        acked.add_metric([name], tt.acked)
+        confirmed.add_metric([name], tt.verdicts.get("confirmed", 0))
+        lost.add_metric([name], tt.lost)
+        for kind, n in tt.verdicts.items():
+            judged.add_metric([name, kind], n)
+        dups.add_metric([name], tt.annotations.get("duplicate", 0))
+        reord.add_metric([name], tt.annotations.get("reordered", 0))
+        for reason, n in (tt.unjudged or {}).items():
+            unjudged.add_metric([name, reason], n)
+        pending.add_metric([name], tt.pending)
+        unseen.add_metric([name], tt.unseen)
+        ratio.add_metric([name], tt.loss_ratio or 0.0)
+        if tt.newest_ack is not None:
+            seen = judged_acks.get(name)
+            behind = (tt.newest_ack - seen).total_seconds() if seen else (
+                datetime.now(UTC) - tt.newest_ack).total_seconds()
+            lag.add_metric([name], max(behind, 0.0))
+
+    committed = _gauge("kafka_audit_committed_pass", "the last committed audit pass (0: none)")
+    committed.add_metric([], progress.pass_id)
+    families = [acked, confirmed, lost, judged, dups, reord, unjudged, pending, unseen, lag,
+                ratio, committed]
+    hot = reader.snapshot("audit_hot")
+    if hot.version >= 0 and progress.pass_id > 0:
+        at = reader.memo(("hot_commit_time", hot.version), (),
+                         lambda: _commit_time(Path(settings.table_path("audit_hot"))
+                                              / "_delta_log", hot.version))
+        if at is not None:
+            age = _gauge("kafka_audit_last_pass_age_seconds", "seconds since the last "
+                         "committed audit pass committed")
+            age.add_metric([], max(now - at, 0.0))
+            families.append(age)
+    since_ok = _gauge("kafka_audit_component_seconds_since_ok", "seconds since a component's "
+                      "last good step (status files)", ["component"])
+    failing = _gauge("kafka_audit_component_failing", "1 while a component cannot do its work",
+                     ["component"])
+    consume_lag = _gauge("kafka_audit_consume_lag_offsets", "offsets the consume job has not "
+                                                            "read yet (its last report)")
+    statuses = read_statuses(settings.home_dir)
+    for name in COMPONENTS:
+        s = statuses.get(name)
+        if s is None:
+            continue
+        if s.last_ok is not None:
+            since_ok.add_metric([name], max(now - s.last_ok.timestamp(), 0.0))
+        failing.add_metric([name], 1.0 if s.failing_since is not None else 0.0)
+        if name == "consume" and isinstance((s.detail or {}).get("lag_offsets"), int | float):
+            consume_lag.add_metric([], s.detail["lag_offsets"])
+    families += [since_ok, failing, consume_lag]
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry)
+
+
+def _newest_per_topic(reader, acks_version: int) -> dict:
+    t = reader.snapshots.as_of("acks", acks_version)
+    if t.num_rows == 0:
+        return {}
+    return {r["topic"]: r["last_ack_time_max"] for r in
+            t.group_by("topic").aggregate([("last_ack_time", "max")]).to_pylist()}

@@ -1,0 +1,267 @@
+// kafka-audit dashboard: per-topic totals, and per partition a timeline drawn with plotly.js
+// (served by the app). Reads /v1/topics, /v1/topics/{topic} and each partition's timeline.
+"use strict";
+
+const TOKEN_KEY = "kafka-audit-token";
+const LOSS = new Set(["lost", "lost_after_seen"]);
+const WINDOW_COLORS = { exposure: "rgba(214,39,40,0.13)", split_brain: "rgba(148,103,189,0.18)",
+  rejection: "rgba(255,127,14,0.15)", reduced_redundancy: "rgba(255,215,0,0.15)" };
+
+function tokenFromFragment() {
+  const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
+  if (m) {
+    sessionStorage.setItem(TOKEN_KEY, decodeURIComponent(m[1]));
+    history.replaceState(null, "", location.pathname + location.search
+      + location.hash.replace(/(^#|&)token=[^&]+/, "$1").replace(/^#&?$/, ""));
+  }
+}
+
+class NeedToken extends Error {}
+
+async function api(path) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  const r = await fetch(path, { headers: token ? { Authorization: "Bearer " + token } : {} });
+  if (r.status === 401 || r.status === 403) throw new NeedToken((await r.json()).detail);
+  if (!r.ok) throw new Error(`${path}: ${r.status} ${(await r.text()).slice(0, 200)}`);
+  return r.json();
+}
+
+const fmt = (n) => (n === null || n === undefined) ? "–" : Number(n).toLocaleString("en-US");
+const ms = (s) => Date.parse(s);
+function clock(s) {
+  if (!s) return "–";
+  const d = new Date(ms(s));
+  return d.toISOString().replace("T", " ").replace("Z", "").slice(0, 23);
+}
+function el(tag, attrs = {}, ...children) {
+  const e = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "class") e.className = v; else if (k.startsWith("data-")) e.setAttribute(k, v);
+    else if (k === "onclick") e.onclick = v; else e[k] = v;
+  }
+  for (const c of children) e.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return e;
+}
+function cell(value, cls) { return el("td", cls ? { class: cls } : {}, value); }
+
+function renderTopics(topics, selected) {
+  const body = document.querySelector("#topics tbody");
+  body.replaceChildren();
+  for (const t of topics) {
+    const durability = t.durability.map((d) => `acks=${d.acks}${d.idempotence ? " idempotent" : ""}`
+      + ` retries=${d.retries} in-flight=${d.max_in_flight} (${fmt(d.writes)})`).join("; ") || "–";
+    const unjudged = Object.entries(t.unjudged_records).filter(([, n]) => n > 0)
+      .map(([k, n]) => `${k} ${fmt(n)}`).join(", ") || "none";
+    const row = el("tr", { class: "clickable" + (t.topic === selected ? " selected" : ""),
+      onclick: () => { location.hash = "topic=" + encodeURIComponent(t.topic); load(); } },
+      cell(t.topic, "text"), cell(fmt(t.acked)), cell(fmt(t.confirmed)), cell(fmt(t.pending)),
+      cell(fmt(t.unseen), t.unseen ? "bad" : ""), cell(fmt(t.lost), t.lost ? "bad" : "ok"),
+      cell(t.loss_ratio === null ? "–" : (100 * t.loss_ratio).toFixed(3) + " %"),
+      cell(clock(t.last_loss), "text"), cell(durability, "text"), cell(unjudged, "text"));
+    row.dataset.topic = t.topic;
+    row.dataset.lost = t.lost;
+    body.append(row);
+  }
+}
+
+function renderPartitions(detail) {
+  document.getElementById("topic-title").textContent = `Partitions of ${detail.topic}`;
+  const body = document.querySelector("#partitions tbody");
+  body.replaceChildren();
+  for (const p of detail.partitions) {
+    body.append(el("tr", {}, cell(p.partition, "text"), cell(fmt(p.acked)), cell(fmt(p.confirmed)),
+      cell(fmt(p.lost), p.lost ? "bad" : "ok"), cell(fmt(p.pending)), cell(fmt(p.unseen)),
+      cell(p.leader ?? "–"), cell(p.isr ? p.isr.join(", ") : "–"), cell(clock(p.last_loss), "text")));
+  }
+}
+
+// a run (or a bucket) as a segment: (time, offset) to (end_time, last_offset), null-separated
+function segments(spans) {
+  const x = [], y = [];
+  for (const s of spans) { x.push(ms(s.time), ms(s.end_time), null); y.push(s.offset, s.last_offset, null); }
+  return { x, y };
+}
+
+function changeLabel(c) {
+  if (c.kind === "offline") return `partition offline (leader ${c.previous_leader} lost)`;
+  return `leader ${c.previous_leader ?? "?"} → ${c.leader}` + (c.leader_epoch !== null ? ` (epoch ${c.leader_epoch})` : "");
+}
+
+function drawTimeline(container, tl) {
+  const losses = tl.findings.filter((f) => LOSS.has(f.kind));
+  const others = tl.findings.filter((f) => !LOSS.has(f.kind));
+  const traces = [];
+  const reads = segments(tl.reads);
+  traces.push({ ...reads, name: "read by the consume job", mode: "lines", type: "scattergl",
+    line: { color: "rgba(44,160,44,0.45)", width: 9 }, hoverinfo: "skip" });
+  const acks = segments(tl.acks);
+  traces.push({ ...acks, name: "acknowledged writes", mode: "lines", type: "scattergl",
+    line: { color: "#1f5fbf", width: 2.5 }, hoverinfo: "skip" });
+  if (tl.rereads.length) {
+    traces.push({ x: tl.rereads.map((r) => ms(r.time)), y: tl.rereads.map((r) => r.offset),
+      name: "re-read by the audit", mode: "markers", type: "scatter",
+      marker: { symbol: "diamond-open", size: 9, color: "#444" },
+      text: tl.rereads.map((r) => `re-read offsets ${r.offset}..${r.last_offset}: ${r.status}`
+        + (r.stamped_by ? ` (${r.stamped_by})` : "")), hoverinfo: "text" });
+  }
+  if (losses.length) {
+    const total = losses.reduce((n, f) => n + f.count, 0);
+    const seg = segments(losses);
+    traces.push({ ...seg, name: `lost writes (${fmt(total)})`, mode: "lines+markers", type: "scatter",
+      line: { color: "#d0021b", width: 10 }, marker: { color: "#d0021b", size: 11, symbol: "x" },
+      text: losses.flatMap((f) => { const t = `${f.kind}${f.subkind ? "/" + f.subkind : ""}: offsets `
+        + `${f.offset}..${f.last_offset} (${fmt(f.count)} writes), cause ${f.cause}`; return [t, t, null]; }),
+      hoverinfo: "text" });
+  }
+  if (others.length) {
+    traces.push({ x: others.map((f) => ms(f.time)), y: others.map((f) => f.offset), name: "other findings",
+      mode: "markers", type: "scatter", marker: { color: "#ff7f0e", size: 8, symbol: "triangle-up" },
+      text: others.map((f) => `${f.kind}${f.subkind ? "/" + f.subkind : ""}: ${fmt(f.count)} writes at ${f.offset}`),
+      hoverinfo: "text" });
+  }
+  if (tl.isr.length) {
+    const end = ms(tl.until);
+    traces.push({ x: [...tl.isr.map((p) => ms(p.time)), end], y: [...tl.isr.map((p) => p.size), tl.isr[tl.isr.length - 1].size],
+      name: "ISR size", mode: "lines", line: { shape: "hv", color: "#6a3d9a", width: 2 },
+      yaxis: "y2", type: "scatter", hoverinfo: "x+y" });
+  }
+  const shapes = [], annotations = [];
+  for (const w of tl.windows || []) {
+    shapes.push({ type: "rect", xref: "x", yref: "paper", x0: ms(w.start), x1: w.end ? ms(w.end) : ms(tl.until),
+      y0: 0, y1: 1, fillcolor: WINDOW_COLORS[w.kind] || "rgba(127,127,127,0.15)", line: { width: 0 }, layer: "below" });
+    annotations.push({ x: ms(w.start), y: 0.02, xref: "x", yref: "paper", text: w.kind, showarrow: false,
+      xanchor: "left", font: { size: 11, color: "#555" } });
+  }
+  for (const g of tl.gaps) {
+    shapes.push({ type: "rect", xref: "x", yref: "paper", x0: ms(g.start), x1: g.end ? ms(g.end) : ms(tl.until),
+      y0: 0, y1: 1, fillcolor: "rgba(120,120,120,0.18)", line: { width: 0 }, layer: "below" });
+    annotations.push({ x: ms(g.start), y: 0.97, xref: "x", yref: "paper", text: "watcher blind", showarrow: false,
+      xanchor: "left", font: { size: 11, color: "#555" } });
+  }
+  tl.leader_changes.forEach((c, i) => {
+    shapes.push({ type: "line", xref: "x", yref: "paper", x0: ms(c.time), x1: ms(c.time), y0: 0, y1: 1,
+      line: { color: "#6a3d9a", width: 2, dash: "dash" } });
+    annotations.push({ x: ms(c.time), y: 1 - 0.07 * (i % 3), xref: "x", yref: "paper", text: changeLabel(c),
+      showarrow: false, xanchor: "left", bgcolor: "rgba(255,255,255,0.85)", font: { size: 12, color: "#6a3d9a" } });
+  });
+  let range;
+  if (losses.length) {  // open on the losses and the change that lost them; the button shows all
+    const xs = losses.flatMap((f) => [ms(f.time), ms(f.end_time)]);
+    losses.forEach((f) => { if (f.leader_change) xs.push(ms(f.leader_change)); });
+    const lo = Math.min(...xs), hi = Math.max(...xs), pad = Math.max(1500, (hi - lo) * 0.6);
+    range = [lo - pad, hi + pad];
+  }
+  let yrange;
+  if (range) {  // offsets seen in that time range, so the losses are not a speck
+    const ys = [];
+    for (const s of [...tl.acks, ...tl.reads, ...losses]) {
+      if (ms(s.end_time) >= range[0] && ms(s.time) <= range[1]) ys.push(s.offset, s.last_offset);
+    }
+    if (ys.length) {
+      const lo = Math.min(...ys), hi = Math.max(...ys), pad = Math.max(5, (hi - lo) * 0.08);
+      yrange = [lo - pad, hi + pad];
+    }
+  }
+  const layout = {
+    margin: { l: 70, r: 20, t: 30, b: 40 }, hovermode: "closest", showlegend: true,
+    legend: { orientation: "h", y: 1.1, x: 0 },
+    xaxis: { type: "date", title: { text: "time (UTC)" }, range, domain: [0, 1] },
+    yaxis: { title: { text: "offset" }, domain: [0.3, 1], tickformat: ",d", range: yrange },
+    yaxis2: { title: { text: "ISR size" }, domain: [0, 0.2], dtick: 1, rangemode: "tozero" },
+    shapes, annotations,
+    updatemenus: [{ type: "buttons", direction: "left", x: 1, xanchor: "right", y: 1.18, showactive: false,
+      buttons: [{ label: "whole range", method: "relayout", args: [{ "xaxis.autorange": true, "yaxis.autorange": true }] }]
+        .concat(range ? [{ label: "losses", method: "relayout", args: [{ "xaxis.range": range, "yaxis.range": yrange }] }] : []) }],
+  };
+  return Plotly.newPlot(container, traces, layout, { responsive: true, displaylogo: false });
+}
+
+function renderLosses(section, tl) {
+  const losses = tl.findings.filter((f) => LOSS.has(f.kind));
+  const total = losses.reduce((n, f) => n + f.count, 0);
+  const head = el("div", { class: "headline" + (total ? "" : " clean"), "data-lost": total });
+  if (!total) {
+    head.textContent = "No acknowledged write lost in this range.";
+    section.append(head);
+    return;
+  }
+  const changes = new Map(tl.leader_changes.map((c) => [c.time, c]));
+  const byChange = new Map();
+  for (const f of losses) byChange.set(f.leader_change, (byChange.get(f.leader_change) || 0) + f.count);
+  const causes = [...new Set(losses.map((f) => f.cause))].join("; ");
+  const first = losses.reduce((a, f) => (ms(f.time) < ms(a.time) ? f : a));
+  const last = losses.reduce((a, f) => (ms(f.end_time) > ms(a.end_time) ? f : a));
+  const lines = [...byChange.entries()].map(([t, n]) => t
+    ? `${fmt(n)} lost by the ${changeLabel(changes.get(t) || { kind: "leader_change", leader: "?" })} at ${clock(t)}`
+    : `${fmt(n)} with no leader change recorded after them`);
+  head.append(el("b", {}, `${fmt(total)} acknowledged writes lost`),
+    ` (acked ${clock(first.time)} – ${clock(last.end_time)}, offsets ${first.offset}..${last.last_offset}): `
+    + lines.join("; ") + `. Cause: ${causes}.`);
+  section.append(head);
+  const table = el("table", { class: "losses" }, el("thead", {}, el("tr", {},
+    ...["verdict", "offsets", "writes", "acked at (UTC)", "cause", "lost by"].map((h) => el("th", {}, h)))));
+  const body = el("tbody");
+  for (const f of losses.slice(0, 20)) {
+    const c = f.leader_change && changes.get(f.leader_change);
+    const row = el("tr", { class: "loss", "data-count": f.count },
+      cell(`${f.kind}${f.subkind ? " / " + f.subkind : ""}`, "text"), cell(`${f.offset}..${f.last_offset}`),
+      cell(fmt(f.count)), cell(clock(f.time), "text"), cell(f.cause ?? "–", "text"),
+      cell(c ? `${changeLabel(c)} at ${clock(f.leader_change)}` : "–", "text"));
+    body.append(row);
+  }
+  table.append(body);
+  section.append(table);
+  if (losses.length > 20) section.append(el("p", { class: "note" }, `… and ${losses.length - 20} more ranges`));
+}
+
+async function load() {
+  const status = document.getElementById("status");
+  try {
+    const topics = await api("/v1/topics");
+    document.getElementById("login").hidden = true;
+    document.getElementById("main").hidden = false;
+    const asked = /(?:^#|&)topic=([^&]+)/.exec(location.hash);
+    const lossy = topics.filter((t) => t.last_loss).sort((a, b) => ms(b.last_loss) - ms(a.last_loss));
+    const topic = asked ? decodeURIComponent(asked[1]) : (lossy[0] || topics[0] || {}).topic;
+    renderTopics(topics, topic);
+    const box = document.getElementById("timelines");
+    box.replaceChildren();
+    if (!topic) { status.textContent = "no topic audited yet"; document.body.dataset.ready = "yes"; return; }
+    const detail = await api("/v1/topics/" + encodeURIComponent(topic));
+    renderPartitions(detail);
+    const parts = detail.partitions.filter((p) => p.partition >= 0)
+      .sort((a, b) => (b.lost - a.lost) || (a.partition - b.partition)).slice(0, 12);
+    for (const p of parts) {
+      const tl = await api(`/v1/partitions/${encodeURIComponent(topic)}/${p.partition}/timeline?points=800`);
+      const section = el("section", { class: "partition", "data-partition": p.partition });
+      section.append(el("h3", {}, `${topic} partition ${p.partition}`
+        + (tl.downsampled.length ? ` (downsampled: ${tl.downsampled.join(", ")})` : "")));
+      renderLosses(section, tl);
+      const chart = el("div", { class: "chart" });
+      section.append(chart);
+      box.append(section);
+      await drawTimeline(chart, tl);
+    }
+    const lost = topics.reduce((n, t) => n + t.lost, 0);
+    status.textContent = `${topics.length} topics, ${fmt(lost)} acknowledged writes lost · updated ${clock(new Date().toISOString())} UTC`;
+    document.body.dataset.ready = "yes";
+  } catch (e) {
+    if (e instanceof NeedToken) {
+      document.getElementById("main").hidden = true;
+      document.getElementById("login").hidden = false;
+      document.getElementById("login-error").textContent = sessionStorage.getItem(TOKEN_KEY) ? e.message : "";
+      status.textContent = "a token is needed";
+    } else {
+      status.textContent = "error: " + e.message;
+    }
+    document.body.dataset.ready = "error";
+  }
+}
+
+document.getElementById("login").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());
+  load();
+});
+tokenFromFragment();
+load();
