@@ -5,11 +5,15 @@
 # Other verbs: setup (install only), lint, bench (producer), bench-audit (consume + audit).
 set -euo pipefail
 cd "$(dirname "$0")"
+# the checkout keeps its working data (tables, checkpoints, the demo cluster) in var/;
+# an installed kafka-audit uses ~/.local/share/kafka-audit unless KAFKA_AUDIT_HOME says
+export KAFKA_AUDIT_HOME="${KAFKA_AUDIT_HOME:-$PWD/var}"
 
 log() { printf '[dev.sh] %s\n' "$*"; }
 
-need_debian() {  # need_debian COMMAND PACKAGE
+need_debian() {  # need_debian COMMAND-OR-FILE PACKAGE
   command -v "$1" >/dev/null 2>&1 && return 0
+  case "$1" in /*) [ -e "$1" ] && return 0 ;; esac
   log "installing $2 (for $1)"
   if [ "$(id -u)" != 0 ]; then log "$1 is missing and this is not root: install $2"; exit 1; fi
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$2" >/dev/null
@@ -20,6 +24,10 @@ setup() {
   need_debian javac openjdk-17-jdk-headless  # compiles the project's one Java class
   need_debian mvn maven
   need_debian iptables iptables  # network faults on loopback in the fault tests
+  need_debian gcc gcc  # builds the producers' librdkafka plugin (producers/plugin/)
+  need_debian /usr/include/librdkafka/rdkafka.h librdkafka-dev  # the plugin's headers
+  need_debian kcat kcat  # a producer in another language, audited through the plugin (tests)
+  need_debian chromium chromium  # headless: the dashboard test opens the page, keeps a screenshot
   local py=python3.11
   command -v "$py" >/dev/null 2>&1 || py=python3
   if [ ! -x .venv/bin/python ]; then
@@ -34,7 +42,7 @@ setup() {
     .venv/bin/pip install -q -e ".[test]"
     echo "$want" > "$stamp"
   fi
-  log "fetching pinned JVM jars with Maven (skipped when cached)"
+  log "fetching pinned JVM jars with Maven into the per-user cache (skipped when cached)"
   .venv/bin/kafka-audit setup
 }
 

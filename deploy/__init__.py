@@ -1,0 +1,1 @@
+"""Import name ``kafka_audit.deploy``: pinned jars, the local KRaft cluster launcher."""

@@ -1,11 +1,18 @@
 """A real three-node Kafka cluster (KRaft, combined broker+controller) on loopback.
 
-Started from the jars pinned in ``deploy/jvm/kafka-broker.pom.xml``; data and
+Started from the jars pinned in ``deploy/maven/kafka-broker.pom.xml``; data and
 logs live under ``<home>/kafka/node<N>``. ``up`` formats storage once (static
 quorum, classic leader election: ``eligible.leader.replicas.version=0``) and
 returns only when every broker is registered and a probe topic with RF=3
 accepts an ``acks=all`` write. Single-node actions (``kill``, ``stop``,
 ``start``) exist for fault tests.
+
+With ``cluster.secure`` on, each node also has a ``SECURE`` listener (SASL_SSL,
+SCRAM-SHA-512, ACLs enforced) whose certificates, users and ACLs
+``deploy/security.py`` makes under ``<home>/kafka/security``; ``up`` then also
+waits until the ``auditor`` user can list the topics over it. Every other
+listener's principal (``User:ANONYMOUS``) is a super user, so with or without it
+the PLAINTEXT, replication and controller listeners work alike.
 
 Command: ``kafka-audit cluster up|status|down|kill N|stop N|start N``.
 """
@@ -23,8 +30,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kafka_audit.clients import client_logger
-from kafka_audit.deploy.jvm import broker_classpath
+from kafka_audit.clients import admin_client, producer_config
+from kafka_audit.deploy.jars import broker_classpath
+from kafka_audit.deploy.security import LISTENER, SCRAM_MECHANISM, ClusterSecurity
 from kafka_audit.errors import ClusterError
 from kafka_audit.settings import ClusterSettings, Settings
 
@@ -64,6 +72,10 @@ class LocalCluster:
     def __init__(self, settings: Settings) -> None:
         self.cfg: ClusterSettings = settings.cluster
         self.root = settings.home_dir / "kafka"
+        #: the secured listener's files and users (made only while ``cfg.secure`` is on)
+        self.security = ClusterSecurity(
+            self.root / "security", {"auditor": self.cfg.secure_auditor_user,
+                                     "noread": self.cfg.secure_noread_user}, self.cfg.host)
 
     # ---- layout -------------------------------------------------------------------
     def node_dir(self, node: int) -> Path:
@@ -80,32 +92,60 @@ class LocalCluster:
     def bootstrap(self) -> str:
         return self.cfg.bootstrap
 
+    @property
+    def secure_bootstrap(self) -> str:
+        """The SECURE listeners (SASL_SSL); they exist only while ``cfg.secure`` is on."""
+        if not self.cfg.secure:
+            raise ClusterError("the local cluster has no secured listener (cluster.secure "
+                               "is off)")
+        return self.cfg.secure_bootstrap
+
+    def secure_profile(self, role: str = "auditor"):
+        """A connection profile for the SECURE listener as the user of ``role`` (``auditor``
+        or ``noread``): SASL_SSL, SCRAM-SHA-512, the password from its file, the CA file."""
+        from kafka_audit.profile import ProfileSettings
+
+        user = self.security.user(role)
+        return ProfileSettings(
+            name=f"local-secure-{role}", bootstrap=self.secure_bootstrap,
+            security_protocol="SASL_SSL",
+            sasl={"mechanism": SCRAM_MECHANISM, "username": user,
+                  "password_file": self.security.password_file(user)},
+            tls={"ca_file": self.security.ca_file})
+
     def _properties(self, node: int) -> str:
         c = self.cfg
         voters = ",".join(f"{n}@{c.host}:{c.controller_port(n)}" for n in self.nodes)
+        # clients use PLAINTEXT, followers fetch over REPLICATION: a fault can cut a
+        # leader's replication while its clients still reach it (scenarios 2, 3, 5)
+        listeners = {"PLAINTEXT": (c.broker_port(node), "PLAINTEXT"),
+                     "REPLICATION": (c.replication_port(node), "PLAINTEXT")}
+        if c.secure:  # SASL_SSL with ACLs, for tests of a secured cluster
+            listeners[LISTENER] = (c.secure_port(node), "SASL_SSL")
+        advertised = ",".join(f"{name}://{c.host}:{port}"
+                              for name, (port, _) in listeners.items())
+        protocols = {name: protocol for name, (_, protocol) in listeners.items()}
         props: dict[str, object] = {
             "process.roles": "broker,controller",
             "node.id": node,
             "controller.quorum.voters": voters,
-            # clients use PLAINTEXT, followers fetch over REPLICATION: a fault can cut a
-            # leader's replication while its clients still reach it (scenarios 2, 3, 5)
-            "listeners": f"PLAINTEXT://{c.host}:{c.broker_port(node)},"
-                         f"REPLICATION://{c.host}:{c.replication_port(node)},"
-                         f"CONTROLLER://{c.host}:{c.controller_port(node)}",
-            "advertised.listeners": f"PLAINTEXT://{c.host}:{c.broker_port(node)},"
-                                    f"REPLICATION://{c.host}:{c.replication_port(node)}",
+            "listeners": f"{advertised},CONTROLLER://{c.host}:{c.controller_port(node)}",
+            "advertised.listeners": advertised,
             "listener.security.protocol.map":
-                "PLAINTEXT:PLAINTEXT,REPLICATION:PLAINTEXT,CONTROLLER:PLAINTEXT",
+                ",".join(f"{k}:{v}" for k, v in {**protocols, "CONTROLLER": "PLAINTEXT"}.items()),
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "REPLICATION",
             "log.dirs": str(self.node_dir(node) / "data"),
             "metadata.log.dir": str(self.node_dir(node) / "meta"),
+            **(self.security.broker_properties() if c.secure else {}),
             **c.broker_overrides,
         }
         return "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
                        for k, v in props.items())
 
     def _write_config(self, node: int) -> Path:
+        if self.cfg.secure:
+            self.security.ensure()  # the key and trust stores the properties name
         d = self.node_dir(node)
         (d / "logs").mkdir(parents=True, exist_ok=True)
         path = d / "server.properties"
@@ -128,18 +168,27 @@ class LocalCluster:
             # Kafka's cluster id: a random 16-byte UUID, base64url without padding
             id_file.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
         cluster_id = id_file.read_text().strip()
-        for node in self.nodes:
-            if (self.node_dir(node) / "meta" / "meta.properties").exists():
-                continue
+        todo = [n for n in self.nodes
+                if not (self.node_dir(n) / "meta" / "meta.properties").exists()]
+        scram: list[str] = []
+        if todo and self.cfg.secure:
+            # the SCRAM users exist from the first moment the SECURE listener serves
+            self.security.ensure()
+            scram = self.security.scram_arguments()
+        for node in todo:
             conf = self._write_config(node)
             # "--cluster-id=ID": base64url ids may start with "-", which a separate argument
             # would hand to the tool's argument parser as an option (1 id in 64 starts so)
             cmd = self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                              "-c", str(conf),
-                             "--feature", "eligible.leader.replicas.version=0", node=node)
+                             "--feature", "eligible.leader.replicas.version=0", *scram,
+                             node=node)
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:
-                raise ClusterError(f"format of node {node} failed: {proc.stdout}{proc.stderr}")
+                output = proc.stdout + proc.stderr
+                for arg in scram[1::2]:  # a salted password is a credential too
+                    output = output.replace(arg, "SCRAM-SHA-512=[***]")
+                raise ClusterError(f"format of node {node} failed: {output}")
 
     # ---- processes ----------------------------------------------------------------
     def pid(self, node: int) -> int | None:
@@ -201,7 +250,30 @@ class LocalCluster:
             self.start(node)
         progress(f"started nodes {self.nodes}; waiting for registration")
         self.wait_ready(self.cfg.ready_timeout_seconds)
+        if self.cfg.secure:
+            self.secure_setup(self.cfg.ready_timeout_seconds)
+            progress(f"secured listener (SASL_SSL, SCRAM-SHA-512, ACLs) ready at "
+                     f"{self.secure_bootstrap}")
         progress(f"cluster ready at {self.bootstrap}")
+
+    def secure_setup(self, timeout: float) -> None:
+        """Through the PLAINTEXT listener (a super user): set every SCRAM user's credential
+        from its password file (a cluster formatted before ``secure`` was on has none),
+        create the ACLs; then wait until ``auditor`` lists the topics over SECURE."""
+        admin = self.admin()
+        self.security.upsert_users(admin, timeout)
+        self.security.apply_acls(admin, timeout)
+        wait_until(self._secure_probe, timeout,
+                   f"user {self.security.user('auditor')} to see {PROBE_TOPIC} over "
+                   f"the SECURE listener")
+
+    def _secure_probe(self) -> bool:
+        from kafka_audit.profile import librdkafka_config
+
+        conf = librdkafka_config(self.secure_profile("auditor"), self.bootstrap)
+        md = admin_client(conf, **{"socket.timeout.ms": 5000}).list_topics(timeout=5)
+        # the topic is listed only to a user allowed to describe it: the ACLs are in force
+        return PROBE_TOPIC in md.topics and set(md.brokers) >= set(self.nodes)
 
     def down(self) -> None:
         # stop in parallel: a clean shutdown waits for controlled shutdown, so send all first
@@ -215,10 +287,7 @@ class LocalCluster:
                 _wait_exit(pid, 30)
 
     def admin(self):
-        from confluent_kafka.admin import AdminClient
-
-        return AdminClient({"bootstrap.servers": self.bootstrap, "socket.timeout.ms": 5000,
-                            "logger": client_logger()})
+        return admin_client(self.bootstrap, **{"socket.timeout.ms": 5000})
 
     def _ports_open(self) -> bool:
         import socket
@@ -245,8 +314,8 @@ class LocalCluster:
     def _probe_write(self) -> bool:
         from confluent_kafka import Producer
 
-        p = Producer({"bootstrap.servers": self.bootstrap, "acks": "all",
-                      "message.timeout.ms": 5000, "logger": client_logger()})
+        p = Producer(producer_config(self.bootstrap, acks="all",
+                                     **{"message.timeout.ms": 5000}))
         result: list[object] = []
         p.produce(PROBE_TOPIC, b"probe", on_delivery=lambda err, _m: result.append(err))
         p.flush(10)
@@ -283,6 +352,28 @@ class LocalCluster:
             for pid, p in sorted(t.partitions.items()):
                 out.append(PartitionInfo(name, pid, p.leader, tuple(p.replicas), tuple(p.isrs)))
         return out
+
+    def elect_preferred(self, topic: str, partition: int, timeout: float = 60) -> None:
+        """Give the partition's leadership back to its preferred replica now (the broker
+        would do it at its next imbalance check, at a moment a test cannot choose)."""
+        from confluent_kafka import ElectionType, KafkaException, TopicPartition
+
+        admin = self.admin()
+
+        def preferred() -> bool:
+            info = next(i for i in self.partitions(topic) if i.partition == partition)
+            if info.leader == info.replicas[0]:
+                return True
+            try:
+                admin.elect_leaders(ElectionType.PREFERRED,
+                                    [TopicPartition(topic, partition)]).result(10)
+            except KafkaException as exc:  # not yet eligible: asked again
+                if "ELECTION_NOT_NEEDED" not in str(exc):
+                    raise
+            return False
+
+        wait_until(preferred, timeout, f"the preferred replica to lead {topic}-{partition}",
+                   every=1)
 
     def leader_of(self, topic: str, partition: int) -> int:
         for info in self.partitions(topic):

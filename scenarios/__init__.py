@@ -1,0 +1,2 @@
+"""Import name ``kafka_audit.scenarios``: fault scenarios run against a real cluster and
+judged against ground truth (the demo, the real-cluster tests and the benchmarks use it)."""

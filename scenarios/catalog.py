@@ -1,0 +1,222 @@
+"""The fault scenarios, by name: the loss modes the field knows, on the real cluster.
+
+``kafka-audit scenario list`` names them; ``kafka-audit scenario run NAME [--seed N]
+[--seconds S]`` runs one (:func:`kafka_audit.scenarios.runner.run_scenario`): a fresh
+topic with the scenario's settings, instrumented producers through the fault, the fault
+schedule logged into ``fault_events`` (which the verdict rules never read), healing, a
+final full read, ground truth computed by the harness alone, then the auditor's findings
+and windows compared write for write, a text report and a picture of the partition's
+timeline.
+
+Each scenario says what the cluster is expected to do to acknowledged writes
+(``expect_loss``: True, False, or None where the cluster decides and the report just
+says what it did), which causes its losses may carry, and which windows must appear.
+Faults here are processes stopped, killed or restarted, and listeners cut with
+iptables on loopback (``scenarios/faults.py``): cutting a leader from the controller
+quorum alone needs network namespaces and is not among them yet.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.scenarios.faults import cut_port
+
+__all__ = ["Scenario", "Context", "SCENARIOS", "scenario"]
+
+
+@dataclass
+class Context:
+    """What a fault schedule works with: the cluster, the topic, the settings, a random
+    source (``--seed``), the length of the traffic and ``fault(kind, **detail)`` to log
+    each fault as it happens (into ``fault_events``)."""
+
+    cluster: object
+    settings: object
+    topic: str
+    rng: random.Random
+    seconds: float
+    fault: Callable[..., None]
+    progress: Callable[[str], None]
+
+    def leader(self, partition: int = 0) -> int:
+        return self.cluster.leader_of(self.topic, partition)  # type: ignore[attr-defined]
+
+    def heal_all(self) -> None:
+        """Every node running, every ISR full, preferred leaders back."""
+        c = self.cluster
+        for n in c.nodes:  # type: ignore[attr-defined]
+            if n not in c.running():  # type: ignore[attr-defined]
+                c.start(n)  # type: ignore[attr-defined]
+                self.fault("node_started", node=n)
+        wait_until(lambda: all(len(p.isr) == len(p.replicas)
+                               for p in c.partitions(self.topic)), 120,  # type: ignore
+                   f"every ISR of {self.topic} to be full again")
+        for info in c.partitions(self.topic):  # type: ignore[attr-defined]
+            c.elect_preferred(self.topic, info.partition)  # type: ignore[attr-defined]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    summary: str
+    schedule: Callable[[Context], None]  # the faults, run while the producers write
+    acks: str = "all"
+    idempotence: bool = False
+    retries: int = 2
+    topic_config: dict = field(default_factory=dict)
+    expect_loss: bool | None = None  # None: whatever the cluster does, reported exactly
+    causes: frozenset[str] = frozenset()  # the causes its losses may carry
+    windows: frozenset[str] = frozenset()  # window kinds that must appear
+    producer: dict = field(default_factory=dict)  # further producer properties
+    rate: float = 5000
+
+
+SCENARIOS: dict[str, Scenario] = {}
+
+
+def scenario(s: Scenario) -> Scenario:
+    SCENARIOS[s.name] = s
+    return s
+
+
+def _pause(ctx: Context, seconds: float) -> None:
+    time.sleep(seconds)  # part of the fault's shape: traffic flows meanwhile
+
+
+def _acks1_kill(ctx: Context) -> None:
+    _pause(ctx, ctx.seconds * 0.3)
+    leader = ctx.leader()
+    followers = [n for n in ctx.cluster.running() if n != leader]  # type: ignore
+    # followers frozen for a moment (they stay in the ISR) so the leader holds acks=1 writes
+    # they lack; then the leader is killed and one of them is elected without that tail
+    for n in followers:
+        ctx.cluster.signal(n, signal.SIGSTOP)  # type: ignore[attr-defined]
+    ctx.fault("followers_paused", nodes=followers)
+    try:
+        time.sleep(0.5)
+        ctx.cluster.kill(leader)  # type: ignore[attr-defined]
+        ctx.fault("leader_killed", node=leader)
+    finally:
+        for n in followers:
+            ctx.cluster.signal(n, signal.SIGCONT)  # type: ignore[attr-defined]
+        ctx.fault("followers_resumed", nodes=followers)
+    wait_until(lambda: ctx.leader() not in (-1, leader), 60, "a new leader")
+    _pause(ctx, 1)
+    ctx.heal_all()
+
+
+@contextlib.contextmanager
+def _isr_shrunk_to_leader(ctx: Context):
+    """The leader's replication listener cut, until the block ends: its followers stop
+    fetching and leave the ISR; producers still reach the leader. Yields the leader."""
+    leader = ctx.leader()
+    port = ctx.settings.cluster.replication_port(leader)  # type: ignore[attr-defined]
+    with cut_port(port):
+        ctx.fault("replication_cut", node=leader, port=port)
+        wait_until(lambda: ctx.cluster.partitions(ctx.topic)[0].isr == (leader,), 60,
+                   "the ISR to shrink to the leader")
+        yield leader
+    ctx.fault("replication_healed", node=leader)
+
+
+def _isr_shrunk_then_leader_lost(ctx: Context) -> None:
+    """The ISR shrunk to the leader, then the leader killed: with unclean election on, an
+    out-of-sync follower takes over."""
+    _pause(ctx, ctx.seconds * 0.2)
+    with _isr_shrunk_to_leader(ctx) as leader:
+        _pause(ctx, ctx.seconds * 0.3)  # writes acknowledged by the leader alone
+        ctx.cluster.kill(leader)  # type: ignore[attr-defined]
+        ctx.fault("leader_killed", node=leader)
+        wait_until(lambda: ctx.leader() not in (-1, leader), 90, "an unclean election")
+    _pause(ctx, 1)
+    ctx.heal_all()
+
+
+def _min_isr_2_same_faults(ctx: Context) -> None:
+    """As above with min.insync.replicas=2: the cluster refuses writes instead."""
+    _pause(ctx, ctx.seconds * 0.2)
+    with _isr_shrunk_to_leader(ctx):
+        _pause(ctx, ctx.seconds * 0.3)  # writes refused: NOT_ENOUGH_REPLICAS
+    ctx.heal_all()
+
+
+def _leader_paused(ctx: Context) -> None:
+    """The leader frozen longer than the broker session timeout, then resumed."""
+    _pause(ctx, ctx.seconds * 0.3)
+    leader = ctx.leader()
+    ctx.cluster.signal(leader, signal.SIGSTOP)  # type: ignore[attr-defined]
+    ctx.fault("leader_paused", node=leader)
+    try:
+        timeout = float(ctx.settings.cluster.broker_overrides.get(  # type: ignore
+            "broker.session.timeout.ms", 9000)) / 1000
+        time.sleep(timeout * 2)
+    finally:
+        ctx.cluster.signal(leader, signal.SIGCONT)  # type: ignore[attr-defined]
+        ctx.fault("leader_resumed", node=leader)
+    _pause(ctx, 2)
+    ctx.heal_all()
+
+
+def _retries_without_idempotence(ctx: Context) -> None:
+    """The leader's replication cut briefly: its appends wait for followers until the
+    broker times the requests out, the producer retries, the first appends stay."""
+    _pause(ctx, ctx.seconds * 0.3)
+    leader = ctx.leader()
+    port = ctx.settings.cluster.replication_port(leader)  # type: ignore[attr-defined]
+    with cut_port(port):
+        ctx.fault("replication_cut", node=leader, port=port)
+        time.sleep(2)
+    ctx.fault("replication_healed", node=leader)
+    ctx.heal_all()
+
+
+def _rolling_restart(ctx: Context) -> None:
+    """Each broker stopped cleanly (SIGTERM) and started again, one after another."""
+    _pause(ctx, ctx.seconds * 0.2)
+    for n in list(ctx.cluster.nodes):  # type: ignore[attr-defined]
+        ctx.cluster.stop(n)  # type: ignore[attr-defined]
+        ctx.fault("node_stopped", node=n)
+        ctx.cluster.start(n)  # type: ignore[attr-defined]
+        ctx.fault("node_started", node=n)
+        wait_until(lambda: all(len(p.isr) == len(p.replicas)
+                               for p in ctx.cluster.partitions(ctx.topic)), 120,  # type: ignore
+                   f"node {n} back in every ISR")
+    ctx.heal_all()
+
+
+scenario(Scenario(
+    "acks1-leader-kill", "acks=1, the leader SIGKILLed mid-stream: loss", _acks1_kill,
+    acks="1", expect_loss=True, causes=frozenset({"acks=1 fail-over"})))
+scenario(Scenario(
+    "isr-shrunk-unclean", "acks=all, min.insync.replicas=1, the ISR shrunk to the leader "
+    "(its replication cut), the leader killed, unclean election on: loss even with acks=all",
+    _isr_shrunk_then_leader_lost,
+    topic_config={"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
+    expect_loss=True,
+    causes=frozenset({"ISR shrunk to leader then leader lost", "unclean election"}),
+    windows=frozenset({"exposure"})))
+scenario(Scenario(
+    "min-isr-2", "acks=all, min.insync.replicas=2, the ISR shrunk to the leader: writes "
+    "refused, no loss; rejection and exposure windows", _min_isr_2_same_faults,
+    topic_config={"min.insync.replicas": "2"}, expect_loss=False,
+    producer={"retries": 0, "message.timeout.ms": 3000, "request.timeout.ms": 2000},
+    windows=frozenset({"rejection", "exposure"})))
+scenario(Scenario(
+    "leader-paused", "the leader frozen (SIGSTOP) twice the broker session timeout, then "
+    "resumed: whatever the cluster does, reported exactly", _leader_paused))
+scenario(Scenario(
+    "retries-duplicates", "retries without idempotence while the leader cannot replicate: "
+    "duplicates (and reordering), no loss", _retries_without_idempotence,
+    producer={"request.timeout.ms": 1000, "message.timeout.ms": 60000, "retries": 1000,
+              "max.in.flight.requests.per.connection": 5},
+    expect_loss=False))
+scenario(Scenario(
+    "rolling-restart", "a healthy rolling restart of all three brokers: no loss, no false "
+    "finding", _rolling_restart, idempotence=True, expect_loss=False))
