@@ -6,8 +6,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kafka_audit.auditor_api.main import create_app
-from kafka_audit.jobs.io import append_rows
 from kafka_audit.settings import Settings, get_settings
+from kafka_audit.store import append_rows
 
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)
 
@@ -21,6 +21,13 @@ def finding(kind, partition, offset=None, count=1, topic="orders", pass_id=1):
             "pass_id": pass_id}
 
 
+def ack(topic, seq, count, partition=0):
+    return {"run_id": "r", "producer_id": "p", "seq": seq, "count": count, "topic": topic,
+            "partition": partition, "offset": seq, "send_time": T, "ack_time": T,
+            "last_ack_time": T, "error_code": None, "error_name": None, "acks": "1",
+            "idempotence": False, "retries": 0, "max_in_flight": 5, "leader_epoch": None}
+
+
 @pytest.fixture
 def client(tmp_path):
     settings = Settings(home=tmp_path)
@@ -29,6 +36,9 @@ def client(tmp_path):
         finding("confirmed", 0, 0, count=10), finding("lost", 0, 1, topic="other"),
         finding("duplicate", 1, 4, count=2),
         finding("lost", 0, 8, pass_id=2)])  # an uncommitted pass: never served
+    append_rows(settings.table_path("acks"), "acks", [
+        ack(topic, seq, count) for topic, seq, count in [("orders", 0, 16), ("orders", 16, 4),
+                                                         ("other", 0, 1)]])
     append_rows(settings.table_path("audit_hot"), "audit_hot", [
         {"kind": "progress", "topic": "", "partition": -1,
          "progress": '{"pass_id": 1, "acks_version": 0, "consumed_version": 0}'}])
@@ -37,9 +47,7 @@ def client(tmp_path):
          "observed_at": T, "pending": n, "unseen": u, "oldest_unseen": T if u else None,
          "pass_id": pid} for p, n, u, pid in [(0, 9, 9, 0), (0, 5, 2, 1), (1, 1, 0, 1),
                                               (1, 7, 0, 2)]])
-    app = create_app()
-    app.dependency_overrides[get_settings] = lambda: settings
-    return TestClient(app)
+    return TestClient(create_app(settings))
 
 
 def test_filters_and_order(client):
@@ -55,17 +63,27 @@ def test_filters_and_order(client):
 
 def test_summary_counts_writes_and_pending(client):
     body = client.get("/v1/summary", params={"topic": "orders"}).json()
-    assert body["writes"] == {"lost": 3, "confirmed": 10, "duplicate": 2}
-    assert (body["lost"], body["pending"], body["unseen"]) == (3, 6, 2)
+    assert body["acked"] == 20
+    assert body["verdicts"] == {"confirmed": 10, "lost": 3, "lost_after_seen": 0,
+                                "indeterminate": 0, "rejected": 0, "unverified": 0}
+    assert body["annotations"] == {"duplicate": 2, "reordered": 0}  # counted apart
+    assert (body["lost"], body["pending"], body["unseen"]) == (3, 7, 2)
+    assert body["judged_through"] == {"pass_id": 1, "ack_time": "2026-01-01T12:00:00Z"}
     parts = client.get("/v1/partitions").json()
     assert [(p["partition"], p["pending"], p["pass_id"]) for p in parts] == [(0, 5, 1), (1, 1, 1)]
 
 
-def test_pagination(client):
-    pages = [client.get("/v1/findings", params={"kind": "lost", "page": n, "page_size": 2}).json()
-             for n in (1, 2, 3)]
-    assert [len(p["items"]) for p in pages] == [2, 2, 0]
-    assert {p["total"] for p in pages} == {4}
+def test_pagination_by_cursor(client):
+    first = client.get("/v1/findings", params={"kind": "lost", "page_size": 2}).json()
+    assert (len(first["items"]), first["total"], first["as_of_pass"]) == (2, 4, 1)
+    second = client.get("/v1/findings", params={"kind": "lost", "page_size": 2,
+                                                "cursor": first["next_cursor"]}).json()
+    assert len(second["items"]) == 2 and second["next_cursor"] is None
+    ids = [i["finding_id"] for p in (first, second) for i in p["items"]]
+    assert len(set(ids)) == 4
+    other = client.get("/v1/findings", params={"kind": "confirmed",
+                                               "cursor": first["next_cursor"]})
+    assert other.status_code == 422 and "other filters" in other.json()["detail"]
 
 
 def test_time_range(client):
@@ -78,14 +96,15 @@ def test_time_range(client):
 @pytest.mark.parametrize("params,fragment", [
     ({"partition": -1}, "greater than or equal"),
     ({"kind": "bogus"}, "lost"),
-    ({"page_size": 5000}, "at most"),
-    ({"since": "yesterday"}, "datetime"),
+    ({"page_size": 5000}, "less than or equal to 1000"),
+    ({"since": "yesterday"}, "not an ISO 8601 date-time"),
     ({"since": "2026-01-02T00:00:00Z", "until": "2026-01-01T00:00:00Z"}, "before"),
     ({"since": "2026-01-02T00:00:00"}, "timezone"),
 ])
 def test_bad_parameters_get_422_with_a_reason(client, params, fragment):
     r = client.get("/v1/findings", params=params)
     assert r.status_code == 422
+    assert r.headers["content-type"] == "application/problem+json"
     assert fragment in r.text
 
 
@@ -96,3 +115,21 @@ def test_missing_tables_are_empty_not_errors(tmp_path):
     assert c.get("/v1/findings").json()["total"] == 0
     assert c.get("/healthz").json()["tables"]["findings"] is False
     assert c.get("/v1/quality").json() == {"validations": 0, "failures": []}
+
+
+def test_openapi_declares_problem_bodies_and_bounds(tmp_path):
+    app = create_app(Settings(home=tmp_path, api={"page_size_max": 50}))
+    spec = TestClient(app).get("/openapi.json").json()
+    assert spec["components"]["schemas"]["Problem"]["required"] == ["title", "status", "detail"]
+    problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
+    for path, ops in spec["paths"].items():
+        if path.startswith("/v1/"):
+            assert ops["get"]["responses"]["422"]["content"] == problem, path
+            assert ops["get"]["responses"]["500"]["content"] == problem, path
+    assert spec["paths"]["/v1/summary"]["get"]["responses"]["404"]["content"] == problem
+    params = {p["name"]: p["schema"] for p in spec["paths"]["/v1/findings"]["get"]["parameters"]}
+    assert (params["page_size"]["maximum"], params["page_size"]["default"]) == (50, 50)
+    assert params["partition"]["anyOf"][0]["maximum"] == 2**31 - 1
+    assert params["since"]["anyOf"][0]["format"] == "date-time"
+    r = TestClient(app).get("/v1/findings", params={"page_size": 51})
+    assert r.status_code == 422 and r.json()["errors"][0]["name"] == "page_size"

@@ -7,7 +7,7 @@ from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
 from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.jobs.reference import finding_messages, reference_verdicts
 
-from .random_histories import histories, log_end_fn
+from ..support.random_histories import histories, log_end_fn
 
 CFG = AuditConfig(settle_seconds=5, lookback_seconds=3, unseen_after_seconds=20,
                   read_retention_seconds=200, compacted_topics=frozenset({"c"}),

@@ -6,7 +6,8 @@ import pytest
 from deltalake import DeltaTable
 
 from kafka_audit.errors import LedgerWriteError
-from kafka_audit.producers.ledger import AckLedger, DurabilitySettings
+from kafka_audit.producers.ledger import AckLedger
+from kafka_audit.schemas.policy import Durability
 
 
 class FakeError:
@@ -21,7 +22,7 @@ class FakeError:
 
 def make(tmp_path, **kw):
     return AckLedger(str(tmp_path / "acks"), tmp_path / "spool", "p/r", "p", "r",
-                     DurabilitySettings("1", False, 2, 5), flush_seconds=60, **kw)
+                     Durability("1", False, 2, 5), flush_seconds=60, **kw)
 
 
 def report(seq, offset=None, err=None, partition=0):
@@ -91,10 +92,11 @@ def test_crash_before_commit_is_recovered_from_the_spool(tmp_path):
 CRASHING_RUN = """
 import os, sys, time
 from pathlib import Path
-from kafka_audit.producers.ledger import AckLedger, DurabilitySettings
+from kafka_audit.producers.ledger import AckLedger
+from kafka_audit.schemas.policy import Durability
 root = Path(sys.argv[1])
 led = AckLedger(str(root / "acks"), root / "spool", "p/crashed", "p", "crashed",
-                DurabilitySettings("1", False, 2, 5), flush_seconds=60)
+                Durability("1", False, 2, 5), flush_seconds=60)
 for seq in range(3):
     led.add((seq, "t", 0, seq, None, 0.001, time.time()))
 led._spool.spool(led._drain(), led._next_version)
@@ -110,7 +112,7 @@ def test_a_crashed_run_is_committed_by_the_next_run(tmp_path):
     assert proc.returncode == 9
     assert len(list((tmp_path / "spool" / "p_crashed").glob("*.arrow"))) == 1
     nxt = AckLedger(str(tmp_path / "acks"), tmp_path / "spool", "p/next", "p", "next",
-                    DurabilitySettings("1", False, 2, 5), flush_seconds=60).start()
+                    Durability("1", False, 2, 5), flush_seconds=60).start()
     nxt.add((0, "t", 0, 10, None, 0.001, time.time()))
     nxt.close()
     got = seqs(tmp_path / "acks", run=True)
@@ -144,7 +146,7 @@ def test_unreachable_warehouse_keeps_acks_spooled_and_says_so(tmp_path, capsys):
     blocker = tmp_path / "blocked"
     blocker.write_text("a file where the warehouse folder should be")
     led = AckLedger(str(blocker / "acks"), tmp_path / "spool", "p/r", "p", "r",
-                    DurabilitySettings("all", False, 2, 5), flush_seconds=60)
+                    Durability("all", False, 2, 5), flush_seconds=60)
     led.add(report(0))
     with pytest.raises(LedgerWriteError):
         led.close(timeout=1)
@@ -155,7 +157,7 @@ def test_unreachable_warehouse_keeps_acks_spooled_and_says_so(tmp_path, capsys):
     blocker.unlink()
     blocker.mkdir()
     later = AckLedger(str(blocker / "acks"), tmp_path / "spool", "p/r", "p", "r",
-                      DurabilitySettings("all", False, 2, 5), flush_seconds=60)
+                      Durability("all", False, 2, 5), flush_seconds=60)
     later.close()
     assert seqs(blocker / "acks") == [0]
 

@@ -3,7 +3,7 @@
 from kafka_audit.jobs.model import Reread
 from kafka_audit.jobs.reread import Record, fold_records
 
-from .histories import at
+from ..support.histories import at
 
 
 def rec(offset, seq=None, producer="p", run="r", ok=True, epoch=3):

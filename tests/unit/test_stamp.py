@@ -2,8 +2,21 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_audit.schemas.stamp import Stamp, StampError, build_stamp, parse_stamp
+from kafka_audit.jobs.reread import _record
+from kafka_audit.schemas.stamp import (
+    HEADER,
+    MALFORMED,
+    NO_STAMP,
+    Stamp,
+    StampError,
+    build_stamp,
+    checksum_ok,
+    parse_stamp,
+    stamp_of_headers,
+)
 from kafka_audit.schemas.tables import TABLES, arrow_schema, spark_schema
+
+from ..support.stamp_corpus import BAD, CORPUS, NONE, STAMPED, raw_stamp
 
 ids = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1,
               max_size=40).filter(lambda s: 0 < len(s.encode()) < 256)
@@ -25,6 +38,66 @@ def test_malformed_stamps_are_refused_with_a_reason(raw):
 def test_empty_ids_are_refused():
     with pytest.raises(StampError):
         build_stamp("", "r", 1, 1)
+
+
+@pytest.mark.parametrize("seq", [2**63, 2**64 - 1])
+def test_a_seq_past_a_signed_long_is_refused(seq):
+    with pytest.raises(StampError, match="seq"):
+        parse_stamp(raw_stamp(seq, 0))
+    with pytest.raises(StampError):
+        build_stamp("p", "r", seq, 0)
+    assert parse_stamp(raw_stamp(2**63 - 1, 0)).seq == 2**63 - 1
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.name)
+def test_the_stamp_rule_on_the_corpus(case):
+    if case.status == BAD:
+        with pytest.raises(StampError) as err:
+            stamp_of_headers(case.headers)
+        assert str(err.value)  # a reason
+        return
+    stamp = stamp_of_headers(case.headers)
+    if case.status == NONE:
+        assert stamp is None
+        return
+    assert case.status == STAMPED
+    assert stamp == case.stamp
+    assert checksum_ok(stamp, case.value) is case.checksum_ok
+    assert parse_stamp(dict(case.headers)[HEADER]) == stamp
+
+
+class _Message:
+    """The little of confluent-kafka's ``Message`` that a re-read looks at."""
+
+    def __init__(self, offset, headers, value):
+        self._offset, self._headers, self._value = offset, headers, value
+
+    def offset(self):
+        return self._offset
+
+    def headers(self):
+        return self._headers
+
+    def value(self):
+        return self._value
+
+    def leader_epoch(self):
+        return 3
+
+
+@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.name)
+def test_rereads_follow_the_stamp_rule(case):
+    r = _record(_Message(41, case.headers, case.value))
+    assert (r.offset, r.leader_epoch) == (41, 3)
+    if case.status == STAMPED:
+        assert (r.producer_id, r.run_id, r.seq, r.checksum_ok, r.stamp_error) == (
+            case.stamp.producer_id, case.stamp.run_id, case.stamp.seq, case.checksum_ok, None)
+        return
+    assert (r.producer_id, r.run_id, r.seq, r.checksum_ok) == (None, None, None, None)
+    if case.status == NONE:
+        assert r.stamp_error == NO_STAMP
+    else:
+        assert r.stamp_error.startswith(f"{MALFORMED}: ")
 
 
 def test_spark_and_arrow_declarations_agree_column_by_column():

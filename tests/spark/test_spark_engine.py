@@ -14,15 +14,16 @@ import time
 
 import pytest
 
-from kafka_audit.jobs.audit_job import consumed_row, run_audit_pass
+from kafka_audit.jobs.audit_pass import run_audit_pass
 from kafka_audit.jobs.engine import AuditConfig
-from kafka_audit.jobs.io import append_rows, read_progress, read_table
+from kafka_audit.jobs.hot_state import consumed_row
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding, ReadRun
 from kafka_audit.jobs.reference import finding_messages, reference_verdicts
 from kafka_audit.settings import Settings
+from kafka_audit.store import append_rows, committed_progress, read_table
 
-from ..unit.histories import at
-from ..unit.random_histories import log_end_fn, seeded_history
+from ..support.histories import at
+from ..support.random_histories import log_end_fn, seeded_history
 
 # 100 in CI; KAFKA_AUDIT_SPARK_HISTORIES=2000 for a longer run by hand
 HISTORIES = int(os.environ.get("KAFKA_AUDIT_SPARK_HISTORIES", "100"))
@@ -134,7 +135,7 @@ def test_spark_audit_equals_the_reference_on_random_histories(spark, tmp_path):
         verdicts += len(want)
     assert checked == HISTORIES and verdicts > 3 * HISTORIES
     hot = read_table(settings.table_path("audit_hot"), "audit_hot").to_pylist()
-    assert read_progress(settings).pass_id == len(PASSES) == 9
+    assert committed_progress(settings).pass_id == len(PASSES) == 9
     # the rewrite at pass 8 dropped the older generations; each progress row is its own
     assert sorted({r["pass_id"] for r in hot}) == [8, 9]
     assert sorted(json.loads(r["progress"])["pass_id"] for r in hot

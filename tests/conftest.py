@@ -1,4 +1,12 @@
-"""One real 3-node Kafka cluster and one SparkSession per test session.
+"""Test tiers, and one real 3-node Kafka cluster and one SparkSession per test session.
+
+The tiers are folders, each with a marker of the same name, each runnable alone
+(``pytest tests/unit`` or ``pytest -m unit``):
+
+* ``unit``: pure logic, Delta tables with delta-rs, the API in process; no JVM, no broker;
+* ``spark``: real Spark and Delta, no broker;
+* ``cluster``: the real cluster, Spark and Delta, no fault;
+* ``scenarios``: faults injected into the real cluster, judged against ground truth.
 
 The cluster runs from the pinned jars on its own ports (19091-19093, 19191-19193,
 19291-19293) under ``var/test-cluster`` so that it never collides with a demo
@@ -7,6 +15,7 @@ folder. The ports sit below Linux's ephemeral range (32768-60999): a CI run once
 lost a broker because an outgoing connection held 39292 as its local port.
 """
 
+import os
 import socket
 import uuid
 from pathlib import Path
@@ -17,14 +26,22 @@ from kafka_audit.deploy.cluster import LocalCluster
 from kafka_audit.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
-CLUSTER = {"broker_base_port": 19091, "controller_base_port": 19191,
-           "replication_base_port": 19291}
+# AUDIT_TEST_PORT_OFFSET moves the test cluster (ports and folder), so that two test
+# sessions can run side by side on one machine (e.g. 1000: ports 20091-20393)
+OFFSET = int(os.environ.get("AUDIT_TEST_PORT_OFFSET", "0"))
+CLUSTER = {"broker_base_port": 19091 + OFFSET, "controller_base_port": 19191 + OFFSET,
+           "replication_base_port": 19291 + OFFSET, "secure_base_port": 19391 + OFFSET}
+CLUSTER_HOME = ROOT / "var" / ("test-cluster" if not OFFSET else f"test-cluster-{OFFSET}")
+
+
+TIERS = ("unit", "spark", "cluster", "scenarios")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        if "tests/integration" in str(item.fspath):
-            item.add_marker(pytest.mark.integration)
+        tier = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 def free_port() -> int:
@@ -37,8 +54,10 @@ def free_port() -> int:
 def cluster():
     import shutil
 
-    home = ROOT / "var" / "test-cluster"
-    settings = Settings(home=home, cluster=CLUSTER)
+    home = CLUSTER_HOME
+    # with the secured listener (SASL_SSL, ACLs: tests/cluster/test_security.py); every
+    # other test keeps using PLAINTEXT, whose principal is a super user
+    settings = Settings(home=home, cluster={**CLUSTER, "secure": True})
     c = LocalCluster(settings)
     c.down()  # a cluster left by an interrupted run
     shutil.rmtree(home / "kafka", ignore_errors=True)

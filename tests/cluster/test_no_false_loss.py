@@ -6,15 +6,14 @@ import time
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 
-from kafka_audit.demo import audit_until_settled
 from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.groundtruth import full_read_stamps
 from kafka_audit.jobs.consume_job import start_consume
-from kafka_audit.jobs.io import read_table
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.producers.load import LoadSpec, run_load
-
-from .test_pipeline import expand, findings_of
+from kafka_audit.scenarios.groundtruth import full_read_stamps
+from kafka_audit.scenarios.harness import assert_secondaries_match, audit_until_settled, findings_of
+from kafka_audit.scenarios.harness import expand_rows as expand
+from kafka_audit.store import read_table
 
 
 def kinds(findings):
@@ -38,8 +37,10 @@ def test_records_deleted_by_retention_are_unverified_not_lost(cluster, spark, se
     admin = cluster.admin()  # keep the client alive until its futures are done
     for fut in admin.delete_records([TopicPartition(topic, part0, cut)]).values():
         fut.result(30)
-    run_load(settings, LoadSpec(topic=topic, rate=0, count=300, acks="all", producer_id="b"))
+    b = run_load(settings, LoadSpec(topic=topic, rate=0, count=300, acks="all",
+                                    producer_id="b"), keep_record=True)
     audit_until_settled(spark, settings, topic, progress=print)
+    assert_secondaries_match(settings, cluster.bootstrap, topic, p, b)
     f = findings_of(settings, topic)
     gone = sorted((part0, off, seq) for seq, _t, part, off in p.record
                   if part == part0 and off < cut)
@@ -64,6 +65,7 @@ def test_transaction_markers_and_aborted_transactions_are_not_loss(cluster, spar
     p.close()
     assert (p.acked, p.failed) == (800, 0)
     audit_until_settled(spark, settings, topic, progress=print)
+    assert_secondaries_match(settings, cluster.bootstrap, topic, p)
     f = findings_of(settings, topic)
     # aborted records stay in the log (read_uncommitted): durable, not lost; each commit or
     # abort left a marker at the offset after its records: a gap, not a loss
@@ -73,12 +75,15 @@ def test_transaction_markers_and_aborted_transactions_are_not_loss(cluster, spar
                                                             if part == 0])
 
 
-def test_consumer_restart_mid_stream_loses_nothing(spark, settings, topic):
-    run_load(settings, LoadSpec(topic=topic, rate=0, count=2000, acks="all"))
+def test_consumer_restart_mid_stream_loses_nothing(cluster, spark, settings, topic):
+    a = run_load(settings, LoadSpec(topic=topic, rate=0, count=2000, acks="all"),
+                 keep_record=True)
     start_consume(spark, settings, once=True).awaitTermination()
-    run_load(settings, LoadSpec(topic=topic, rate=0, count=1000, acks="all", producer_id="b"))
+    b = run_load(settings, LoadSpec(topic=topic, rate=0, count=1000, acks="all",
+                                    producer_id="b"), keep_record=True)
     start_consume(spark, settings, once=True).awaitTermination()  # a new query, same checkpoint
     audit_until_settled(spark, settings, topic, progress=print)
+    assert_secondaries_match(settings, cluster.bootstrap, topic, a, b)
     assert kinds(findings_of(settings, topic)) == {"confirmed": 3000}
     consumed = [r for r in read_table(settings.table_path("consumed"), "consumed").to_pylist()
                 if r["topic"] == topic]
@@ -86,7 +91,8 @@ def test_consumer_restart_mid_stream_loses_nothing(spark, settings, topic):
 
 
 def test_partitions_added_mid_stream_lose_nothing(cluster, spark, settings, topic):
-    run_load(settings, LoadSpec(topic=topic, rate=0, count=1000, acks="all"))
+    a = run_load(settings, LoadSpec(topic=topic, rate=0, count=1000, acks="all"),
+                 keep_record=True)
     start_consume(spark, settings, once=True).awaitTermination()
     admin = cluster.admin()  # keep the client alive until its futures are done
     for fut in admin.create_partitions([NewPartitions(topic, 5)]).values():
@@ -100,6 +106,7 @@ def test_partitions_added_mid_stream_lose_nothing(cluster, spark, settings, topi
     p.close()
     assert {part for _s, _t, part, _o in p.record} == {0, 1, 2, 3, 4}
     audit_until_settled(spark, settings, topic, progress=print)
+    assert_secondaries_match(settings, cluster.bootstrap, topic, a, p)
     f = findings_of(settings, topic)
     assert kinds(f) == {"confirmed": 3000}
     assert {r["partition"] for r in f} == {0, 1, 2, 3, 4}
@@ -138,6 +145,7 @@ def test_records_removed_by_compaction_are_unverified_not_lost(cluster, spark, s
 
     wait_until(stable, 60, "compaction to settle", every=3)
     audit_until_settled(spark, settings, topic, progress=print)
+    assert_secondaries_match(settings, cluster.bootstrap, topic, p)
     found = full_read_stamps(cluster.bootstrap, topic)
     gone = sorted((off, seq) for seq, _t, _part, off in p.record
                   if ("keys", p.run_id, seq) not in found)

@@ -85,6 +85,8 @@ def build(c, topics=("t",), partitions=(0, 1), max_offset=40, span=40.0):
             seq += count
             acked.append(a)
             rows.append((at(arrive), a))
+    for _ in range(c.int(0, 1)):
+        rows += _fail_over(c, topics, partitions, max_offset, span, acked)
     for _ in range(c.int(0, 14)):
         t = c.float(0, span + 20)
         source = c.pick(["stream", "stream", "reread"])
@@ -115,6 +117,32 @@ def build(c, topics=("t",), partitions=(0, 1), max_offset=40, span=40.0):
         rows.append((at(t + c.pick([0.0, 1.0])), e))
     passes = sorted(set(c.times(0, span + 30, 8)))
     return rows, [at(p) for p in passes] + [at(span + 100), at(span + 400)]
+
+
+def _fail_over(c, topics, partitions, max_offset, span, acked):
+    """A fail-over that truncates acked writes: an old leader acks a run (``acks=1``), a
+    leader change, then later writes of the same producer run land at the truncated
+    offsets; the consume job reads them there (and may have read the old ones before)."""
+    producer, run = c.pick(PRODUCERS)
+    topic, part = c.pick(topics), c.pick(partitions)
+    t, count, offset = c.float(0, span), c.int(1, 5), c.int(0, max_offset)
+    base = 100 + c.int(0, 20)  # above the ordinary runs' seqs
+    old = AckRun(topic, part, producer, run, base, count, offset, at(t), at(t), None, "1")
+    new = AckRun(topic, part, producer, run, base + count + c.int(0, 3), count + c.int(0, 3),
+                 offset + c.int(0, count - 1), at(t + 2), at(t + 2), None, c.pick(["all", "1"]))
+    acked += [old, new]
+    rows = [(at(t), old), (at(t + 2), new),
+            (at(t + 1), ClusterEvent(at(t + 1), topic, part, "leader_change", 2, 1, (2, 3),
+                                     (1, 2, 3)))]
+    if c.pick([True, False]):  # read from the old leader before the change
+        rows.append((at(t + 0.5), ReadRun(topic, part, old.offset, old.count, producer, run,
+                                          old.seq, at(t + 0.5))))
+    rows.append((at(t + 3), ReadRun(topic, part, new.offset, new.count, producer, run, new.seq,
+                                    at(t + 3))))
+    if c.pick([True, False]):  # the audit's re-read of the truncated offsets
+        rows.append((at(t + 12), ReadRun(topic, part, new.offset, new.count, producer, run,
+                                         new.seq, at(t + 12), "reread")))
+    return rows
 
 
 @st.composite

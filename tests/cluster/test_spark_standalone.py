@@ -1,0 +1,103 @@
+"""The scale path: the same jobs, unchanged, on a standalone Spark cluster.
+
+A standalone master and one worker are started from the pyspark package's own
+``spark-class``; ``kafka-audit consume --once`` and ``kafka-audit audit --once`` run
+against them (``spark.master: spark://...``) as processes of their own, over a copy of
+the ack ledger of a topic that local mode audits in this process. Both give the same
+findings, write for write (confirmed ones and the writes retention removed first).
+"""
+
+import collections
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from confluent_kafka import TopicPartition
+
+from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.producers.load import LoadSpec, run_load
+from kafka_audit.scenarios.harness import audit_until_settled, findings_of, settings_file
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def per_write(findings) -> list[tuple]:
+    return sorted((r["kind"], r["subkind"], r["partition"], r["producer_id"], r["seq"] + k,
+                   None if r["offset"] is None else r["offset"] + k)
+                  for r in findings for k in range(r["count"]))
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(1)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_the_jobs_on_a_standalone_spark_cluster_give_local_mode_findings(
+        cluster, spark, settings, topic, tmp_path):
+    p = run_load(settings, LoadSpec(topic=topic, rate=0, count=3000, acks="all"),
+                 keep_record=True)
+    # retention removes part of a partition before anyone reads it: the busiest one's first
+    # third (the sticky partitioner spreads 3,000 writes unevenly)
+    per_partition = collections.Counter(part for _seq, _t, part, _off in p.record)
+    busiest, n = per_partition.most_common(1)[0]
+    admin = cluster.admin()
+    for fut in admin.delete_records([TopicPartition(topic, busiest, n // 3)]).values():
+        fut.result(30)
+    standalone = settings.model_copy(update={"home": tmp_path / "standalone"})
+    shutil.copytree(settings.table_path("acks"), standalone.table_path("acks"))
+    audit_until_settled(spark, settings, topic, progress=print)  # local mode, in this process
+
+    spark_class = Path(sys.executable).with_name("spark-class")
+    port, ui, worker_ui = free_port(), free_port(), free_port()
+    env = {"SPARK_LOCAL_IP": "127.0.0.1", "SPARK_WORKER_DIR": str(tmp_path / "work"),
+           "PATH": str(Path(sys.executable).parent) + ":/usr/bin:/bin"}
+    logs = [open(tmp_path / "master.log", "wb"), open(tmp_path / "worker.log", "wb")]
+    master = subprocess.Popen([str(spark_class), "org.apache.spark.deploy.master.Master",
+                               "--host", "127.0.0.1", "--port", str(port),
+                               "--webui-port", str(ui)], env=env, stdout=logs[0],
+                              stderr=subprocess.STDOUT)
+    worker = None
+    try:
+        wait_until(lambda: listening(port), 60, "the Spark master")
+        worker = subprocess.Popen([str(spark_class), "org.apache.spark.deploy.worker.Worker",
+                                   f"spark://127.0.0.1:{port}", "--cores", "2", "--memory",
+                                   "1g", "--webui-port", str(worker_ui)], env=env,
+                                  stdout=logs[1], stderr=subprocess.STDOUT)
+        wait_until(lambda: "Successfully registered with master"
+                   in (tmp_path / "worker.log").read_text(errors="replace"), 60,
+                   "the worker to register")
+        on_cluster = standalone.model_copy(update={"spark": standalone.spark.model_copy(
+            update={"master": f"spark://127.0.0.1:{port}",
+                    "properties": {"spark.executor.memory": "768m"}})})
+        env_run = {k: v for k, v in __import__("os").environ.items()
+                   if not k.startswith("KAFKA_AUDIT_")}
+        env_run["KAFKA_AUDIT_CONFIG"] = str(settings_file(on_cluster, tmp_path / "c.yaml"))
+        exe = str(Path(sys.executable).with_name("kafka-audit"))
+        # one read to the end; settle 1 s: pass 1 observes, pass 2 judges and asks for the
+        # re-read of what retention removed, pass 3 judges that
+        for cmd in (["consume", "--once", "--topics", topic], *[["audit", "--once"]] * 3):
+            done = subprocess.run([exe, *cmd], env=env_run, capture_output=True, text=True,
+                                  timeout=600)
+            assert done.returncode == 0, done.stderr[-3000:]
+        app_ran = (tmp_path / "work").is_dir() and any((tmp_path / "work").iterdir())
+        assert app_ran, "no executor ran on the standalone worker"
+    finally:
+        for proc in (worker, master):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(30)
+        for f in logs:
+            f.close()
+    local = per_write(findings_of(settings, topic))
+    remote = per_write(findings_of(standalone, topic))
+    kinds = {k for k, *_ in local}
+    assert kinds == {"confirmed", "unverified"}, kinds
+    assert len(local) == p.acked == 3000
+    assert remote == local

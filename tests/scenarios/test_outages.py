@@ -1,0 +1,110 @@
+"""Components ride out outages, and say what they could not see.
+
+* The watcher (``kafka-audit watch`` as a process of its own) while all three brokers
+  are frozen (SIGSTOP) long enough for its metadata requests to time out: it stays
+  alive, logs the outage once when it starts and once when it ends, records the gap in
+  ``cluster_events``, and health says ``degraded`` during it and ``ok`` for the watcher
+  after it.
+* An ``acks=1`` leader kill while the watcher is paused: the losses equal the ground
+  truth, and their cause names the gap in which the fail-over went unobserved.
+"""
+
+import signal
+import time
+
+from fastapi.testclient import TestClient
+
+from kafka_audit.auditor_api.main import create_app
+from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
+from kafka_audit.scenarios.harness import (
+    Component,
+    assert_secondaries_match,
+    audit_until_settled,
+    expand_rows,
+    findings_of,
+    produce_with_leader_kill,
+)
+from kafka_audit.settings import get_settings
+from kafka_audit.status import read_statuses
+from kafka_audit.store import read_table
+
+FREEZE = 12  # seconds: longer than the watcher's 5 s metadata timeout, twice over
+
+
+def health(settings) -> dict:
+    app = create_app()
+    app.dependency_overrides[get_settings] = lambda: settings
+    return TestClient(app).get("/healthz").json()
+
+
+def watcher_ok(settings) -> bool:
+    s = read_statuses(settings.home_dir).get("watcher")
+    return s is not None and s.failing_since is None and s.last_ok is not None
+
+
+def test_the_watcher_rides_out_a_frozen_cluster(cluster, settings, topic):
+    settings = settings.model_copy(update={"health": settings.health.model_copy(
+        update={"watcher_stale_seconds": 3})})
+    with Component(settings, "watch") as watcher:
+        wait_until(lambda: watcher_ok(settings), 60, "the watcher's first poll")
+        frozen_at = time.time()
+        nodes = cluster.running()
+        for n in nodes:
+            cluster.signal(n, signal.SIGSTOP)
+        try:
+            during = wait_until(
+                lambda: (h := health(settings))["components"]["watcher"]["state"]
+                in ("failing", "stale") and h, 30, "health to see the watcher blind")
+        finally:
+            time.sleep(max(0.0, FREEZE - (time.time() - frozen_at)))
+            for n in nodes:
+                cluster.signal(n, signal.SIGCONT)
+        thawed_at = time.time()
+        assert during["status"] == "degraded"
+        assert any(p.startswith("watcher:") for p in during["problems"])
+        wait_until(lambda: watcher_ok(settings), 120, "the watcher to poll again")
+        after = health(settings)["components"]["watcher"]
+        assert after["state"] == "ok" and watcher.alive()
+        log = watcher.output()
+    assert log.count("watcher: cannot do its work") == 1, log
+    assert log.count("watcher: working again") == 1, log
+    # the gap: from the last poll before the freeze to the first one after it
+    gaps = [r for r in read_table(settings.table_path("cluster_events"), "cluster_events")
+            .to_pylist() if r["kind"] == "watcher_blind" and r["until"] is not None]
+    assert gaps, "no gap recorded"
+    gap = max(gaps, key=lambda r: r["until"] - r["event_time"])
+    assert gap["event_time"].timestamp() <= frozen_at + 1
+    assert gap["until"].timestamp() >= thawed_at - 1
+    cluster.wait_ready(120)  # leaders and ISRs back for the tests that follow
+
+
+def test_a_loss_inside_a_watcher_gap_names_the_gap(cluster, spark, settings, topic):
+    with Component(settings, "watch") as watcher:
+        wait_until(lambda: watcher_ok(settings), 60, "the watcher's first poll")
+
+        class Paused:  # the watcher sees nothing from before the fault to the new leader
+            def __enter__(self):
+                watcher.pause()
+
+            def __exit__(self, *exc):
+                watcher.resume()
+
+        p, _killed = produce_with_leader_kill(settings, cluster, topic, acks="1",
+                                              before_kill=3, after_kill=3, progress=print,
+                                              during_fault=Paused)
+        wait_until(lambda: [r for r in read_table(settings.table_path("cluster_events"),
+                                                  "cluster_events").to_pylist()
+                            if r["kind"] == "watcher_blind" and r["until"] is not None],
+                   60, "the watcher to record its gap")
+        assert watcher.alive()
+    audit_until_settled(spark, settings, topic, progress=print)
+    truth = acked_but_missing(p.record, p.producer_id, p.run_id,
+                              full_read_stamps(cluster.bootstrap, topic))
+    assert truth, "acks=1 with a leader SIGKILL mid-stream is expected to lose writes"
+    lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
+    assert expand_rows(lost, "partition", "offset", "seq") == truth
+    causes = {r["cause"] for r in lost}
+    print(causes)
+    assert all("watcher blind" in c for c in causes), causes
+    assert_secondaries_match(settings, cluster.bootstrap, topic, p)

@@ -1,0 +1,33 @@
+"""The BI example queries (``deploy/sql/*.sql``) run as written in Spark SQL over the Delta
+tables (``delta.`path```), with the same answers as DuckDB (tests/unit/test_api_sql.py)."""
+
+from datetime import date, datetime
+
+from tests.unit.test_api_sql import QUERIES, SQL, bi_warehouse, duckdb_answers, statements
+
+
+def normal(value):
+    """One form for both engines' values: naive UTC datetimes, floats rounded."""
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=None) if value.tzinfo is None else \
+            value.astimezone(tz=None).replace(tzinfo=None)
+    if isinstance(value, float):
+        return round(value, 3)
+    if isinstance(value, date):
+        return value
+    return value
+
+
+def test_the_example_queries_answer_the_same_in_spark_sql(spark, tmp_path):
+    s = bi_warehouse(tmp_path)
+    expected = duckdb_answers(s)
+    zone = spark.conf.get("spark.sql.session.timeZone")
+    try:
+        for stmt in statements("setup_spark.sql", str(s.warehouse)):
+            spark.sql(stmt)
+        for q in QUERIES:
+            rows = [tuple(r) for r in spark.sql((SQL / f"{q}.sql").read_text()).collect()]
+            assert [tuple(map(normal, r)) for r in rows] == \
+                [tuple(map(normal, r)) for r in expected[q]], q
+    finally:
+        spark.conf.set("spark.sql.session.timeZone", zone)

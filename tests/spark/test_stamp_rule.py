@@ -1,0 +1,112 @@
+"""Both Spark paths classify stamps by the one stamp rule (``schemas/stamp.py``).
+
+The stamp corpus (``tests/support/stamp_corpus.py``), one record per entry at consecutive
+offsets in a frame of the Kafka source's schema, goes through the SQL definition
+(``parse_kafka_records``, and ``read_runs`` over it) and the consume job's JVM fold
+(``fold_read_runs``); every offset must come out as the Python classification says.
+"""
+
+from datetime import UTC, datetime
+
+import pytest
+from pyspark.sql import types as T
+
+from kafka_audit.jobs.transforms import fold_read_runs, parse_kafka_records, read_runs
+from kafka_audit.schemas.stamp import StampError, checksum_ok, stamp_of_headers
+
+from ..support.stamp_corpus import BAD, CORPUS, NONE, STAMPED, stamp_error_of
+
+FIRST = 1000  # the first entry's offset
+
+#: the Kafka source's columns (``includeHeaders``)
+KAFKA = T.StructType([
+    T.StructField("topic", T.StringType()),
+    T.StructField("partition", T.IntegerType()),
+    T.StructField("offset", T.LongType()),
+    T.StructField("timestamp", T.TimestampType()),
+    T.StructField("timestampType", T.IntegerType()),
+    T.StructField("key", T.BinaryType()),
+    T.StructField("value", T.BinaryType()),
+    T.StructField("headers", T.ArrayType(T.StructType([
+        T.StructField("key", T.StringType()),
+        T.StructField("value", T.BinaryType())]))),
+])
+
+
+def _python(case) -> tuple:
+    """What the Python classification says of a corpus entry, as a ``consumed`` row would."""
+    try:
+        stamp = stamp_of_headers(case.headers)
+    except StampError:
+        return (False, stamp_error_of(BAD), None, None, None, None)
+    if stamp is None:
+        return (False, stamp_error_of(NONE), None, None, None, None)
+    return (True, None, stamp.producer_id, stamp.run_id, stamp.seq,
+            checksum_ok(stamp, case.value))
+
+
+def _expected() -> dict[int, tuple]:
+    out = {}
+    for i, case in enumerate(CORPUS):
+        got = _python(case)
+        # the corpus states its expectation; the Python rule must say the same
+        assert got[:2] == (case.status == STAMPED, stamp_error_of(case.status)), case.name
+        if case.status == STAMPED:
+            assert got[2:] == (case.stamp.producer_id, case.stamp.run_id, case.stamp.seq,
+                               case.checksum_ok), case.name
+        out[FIRST + i] = got
+    return out
+
+
+def _per_offset(rows) -> dict[int, tuple]:
+    """``consumed`` rows (runs of ``count`` offsets, or single records) per offset."""
+    out = {}
+    for r in rows:
+        for k in range(r["count"] if "count" in r else 1):
+            assert r["offset"] + k not in out, r  # every offset once
+            out[r["offset"] + k] = (r["stamped"], r["stamp_error"], r["producer_id"],
+                                    r["run_id"], None if r["seq"] is None else r["seq"] + k,
+                                    r["checksum_ok"])
+    return out
+
+
+def _diff(name: str, got: dict[int, tuple], want: dict[int, tuple]) -> list[str]:
+    return [f"{name}: {CORPUS[o - FIRST].name!r}: got {got.get(o)}, want {want[o]}"
+            for o in sorted(want) if got.get(o) != want[o]] + (
+        [f"{name}: offsets {sorted(set(got) - set(want))} not in the corpus"]
+        if set(got) - set(want) else [])
+
+
+@pytest.fixture(scope="module")
+def kafka_frame(spark):
+    t = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
+    rows = [("stamp-rule", 0, FIRST + i, t, 0, None, c.value, c.headers)
+            for i, c in enumerate(CORPUS)]
+    return spark.createDataFrame(rows, KAFKA)
+
+
+def _source_row_class(df) -> str:
+    """The class of the rows ``ReadRuns.fold`` reads (``ReadRuns.sourceRows``)."""
+    qe = df._jdf.queryExecution()
+    plan = qe.optimizedPlan()
+    rdd = plan.rdd() if plan.getClass().getSimpleName() == "LogicalRDD" else qe.toRdd()
+    return rdd.first().getClass().getSimpleName()
+
+
+def test_both_spark_paths_follow_the_stamp_rule(kafka_frame):
+    want = _expected()
+    problems = []
+    sql = parse_kafka_records(kafka_frame, 7)
+    problems += _diff("parse_kafka_records", _per_offset(r.asDict() for r in sql.collect()),
+                      want)
+    problems += _diff("read_runs", _per_offset(r.asDict() for r in read_runs(sql).collect()),
+                      want)
+    # the fold reads a LogicalRDD's rows directly: generic rows as created here, UnsafeRows
+    # (the Kafka source's, as in a micro-batch) once checkpointed; both ways are checked
+    for frame, rows in ((kafka_frame, "GenericInternalRow"),
+                        (kafka_frame.localCheckpoint(), "UnsafeRow")):
+        assert _source_row_class(frame) == rows
+        got = [r.asDict() for r in fold_read_runs(frame, 7).collect()]
+        problems += _diff(f"fold_read_runs over {rows}s", _per_offset(got), want)
+        assert sum(r["count"] for r in got) == len(CORPUS)
+    assert not problems, "\n".join(problems)

@@ -1,0 +1,98 @@
+"""Checks shared by the plugin's real-cluster tests: what a topic holds, stamp by stamp, and
+the ledger's rows per delivery report."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from kafka_audit.schemas.stamp import Stamp, StampError, checksum_ok, stamp_of_headers
+from kafka_audit.store import read_table
+
+__all__ = ["Record", "read_log", "ledger_reports", "leader_kill"]
+
+
+@dataclass(frozen=True)
+class Record:
+    stamp: Stamp | None  # None: no stamp
+    malformed: bool
+    checksum_ok: bool | None
+    value: bytes | None
+    headers: tuple
+
+
+def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool = True
+             ) -> dict[tuple[int, int], Record]:
+    """Every record of ``topic`` (read_uncommitted): (partition, offset) -> :class:`Record`
+    (``checksums=False``: not checked, ``checksum_ok`` None: the pure-Python XXH64 is slow)."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from kafka_audit.clients import consumer_config
+
+    c = Consumer(consumer_config(bootstrap, "native-check", **{"auto.offset.reset": "earliest"}))
+    try:
+        parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        out: dict[tuple[int, int], Record] = {}
+        remaining = {p for p in parts if ends[p] > 0}
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"read of {topic} did not reach {ends}")
+            for m in c.consume(10000, timeout=1):
+                if m.error():
+                    continue
+                try:
+                    s, bad = stamp_of_headers(m.headers()), False
+                except StampError:
+                    s, bad = None, True
+                out[(m.partition(), m.offset())] = Record(
+                    s, bad, None if s is None or not checksums else checksum_ok(s, m.value()),
+                    m.value(), tuple(m.headers() or ()))
+            at = c.position([TopicPartition(topic, p) for p in remaining])
+            remaining = {tp.partition for tp in at if tp.offset < ends[tp.partition]}
+        return out
+    finally:
+        c.close()
+
+
+def ledger_reports(settings, producer_id: str, run_id: str | None = None) -> list[tuple]:
+    """The ``acks`` table's rows of a producer as one (seq, topic, partition, offset or None,
+    error name) per delivery report, sorted."""
+    rows = [r for r in read_table(settings.table_path("acks"), "acks").to_pylist()
+            if r["producer_id"] == producer_id and run_id in (None, r["run_id"])]
+    return sorted((r["seq"] + k, r["topic"], r["partition"],
+                   None if r["offset"] is None else r["offset"] + k, r["error_name"])
+                  for r in rows for k in range(r["count"]))
+
+
+def leader_kill(cluster, topic: str, lag_seconds: float = 0.5, progress=print) -> int:
+    """The demo's fault (``scenarios/harness.py``, ``produce_with_leader_kill``) around a
+    producer that runs meanwhile: freeze partition 0's followers, SIGKILL its leader, let a
+    follower without the acked tail be elected, restart the killed node, wait until it is
+    back in every ISR, hand leadership back. Returns the killed node."""
+    import signal
+
+    from kafka_audit.deploy.cluster import wait_until
+
+    leader = cluster.leader_of(topic, 0)
+    followers = [n for n in cluster.running() if n != leader]
+    progress(f"SIGSTOP followers {followers}, SIGKILL leader {leader} of {topic}-0")
+    for n in followers:
+        cluster.signal(n, signal.SIGSTOP)
+    try:
+        time.sleep(lag_seconds)  # the lag window itself: part of the fault
+        cluster.kill(leader)
+    finally:
+        for n in followers:
+            cluster.signal(n, signal.SIGCONT)
+    wait_until(lambda: cluster.leader_of(topic, 0) not in (-1, leader), 60, "a new leader")
+    cluster.start(leader)
+    wait_until(lambda: leader in cluster.registered_brokers(), 60, f"node {leader} to rejoin")
+    wait_until(lambda: all(leader in p.isr for p in cluster.partitions(topic)), 60,
+               f"node {leader} back in every ISR")
+    for info in cluster.partitions(topic):
+        cluster.elect_preferred(topic, info.partition)
+    return leader

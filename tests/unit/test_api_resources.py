@@ -1,0 +1,161 @@
+"""Topics, producers and a partition's timeline over real Delta tables (delta-rs), the
+table snapshots kept between requests, and the dashboard's assets served by the app."""
+
+from datetime import UTC, datetime, timedelta
+
+from fastapi.testclient import TestClient
+
+from kafka_audit.auditor_api.main import create_app
+from kafka_audit.settings import Settings
+from kafka_audit.store import append_rows
+
+T = datetime(2026, 1, 1, 12, tzinfo=UTC)
+
+
+def ack(seq, count, at, acks="1", producer="p", partition=0, latency_ms=2):
+    return {"run_id": "r", "producer_id": producer, "seq": seq, "count": count,
+            "topic": "orders", "partition": partition, "offset": seq,
+            "send_time": at - timedelta(milliseconds=latency_ms), "ack_time": at,
+            "last_ack_time": at + timedelta(milliseconds=50), "error_code": None,
+            "error_name": None, "acks": acks, "idempotence": acks == "all",
+            "retries": 2, "max_in_flight": 5, "leader_epoch": None}
+
+
+def finding(kind, offset, count, at, producer="p", pass_id=1, cause=None):
+    return {"finding_id": f"{kind}:orders:0:{producer}:r:{offset}", "kind": kind,
+            "subkind": "overwritten" if kind == "lost" else None, "topic": "orders",
+            "partition": 0, "offset": offset, "producer_id": producer, "run_id": "r",
+            "seq": offset, "count": count, "ack_time": at, "evidence": "{}", "cause": cause,
+            "detected_at": at, "pass_id": pass_id}
+
+
+def event(at, kind, leader, previous, isr):
+    return {"event_time": at, "topic": "orders", "partition": 0, "kind": kind,
+            "leader": leader, "previous_leader": previous, "isr": isr, "previous_isr": None,
+            "replicas": [1, 2, 3], "leader_epoch": 4, "source": "watcher:metadata",
+            "until": None, "log_end": None}
+
+
+def warehouse(tmp_path, runs=3000):
+    s = Settings(home=tmp_path)
+    # 3000 runs of 100 writes each, one every 20 ms; a leader change at run 1500 loses 200
+    append_rows(s.table_path("acks"), "acks", [
+        ack(i * 100, 100, T + timedelta(milliseconds=20 * i), latency_ms=1 + i % 10)
+        for i in range(runs)])
+    append_rows(s.table_path("acks"), "acks", [ack(0, 50, T, acks="all", producer="safe",
+                                                   partition=1, latency_ms=40)])
+    lost_at = T + timedelta(milliseconds=20 * 1498)
+    change = T + timedelta(milliseconds=20 * 1500)
+    append_rows(s.table_path("findings"), "findings", [
+        finding("confirmed", 0, 149_800, T), finding("lost", 149_800, 200, lost_at,
+                                                     cause="acks=1 fail-over"),
+        finding("lost", 0, 7, T, producer="safe", cause="unknown"),
+        finding("confirmed", 150_000, (runs - 1500) * 100, change)])
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        event(T - timedelta(seconds=1), "first_seen", 2, None, [2, 1, 3]),
+        event(change, "leader_change", 1, 2, [1, 3]),
+        event(change + timedelta(seconds=5), "isr_expand", 1, 1, [1, 3, 2])])
+    append_rows(s.table_path("audit_hot"), "audit_hot", [
+        {"kind": "progress", "topic": "", "partition": -1, "pass_id": 1,
+         "progress": '{"pass_id": 1, "acks_version": 1, "consumed_version": -1}'}])
+    return s
+
+
+def test_topics_producers_and_a_downsampled_timeline(tmp_path):
+    s = warehouse(tmp_path)
+    c = TestClient(create_app(s))
+    (t,) = c.get("/v1/topics").json()
+    assert (t["acked"], t["lost"], t["pending"]) == (300_050, 207, 43)  # safe: 43 unjudged
+    assert t["last_loss"].startswith("2026-01-01T12:00:29.96")
+    assert [(d["acks"], d["writes"]) for d in t["durability"]] == [("1", 300_000), ("all", 50)]
+    detail = c.get("/v1/topics/orders").json()
+    p0 = detail["partitions"][0]
+    assert (p0["partition"], p0["lost"], p0["leader"], p0["isr"]) == (0, 207, 1, [1, 3, 2])
+    assert c.get("/v1/topics/nope").status_code == 404
+
+    producers = {p["producer_id"]: p for p in c.get("/v1/producers").json()}
+    assert producers["p"]["lost"] == 200 and producers["p"]["violations"] == 0
+    assert producers["safe"]["violations"] == 7  # a loss with acks=all: a broken promise
+    assert producers["safe"]["settings"][0]["allows"] == []
+    assert (producers["p"]["ack_latency_p50_ms"], producers["p"]["ack_latency_p99_ms"]) == (5, 10)
+
+    tl = c.get("/v1/partitions/orders/0/timeline", params={"points": 100}).json()
+    assert tl["downsampled"] == ["acks"] and 90 <= len(tl["acks"]) <= 100
+    assert sum(a["count"] for a in tl["acks"]) == 300_000
+    assert sum(a["runs"] for a in tl["acks"]) == 3000
+    assert tl["acks"][0]["offset"] == 0 and tl["acks"][-1]["last_offset"] == 299_999
+    (loss,) = [f for f in tl["findings"] if f["cause"] == "acks=1 fail-over"]
+    assert (loss["offset"], loss["last_offset"], loss["count"]) == (149_800, 149_999, 200)
+    assert loss["leader_change"] == "2026-01-01T12:00:30Z"  # the change that lost them
+    assert [c_["previous_leader"] for c_ in tl["leader_changes"]] == [2]
+    assert [p["size"] for p in tl["isr"]] == [3, 2, 3]
+    assert tl["windows"] is None  # no windows table in this warehouse
+    # a narrow range around the loss is not downsampled: the runs as stored
+    near = c.get("/v1/partitions/orders/0/timeline", params={
+        "since": "2026-01-01T12:00:29.9Z", "until": "2026-01-01T12:00:30.1Z"}).json()
+    offsets = [a["offset"] for a in near["acks"]]
+    assert near["downsampled"] == [] and {a["runs"] for a in near["acks"]} == {1}
+    assert 149_800 in offsets and len(offsets) < 15  # runs overlapping the range
+
+
+def test_the_timeline_shows_windows_when_the_warehouse_has_them(tmp_path):
+    from kafka_audit.schemas.tables import column_names
+
+    s = warehouse(tmp_path, runs=10)
+    row = dict.fromkeys(column_names("windows"))
+    row.update({"window_id": "exposure:orders:0:x", "kind": "exposure", "topic": "orders",
+                "partition": 0, "start": T, "end": T + timedelta(seconds=1),
+                "opened_by": "isr_shrink", "acks": 10, "losses": 0, "computed_at": T})
+    append_rows(s.table_path("windows"), "windows", [row])
+    tl = TestClient(create_app(s)).get("/v1/partitions/orders/0/timeline").json()
+    assert [(w["kind"], w["opened_by"], w["acks"]) for w in tl["windows"]] == [
+        ("exposure", "isr_shrink", 10)]
+
+
+def test_snapshots_are_kept_between_requests_and_follow_appends(tmp_path):
+    s = warehouse(tmp_path, runs=10)
+    app = create_app(s)
+    c = TestClient(app)
+    first = c.get("/v1/topics").json()[0]["acked"]
+    snaps = app.state.snapshots[str(s.warehouse)]
+    loads = snaps.loads
+    for _ in range(5):
+        c.get("/v1/topics"), c.get("/v1/summary"), c.get("/v1/findings")
+    assert snaps.loads == loads and snaps.appends == 0  # nothing read again
+    append_rows(s.table_path("acks"), "acks", [ack(10_000, 5, T, producer="late")])
+    assert c.get("/v1/topics").json()[0]["acked"] == first + 5
+    assert snaps.loads == loads and snaps.appends == 1  # only the new file was read
+
+
+def test_a_repeated_request_is_answered_from_memory_until_a_table_changes(tmp_path):
+    from kafka_audit.auditor_api.cache import ResponseCache
+
+    s = warehouse(tmp_path, runs=10)
+    app = create_app(s)
+    c = TestClient(app)
+    first = c.get("/v1/topics/orders").json()
+    cache = next(m.kwargs for m in app.user_middleware if m.cls is ResponseCache)
+    assert cache  # the middleware is installed (api.response_cache, on by default)
+    stack = app.middleware_stack
+    while not isinstance(stack, ResponseCache):
+        stack = stack.app
+    hits = stack.hits
+    assert c.get("/v1/topics/orders").json() == first and stack.hits == hits + 1
+    append_rows(s.table_path("acks"), "acks", [ack(10_000, 5, T, producer="late")])
+    assert c.get("/v1/topics/orders").json()["acked"] == first["acked"] + 5
+    assert stack.hits == hits + 1  # a table changed: computed again
+    off = TestClient(create_app(Settings(home=tmp_path, api={"response_cache": False})))
+    assert off.get("/v1/topics/orders").json()["acked"] == first["acked"] + 5
+
+
+def test_the_dashboard_and_its_charting_library_are_served_by_the_app(tmp_path):
+    c = TestClient(create_app(Settings(home=tmp_path)))
+    page = c.get("/dashboard")
+    assert page.status_code == 200 and "text/html" in page.headers["content-type"]
+    assert "/dashboard/static/plotly.min.js" in page.text and "https://" not in page.text
+    lib = c.get("/dashboard/static/plotly.min.js")
+    assert lib.status_code == 200 and "plotly.js v" in lib.text[:200]
+    assert c.get("/dashboard/static/plotly.min.js",
+                 headers={"If-None-Match": lib.headers["etag"]}).status_code == 304
+    assert c.get("/dashboard/static/../deps.py").status_code == 404
+    assert "/dashboard" not in c.get("/openapi.json").json()["paths"]

@@ -1,0 +1,186 @@
+"""The kaudit plugin itself, with no broker: its checksum, its configuration errors, its
+version check, its spool of failed writes, a SIGKILLed producer's reports, and
+``AuditedProducer``'s fallback. (The real cluster's tests: tests/cluster/test_plugin*.py.)"""
+
+import ctypes
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from deltalake import DeltaTable
+
+from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.deploy.jars import plugin_library
+from kafka_audit.producers import instrumented
+from kafka_audit.producers.instrumented import AuditedProducer
+from kafka_audit.producers.native import (
+    NativeFallbackWarning,
+    PluginUnavailable,
+    SpoolState,
+    load_plugin,
+    native_spool_root,
+    spool_folder_name,
+)
+from kafka_audit.producers.shipper import ship_spools
+from kafka_audit.schemas.stamp import xxh64
+from kafka_audit.settings import Settings
+
+NOWHERE = "127.0.0.1:9"  # the discard port: nothing listens, every write times out
+
+
+@pytest.fixture(scope="module")
+def plugin():
+    return load_plugin()
+
+
+def conf(tmp_path, **extra):
+    return {"bootstrap.servers": NOWHERE, "message.timeout.ms": 300,
+            "plugin.library.paths": str(load_plugin()), "kaudit.producer.id": "u",
+            "kaudit.spool.dir": str(tmp_path / "spool"), **extra}
+
+
+def test_the_plugins_checksum_is_the_stamp_rules_xxh64(plugin):
+    lib = ctypes.CDLL(str(plugin))
+    lib.kaudit_checksum.restype = ctypes.c_uint64
+    lib.kaudit_checksum.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    rnd = random.Random(7)
+    for n in [*range(0, 70), 100, 1000, 1024, 4097]:
+        data = bytes(rnd.randrange(256) for _ in range(n))
+        assert lib.kaudit_checksum(data, n) == xxh64(data), n
+    assert xxh64(b"", 0) == 0xEF46DB3751D8E999  # the reference's own test vectors
+    assert xxh64(b"abc", 0) == 0x44BC2CF5AD770999
+
+
+@pytest.mark.parametrize("prop, value, says", [
+    ("kaudit.bogus", "1", "unknown property kaudit.bogus"),
+    ("kaudit.spool.fsync.ms", "0", r"must be -1 \(never\) or 1-3600000"),
+    ("kaudit.producer.id", "x" * 256, "1-255 bytes"),
+    ("kaudit.spool.segment.records", "3", "16-16777216"),
+])
+def test_a_bad_kaudit_property_is_a_configuration_error(tmp_path, prop, value, says):
+    with pytest.raises(KafkaException, match=says):
+        Producer(conf(tmp_path, **{prop: value}))
+
+
+def test_the_plugin_refuses_a_librdkafka_it_was_not_tested_with(tmp_path):
+    lib = plugin_library(quiet=True, defines=("KAUDIT_TESTED=0x010203,0x090807",),
+                         folder=tmp_path / "variant")
+    load_plugin()  # librdkafka promoted
+    with pytest.raises(KafkaException) as err:
+        Producer({**conf(tmp_path), "plugin.library.paths": str(lib)})
+    said = str(err.value)
+    assert "librdkafka 2.16.0 is not a version it was tested with (1.2.3, 9.8.7)" in said
+    assert not (tmp_path / "spool").exists()
+
+
+def acks(settings):
+    return DeltaTable(settings.table_path("acks")).to_pyarrow_table().to_pylist()
+
+
+def test_failed_writes_are_spooled_and_shipped(tmp_path):
+    settings = Settings(home=tmp_path)
+    seen = []
+    p = AuditedProducer({"bootstrap.servers": NOWHERE, "message.timeout.ms": 300,
+                         "on_delivery": lambda err, msg: seen.append(err.name())},
+                        "u", settings, native=True)
+    for i in range(50):
+        p.produce("t", b"v%d" % i)
+    assert p.flush(10) == 0
+    p.close()
+    assert (p.sent, p.acked, p.failed) == (50, 0, 50)
+    assert seen == ["_MSG_TIMED_OUT"] * 50  # the caller's callback, untouched
+    rows = acks(settings)
+    assert sorted(r["seq"] + k for r in rows for k in range(r["count"])) == list(range(50))
+    assert {(r["error_name"], r["partition"], r["offset"]) for r in rows} == {
+        ("_MSG_TIMED_OUT", -1, None)}
+    assert len(rows) < 50  # consecutive seqs sharing an error fold into runs
+    assert not any(native_spool_root(settings).iterdir())  # shipped and removed
+
+
+KILLED = """
+import os, sys, time
+from kafka_audit.producers.instrumented import AuditedProducer
+from kafka_audit.settings import Settings
+s = Settings(home=sys.argv[1])
+out = os.fdopen(1, "w", buffering=1)
+def told(err, msg):
+    out.write("%s\\n" % err.name())  # the application has been told of this report
+p = AuditedProducer({"bootstrap.servers": "127.0.0.1:9", "message.timeout.ms": 200,
+                     "on_delivery": told}, "k", s, run_id="killed", native=True)
+out.write("ready\\n")
+i = 0
+while True:
+    p.produce("t", b"v%d" % i)
+    i += 1
+    p.poll(0.001)
+"""
+
+
+def test_a_sigkilled_producer_loses_no_report(tmp_path):
+    """No broker: every write fails after 200 ms. The producer is SIGKILLed while reports
+    keep coming; the next shipper commits every report the application had been told of."""
+    proc = subprocess.Popen([sys.executable, "-c", KILLED, str(tmp_path)],
+                            stdout=subprocess.PIPE, text=True)
+    told = 0
+    try:
+        assert proc.stdout.readline() == "ready\n"
+        deadline = time.monotonic() + 60
+        while told < 300 and time.monotonic() < deadline:
+            if proc.stdout.readline() == "_MSG_TIMED_OUT\n":
+                told += 1
+        assert told == 300
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    told += sum(1 for line in proc.stdout if line == "_MSG_TIMED_OUT\n")
+    settings = Settings(home=tmp_path)
+    folder = native_spool_root(settings) / spool_folder_name("k", "killed")
+    assert SpoolState(folder).failed >= told  # in the page cache, though the process died
+    report = ship_spools(native_spool_root(settings), settings.table_path("acks"))
+    assert report.finished == 1 and not folder.exists()
+    seqs = sorted(r["seq"] + k for r in acks(settings) for k in range(r["count"]))
+    assert len(seqs) == len(set(seqs)) >= told
+    assert seqs == list(range(len(seqs)))  # reports come in seq order here: none missing
+    assert ship_spools(native_spool_root(settings), settings.table_path("acks")).rows == 0
+
+
+def test_an_unavailable_plugin_falls_back_to_python_with_a_warning(tmp_path, monkeypatch):
+    def unavailable():
+        raise PluginUnavailable("no gcc here (test)")
+
+    monkeypatch.setattr(instrumented, "load_plugin", unavailable)
+    settings = Settings(home=tmp_path)
+    with pytest.warns(NativeFallbackWarning, match="no gcc here"):
+        p = AuditedProducer({"bootstrap.servers": NOWHERE, "message.timeout.ms": 200}, "f",
+                            settings)
+    assert not p.native
+    assert p.produce("t", b"x") == 0
+    p.flush(10)
+    p.close()
+    assert [(r["seq"], r["error_name"]) for r in acks(settings)] == [(0, "_MSG_TIMED_OUT")]
+    with pytest.raises(PluginUnavailable):
+        AuditedProducer({"bootstrap.servers": NOWHERE}, "f", settings, native=True)
+
+
+def test_the_spool_survives_segment_rollover(tmp_path):
+    """16 runs a segment: the plugin seals full segments and opens new ones; the shipper
+    follows them in order."""
+    p = Producer(conf(tmp_path, **{"kaudit.spool.segment.records": "16",
+                                   "kaudit.run.id": "roll"}))
+    for i in range(200):
+        # a new run each time: alternate the (unknown) partitions' failures
+        p.produce("t", b"v", partition=i % 2)
+    wait_until(lambda: p.flush(1) == 0, 30, "every report")
+    folder = tmp_path / "spool" / spool_folder_name("u", "roll")
+    assert len(list(folder.glob("*.seg"))) >= 2
+    p.close()
+    settings = Settings(home=tmp_path)
+    assert ship_spools(tmp_path / "spool", settings.table_path("acks")).finished == 1
+    rows = acks(settings)
+    assert sorted(r["seq"] + k for r in rows for k in range(r["count"])) == list(range(200))
+    assert os.listdir(tmp_path / "spool") == []

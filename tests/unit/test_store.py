@@ -1,0 +1,62 @@
+"""The table layer: tables of another version are refused clearly; the committed pass."""
+
+import pyarrow as pa
+import pytest
+from deltalake import write_deltalake
+
+from kafka_audit.errors import TableError
+from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.settings import Settings
+from kafka_audit.store import (
+    Progress,
+    append_once,
+    append_rows,
+    check_table,
+    committed_pass,
+    committed_progress,
+    read_table,
+)
+
+
+def test_a_table_of_another_version_is_refused_with_what_to_do(tmp_path):
+    path = str(tmp_path / "audit_hot")
+    full = arrow_schema("audit_hot")
+    old = pa.schema([f for f in full if f.name not in ("horizon", "progress", "pass_id")]
+                    + [pa.field("time1", pa.timestamp("us", tz="UTC"))])
+    write_deltalake(path, pa.Table.from_pylist(
+        [{"kind": "ack", "topic": "t", "partition": 0, "seq": 5, "count": 2}], schema=old))
+    with pytest.raises(TableError, match="another version.*move the warehouse away") as e:
+        check_table(path, "audit_hot")
+    assert "time1" in str(e.value) and "horizon" in str(e.value)
+    check_table(str(tmp_path / "absent"), "audit_hot")  # a table not made yet is fine
+    append_rows(str(tmp_path / "acks"), "acks", [])
+    check_table(str(tmp_path / "findings"), "findings")
+
+
+def test_the_latest_progress_row_names_the_committed_pass(tmp_path):
+    settings = Settings(home=tmp_path)
+    path = settings.table_path("audit_hot")
+    assert committed_progress(settings) == Progress() and committed_pass(settings) == 0
+
+    def progress(pass_id):
+        return {"kind": "progress", "topic": "", "partition": -1, "pass_id": pass_id,
+                "progress": Progress(pass_id, 7, 9).to_json()}
+
+    append_rows(path, "audit_hot", [progress(4), {"kind": "ack", "topic": "t", "partition": 0,
+                                                  "pass_id": 4}])
+    assert committed_progress(settings) == Progress(4, 7, 9, generation=4)
+    append_rows(path, "audit_hot", [progress(5)])  # the next pass appends its generation
+    assert committed_progress(settings).generation == 5 and committed_pass(settings) == 5
+    check_table(path, "audit_hot")  # written by this version: accepted
+
+
+def test_an_idempotent_append_writes_each_version_once(tmp_path):
+    path = str(tmp_path / "dq_results")
+    row = {"validated_at": pa.scalar(0, pa.timestamp("us", tz="UTC")).as_py(),
+           "table_name": "acks", "table_version": 1, "expectation": "e", "success": True}
+    assert append_once(path, "dq_results", [row], "app", 3)
+    assert not append_once(path, "dq_results", [row], "app", 3)  # a replay writes nothing
+    assert not append_once(path, "dq_results", [row], "app", 2)
+    assert append_once(path, "dq_results", [row], "app", 4)
+    assert not append_once(path, "dq_results", [], "app", 5)
+    assert read_table(path, "dq_results").num_rows == 2

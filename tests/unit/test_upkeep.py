@@ -1,0 +1,192 @@
+"""Upkeep that keeps a long run flat, on real Delta tables (delta-rs, no JVM).
+
+* The rows appended since a version are read once, whatever was compacted since: a
+  compaction's files are left out, the files it replaced still read where they hold
+  new rows; appends racing compactions lose nothing; re-read commits a pass already
+  judged are skipped; without the commit files, the snapshot comparison takes over.
+* Vacuum deletes replaced files only past their retention, and keeps those of the latest
+  versions; the schedule (:func:`~kafka_audit.jobs.maintenance.plan`) and one round of
+  :class:`~kafka_audit.jobs.maintenance.Upkeep` over a warehouse.
+"""
+
+import threading
+from datetime import UTC, datetime
+
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pytest
+from deltalake import DeltaTable
+
+from kafka_audit.jobs.maintenance import COMPACTED, Done, Plan, Upkeep, plan
+from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.settings import Settings
+from kafka_audit.store import (
+    append_once,
+    append_rows,
+    checkpoint,
+    compact,
+    files_added_since,
+    footprint,
+    latest_version,
+    read_table,
+    vacuum,
+    write_arrow,
+)
+
+T = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def ack(seq: int) -> dict:
+    return {"run_id": "r", "producer_id": "p", "seq": seq, "count": 1, "topic": "t",
+            "partition": 0, "offset": seq, "send_time": T, "ack_time": T,
+            "last_ack_time": T, "acks": "all", "idempotence": False, "retries": 2,
+            "max_in_flight": 5}
+
+
+def seqs_in(files: list[str]) -> list[int]:
+    if not files:
+        return []
+    return sorted(ds.dataset(files, format="parquet", schema=arrow_schema("acks"))
+                  .to_table(columns=["seq"]).column("seq").to_pylist())
+
+
+def test_rows_appended_since_a_version_are_read_once_across_compactions(tmp_path):
+    path = str(tmp_path / "acks")
+    for s in range(10):
+        append_rows(path, "acks", [ack(s)])
+    seen, _, _ = files_added_since(path, -1)
+    for s in range(10, 20):
+        append_rows(path, "acks", [ack(s)])
+    assert compact(path)["numFilesRemoved"] == 20  # all twenty rows now in one new file
+    for s in range(20, 25):
+        append_rows(path, "acks", [ack(s)])
+    compact(path)
+    current, files, rows = files_added_since(path, seen)
+    assert seqs_in(files) == list(range(10, 25)) and rows == 15
+    assert current == latest_version(path) == DeltaTable(path).version()
+    # from the start: the live files, each row once
+    assert seqs_in(files_added_since(path, -1)[1]) == list(range(25))
+    # nothing new: a compaction alone adds no rows
+    compact(path)
+    assert files_added_since(path, current)[1:] == ([], 0)
+
+
+def test_appends_racing_compactions_lose_nothing_and_are_read_once(tmp_path):
+    path = str(tmp_path / "acks")
+    append_rows(path, "acks", [ack(0)])
+    start = latest_version(path)
+    stop = threading.Event()
+    written: list[int] = []
+
+    def produce():
+        s = 1
+        while not stop.is_set() or s < 50:
+            append_rows(path, "acks", [ack(s)])  # delta-rs, as the ledger appends
+            written.append(s)
+            s += 1
+
+    t = threading.Thread(target=produce)
+    t.start()
+    results = [compact(path) for _ in range(6)]  # while the appends go on
+    stop.set()
+    t.join(60)
+    assert any(r and r["numFilesRemoved"] for r in results)
+    assert sorted(read_table(path, "acks", ["seq"]).column("seq").to_pylist()) == \
+        list(range(len(written) + 1))
+    assert seqs_in(files_added_since(path, start)[1]) == written
+
+
+def test_commits_of_skipped_apps_are_left_out(tmp_path):
+    path = str(tmp_path / "acks")
+    append_rows(path, "acks", [ack(0)])
+    v = latest_version(path)
+    append_once(path, "acks", [ack(1)], "judged-already", 7)
+    append_rows(path, "acks", [ack(2)])
+    assert seqs_in(files_added_since(path, v)[1]) == [1, 2]
+    assert seqs_in(files_added_since(path, v, ("judged-already",))[1]) == [2]
+
+
+def test_without_the_commit_files_the_snapshots_are_compared(tmp_path, caplog):
+    path = str(tmp_path / "acks")
+    for s in range(5):
+        append_rows(path, "acks", [ack(s)])
+    v = latest_version(path)
+    for s in range(5, 8):
+        append_rows(path, "acks", [ack(s)])
+    checkpoint(path)
+    (tmp_path / "acks" / "_delta_log" / f"{v + 1:020d}.json").unlink()  # as log cleanup does
+    current, files, rows = files_added_since(path, v)
+    assert seqs_in(files) == [5, 6, 7] and rows == 3 and current == v + 3
+    assert "commit files after version" in caplog.text
+
+
+def test_vacuum_keeps_files_in_retention_and_of_the_latest_versions(tmp_path):
+    path = str(tmp_path / "audit_hot")
+    rows = [{"kind": "ack", "topic": "t", "partition": 0, "pass_id": g} for g in range(6)]
+    for r in rows:
+        append_rows(path, "audit_hot", [r])
+    write_arrow(path, "audit_hot", read_table(path, "audit_hot", where=pc.field("pass_id") == 5),
+                "overwrite")
+    append_rows(path, "audit_hot", [{"kind": "ack", "topic": "t", "partition": 0,
+                                     "pass_id": 6}])
+    assert footprint(path).data_files == 8 and footprint(path).live_files == 2
+    assert vacuum(path, 1) == 0  # replaced a moment ago: within an hour's retention
+    # no retention, but the files of the two latest versions stay: the rewrite's and the
+    # last append's (the six older generations go)
+    assert vacuum(path, 0, keep_last_versions=2) == 6
+    assert footprint(path).data_files == 2
+    assert sorted(read_table(path, "audit_hot").column("pass_id").to_pylist()) == [5, 6]
+    assert read_table(path, "audit_hot", version=DeltaTable(path).version() - 1).num_rows
+
+
+def test_the_schedule():
+    s = Settings(audit={"hot_rewrite_passes": 10},
+                 steady={"compact_every_seconds": 600, "quality_every_seconds": 30})
+    first = plan(s, 1, 1000.0, Done())
+    assert first == Plan(compact=True, quality=True)  # a fresh loop compacts at once
+    done = Done(compact=1000.0, quality=1000.0)
+    assert plan(s, 2, 1029.0, done) == Plan()
+    assert plan(s, 3, 1030.0, done) == Plan(quality=True)
+    assert plan(s, 4, 1600.0, done) == Plan(compact=True, quality=True)
+    # audit_hot: checkpointed after each rewrite (passes 10, 20, ...), vacuumed once
+    # half-way to the next
+    assert [p for p in range(1, 36) if plan(s, p, 1001.0, done).hot_checkpoint] == \
+        list(range(10, 36))
+    done.hot_checkpoint_round = 1
+    assert not plan(s, 11, 1001.0, done).hot_checkpoint
+    assert plan(s, 20, 1001.0, done).hot_checkpoint
+    assert [p for p in range(1, 20) if plan(s, p, 1001.0, done).hot_vacuum] == \
+        list(range(15, 20))
+    done.hot_vacuum_round = 1
+    assert not any(plan(s, p, 1001.0, done).hot_vacuum for p in range(15, 25))
+    assert plan(s, 25, 1001.0, done).hot_vacuum
+
+
+def test_a_round_of_upkeep_over_a_warehouse(tmp_path):
+    settings = Settings(home=tmp_path, steady={"compact_min_files": 3})
+    acks = settings.table_path("acks")
+    for s in range(12):
+        append_rows(acks, "acks", [ack(s)])
+    append_rows(settings.table_path("cluster_events"), "cluster_events", [
+        {"event_time": T, "topic": "t", "partition": 0, "kind": "first_seen",
+         "source": "test"}])
+    upkeep = Upkeep(settings, clock=lambda: 5000.0)
+    did = upkeep.run(Plan(compact=True))
+    assert set(did) == set(COMPACTED)
+    assert did["acks"][0] == "compacted 12 files into 1; 0 files vacuumed"
+    assert did["cluster_events"][0] == "0 files vacuumed"  # one file: left as it is
+    assert did["findings"][0] == ""  # no table yet
+    assert footprint(acks).live_files == 1 and footprint(acks).data_files == 13
+    assert upkeep.done.compact == 5000.0 and upkeep.rounds == 1
+    # audit_hot's own upkeep, between passes: a checkpoint after the tenth pass's rewrite
+    hot = settings.table_path("audit_hot")
+    append_rows(hot, "audit_hot", [{"kind": "ack", "topic": "t", "partition": 0,
+                                    "pass_id": 10}])
+    upkeep.between_passes(10)
+    assert (tmp_path / "warehouse" / "audit_hot" / "_delta_log" / "_last_checkpoint").exists()
+    assert upkeep.done.hot_checkpoint_round == 1
+
+
+@pytest.mark.parametrize("table", COMPACTED)
+def test_every_compacted_table_is_declared(table):
+    assert arrow_schema(table).names

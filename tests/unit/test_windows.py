@@ -1,0 +1,171 @@
+"""Windows on hand-made timelines, one consistent and one violating case per kind; the
+causes of a loss per cause; the windows job over real Delta tables."""
+
+from datetime import timedelta
+
+from kafka_audit.jobs.model import ClusterEvent, Finding
+from kafka_audit.jobs.rules import likely_cause
+from kafka_audit.jobs.windows import (
+    exposure_windows,
+    partition_windows,
+    reduced_redundancy_windows,
+    rejection_windows,
+    split_brain_windows,
+    window_of,
+)
+from kafka_audit.settings import Settings
+from kafka_audit.store import append_rows, read_table
+
+from ..support.histories import ack, at
+
+
+def isr(t: float, members: tuple[int, ...], leader: int = 1, kind: str = "isr_shrink",
+        replicas=(1, 2, 3)) -> ClusterEvent:
+    return ClusterEvent(at(t), "t", 0, kind, leader, leader, members, None, replicas)
+
+
+def change(t: float, leader: int, previous: int, previous_isr: tuple[int, ...],
+           isr_now: tuple[int, ...], kind: str = "leader_change") -> ClusterEvent:
+    return ClusterEvent(at(t), "t", 0, kind, leader, previous, isr_now, previous_isr)
+
+
+def spans(windows):
+    return [(w.kind, (w.start - at(0)).total_seconds(),
+             None if w.end is None else (w.end - at(0)).total_seconds()) for w in windows]
+
+
+def test_exposure_while_the_isr_is_below_min_isr_or_the_leader_alone():
+    events = [isr(0, (1, 2, 3), kind="first_seen"), isr(10, (1, 2)), isr(20, (1,)),
+              isr(30, (1, 2), kind="isr_expand"), isr(40, (1, 2, 3), kind="isr_expand")]
+    assert spans(exposure_windows(events, 2, "t", 0)) == [("exposure", 20, 30)]
+    assert spans(exposure_windows(events, 3, "t", 0)) == [("exposure", 10, 40)]
+    assert spans(exposure_windows(events, None, "t", 0)) == [("exposure", 20, 30)]
+    # still exposed at the end: the window is open
+    assert spans(exposure_windows(events[:3], 2, "t", 0)) == [("exposure", 20, None)]
+    # an unreplicated partition is never exposed
+    alone = [isr(0, (1,), kind="first_seen", replicas=(1,))]
+    assert exposure_windows(alone, 1, "t", 0) == []
+
+
+def test_observations_at_one_instant_show_the_worst():
+    events = [isr(5, (1,)), isr(5, (1, 2, 3), kind="isr_expand"), isr(9, (1, 2, 3))]
+    assert spans(exposure_windows(events, 2, "t", 0)) == [("exposure", 5, 9)]
+    assert spans(exposure_windows(list(reversed(events)), 2, "t", 0)) == [("exposure", 5, 9)]
+
+
+def test_reduced_redundancy_while_a_replica_is_out_of_the_isr():
+    events = [isr(0, (1, 2, 3), kind="first_seen"), isr(10, (1, 3)),
+              isr(25, (1, 2, 3), kind="isr_expand")]
+    assert spans(reduced_redundancy_windows(events, "t", 0)) == [
+        ("reduced_redundancy", 10, 25)]
+    assert exposure_windows(events, 2, "t", 0) == []  # two of three in sync: no exposure
+
+
+def test_rejections_close_together_are_one_window():
+    refused = [ack(None, 0, count=5, t=10, error="NOT_ENOUGH_REPLICAS"),
+               ack(None, 5, count=5, t=12, t_last=13, error="NOT_ENOUGH_REPLICAS"),
+               ack(None, 10, count=2, t=30, error="NOT_ENOUGH_REPLICAS_AFTER_APPEND"),
+               ack(None, 12, count=2, t=31, error="_MSG_TIMED_OUT")]  # not a refusal
+    ws = rejection_windows(refused, "t", 0)
+    assert spans(ws) == [("rejection", 10, 13), ("rejection", 30, 30)]
+    assert [w.detail["refused"] for w in ws] == [10, 2]
+
+
+def lost(offset: int, seq: int, t: float, count: int = 1, cause=None) -> Finding:
+    return Finding("lost", "t", 0, "p", "r", seq, offset, count, "overwritten", at(t), cause)
+
+
+def sits(offset: int, seq: int, t: float, count: int = 1) -> Finding:
+    return Finding("confirmed", "t", 0, "q", "r", seq, offset, count, None, at(t))
+
+
+def test_split_brain_when_a_lost_write_was_acked_after_the_one_there_now():
+    # the new leader acknowledged offsets 100-109 from 20 on; the old one, cut off, kept
+    # acknowledging writes at the same offsets until 35: two leaders at once
+    now_there = [sits(100, 0, t=20, count=10)]
+    losses = [lost(100, 50, t=18), lost(101, 51, t=24), lost(109, 59, t=35)]
+    ws = split_brain_windows(losses, now_there, "t", 0)
+    assert spans(ws) == [("split_brain", 20, 35)]
+    assert "offset 100" in ws[0].opened_by and ws[0].detail["writes_lost_in_it"] == 2
+    # a plain fail-over (or a hand-over's truncated tail): every lost write acknowledged
+    # before the writes there now
+    assert split_brain_windows(losses[:1], now_there, "t", 0) == []
+    # lost writes at other offsets pair with nothing
+    assert split_brain_windows([lost(300, 51, t=24)], now_there, "t", 0) == []
+
+
+def test_a_loss_falls_in_the_most_telling_window_and_windows_count_acks_and_losses():
+    events = [isr(0, (1, 2, 3), kind="first_seen"), isr(10, (1,)),
+              change(20, leader=2, previous=1, previous_isr=(1,), isr_now=(2,))]
+    losses = [lost(5, 5, t=15, count=3)]
+    acks = [ack(0, 0, count=10, t=12), ack(10, 10, count=4, t=30)]
+    ws = partition_windows("t", 0, events, 2, acks, losses)
+    exposure = [w for w in ws if w.kind == "exposure"][0]
+    assert (exposure.acks, exposure.losses) == (14, 3)  # open: every later ack is inside
+    assert window_of(ws, at(15)).kind == "exposure"
+    assert window_of(ws, at(5)) is None
+
+
+def test_each_cause_from_its_evidence():
+    def cause(a, events):
+        return likely_cause(a, events, at(100))
+
+    acks_all = ack(0, 0, acks="all", t=10)
+    # simultaneous crash: every replica down (offline), the ISR had three, back clean
+    offline = change(20, leader=-1, previous=1, previous_isr=(1, 2, 3), isr_now=(1,),
+                     kind="offline")
+    back = change(40, leader=1, previous=-1, previous_isr=(1,), isr_now=(1, 2, 3))
+    assert cause(acks_all, [offline, back]) == "simultaneous crash"
+    # disk loss: a replica came back empty (the log end went back to 0) and leads
+    empty = ClusterEvent(at(45), "t", 0, "log_end_drop", 1, None, (1,), None, log_end=0)
+    assert cause(acks_all, [offline, back, empty]) == "disk loss"
+    shorter = ClusterEvent(at(45), "t", 0, "log_end_drop", 1, None, (1,), None, log_end=900)
+    assert cause(acks_all, [offline, back, shorter]) == "simultaneous crash"
+    # the ones before, unchanged
+    assert cause(ack(0, 0, acks="1", t=10), [offline]) == "acks=1 fail-over"
+    assert cause(acks_all, [change(20, 3, 1, (1, 2), (3,))]) == "unclean election"
+    assert cause(acks_all, [change(20, 2, 1, (1,), (2,))]) == \
+        "ISR shrunk to leader then leader lost"
+
+
+def test_the_windows_job_rewrites_the_table_only_when_windows_change(tmp_path):
+    from kafka_audit.jobs.windows_job import update_windows
+
+    s = Settings(home=tmp_path)
+    t0 = at(0)
+
+    def event(sec, isr_, kind="isr_shrink"):
+        return {"event_time": t0 + timedelta(seconds=sec), "topic": "t", "partition": 0,
+                "kind": kind, "leader": 1, "isr": list(isr_), "replicas": [1, 2, 3],
+                "source": "test"}
+
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        event(0, (1, 2, 3), "first_seen"), event(10, (1,)),
+        {"event_time": t0, "topic": "t", "partition": -1, "kind": "topic_config",
+         "detail": '{"min.insync.replicas": "2"}', "source": "test"}])
+    append_rows(s.table_path("acks"), "acks", [
+        {"run_id": "r", "producer_id": "p", "seq": 0, "count": 7, "topic": "t",
+         "partition": 0, "offset": 0, "send_time": t0 + timedelta(seconds=12),
+         "ack_time": t0 + timedelta(seconds=12), "last_ack_time": t0 + timedelta(seconds=12),
+         "error_code": None, "error_name": None, "acks": "1", "idempotence": False,
+         "retries": 2, "max_in_flight": 5, "leader_epoch": None}])
+    ws = update_windows(s, now=at(60))
+    assert [(w.kind, w.acks) for w in ws] == [("exposure", 7), ("reduced_redundancy", 7)]
+    version = _version(s)
+    update_windows(s, now=at(61))  # nothing changed: nothing written
+    assert _version(s) == version
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        event(30, (1, 2, 3), "isr_expand")])
+    ws = update_windows(s, now=at(62))
+    assert [(w.kind, w.end) for w in ws] == [("exposure", at(30)),
+                                             ("reduced_redundancy", at(30))]
+    assert _version(s) == version + 1
+    rows = read_table(s.table_path("windows"), "windows").to_pylist()
+    assert sorted((r["kind"], r["end"]) for r in rows) == [("exposure", at(30)),
+                                                           ("reduced_redundancy", at(30))]
+
+
+def _version(s) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(s.table_path("windows")).version()
