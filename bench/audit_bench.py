@@ -29,12 +29,12 @@ import uuid
 from pathlib import Path
 
 from kafka_audit.deploy.cluster import LocalCluster
-from kafka_audit.jobs.audit_job import run_audit_pass
+from kafka_audit.jobs.audit_pass import run_audit_pass
 from kafka_audit.jobs.consume_job import start_consume
-from kafka_audit.jobs.io import read_table
 from kafka_audit.jobs.spark import get_spark
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.settings import Settings, get_settings
+from kafka_audit.store import read_table
 
 
 def fill(settings: Settings, topic: str, n: int) -> AuditedProducer:

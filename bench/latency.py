@@ -1,0 +1,188 @@
+"""Loss latency of ``kafka-audit run``: from a leader kill to its lost writes over REST.
+
+For each settle period asked (``--settle 10 30``): a fresh warehouse, ``kafka-audit run``
+as a process of its own (watcher, consume, audit, API), an ``acks=1`` producer at
+``--rate`` msg/s, and ``--kills`` leader kills at random times over ``--minutes``
+(partition 0's followers frozen half a second, its leader SIGKILLed, the node restarted).
+A poller asks ``GET /v1/findings?kind=lost&kind=lost_after_seen`` every second and
+notes when each lost write is first answered. At the end a full read of the topic gives
+the ground truth; each truly lost write belongs to the kill that followed its sending.
+Per kill: the time from the kill until *every* write it destroyed is answered over REST.
+Reported: p50, p95 and max over the kills against settle + 15 s, the per-finding
+ack-to-detection percentiles (``kafka_audit/latency.py``), and whether the losses found
+equal the ground truth.
+
+Run (the benchmark's own ports and home; see bench/README.md)::
+
+    KAFKA_AUDIT_CLUSTER__BROKER_BASE_PORT=27091 ... .venv/bin/python bench/latency.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import threading
+import time
+import urllib.request
+import uuid
+
+from steady import (
+    Load,
+    bench_settings,
+    cluster_down,
+    fresh_cluster,
+    kill_leader,
+    lost_over_rest,
+    missing_from_log,
+    say,
+)
+
+from kafka_audit.deploy.cluster import LocalCluster, wait_until
+from kafka_audit.latency import loss_latency
+from kafka_audit.scenarios.harness import Component
+from kafka_audit.store import read_table
+
+
+def nearest_rank(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return s[max(0, min(len(s) - 1, -(-int(q * 100) * len(s) // 100) - 1))]
+
+
+def summary(base: str, topic: str) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"{base}/v1/summary?topic={topic}", timeout=10) as r:
+            return json.load(r)
+    except Exception:  # noqa: BLE001 - not up yet / topic not known yet
+        return None
+
+
+class Poller:
+    """Asks the loss findings every ``every`` seconds; notes when each write first shows."""
+
+    def __init__(self, base: str, topic: str, every: float = 1.0) -> None:
+        self.base, self.topic, self.every = base, topic, every
+        self.first_seen: dict[tuple[int, int, int], float] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True, name="poller")
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t = time.time()
+            try:
+                for w in lost_over_rest(self.base, self.topic):
+                    self.first_seen.setdefault(w, t)
+            except Exception:  # noqa: BLE001 - the API may be busy: asked again
+                pass
+            self.stop.wait(max(0.0, self.every - (time.time() - t)))
+
+
+def kill_times(rng: random.Random, kills: int, start: float, span: float, gap: float
+               ) -> list[float]:
+    """``kills`` random offsets in ``[start, start + span]``, at least ``gap`` apart."""
+    free = span - gap * (kills - 1)
+    if free < 0:
+        raise SystemExit(f"{kills} kills at least {gap}s apart do not fit in {span}s")
+    points = sorted(rng.uniform(0, free) for _ in range(kills))
+    return [start + p + i * gap for i, p in enumerate(points)]
+
+
+def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random) -> dict:
+    base_settings = bench_settings(settle)
+    home = base_settings.home_dir / f"latency-s{settle:g}-{time.strftime('%H%M%S')}"
+    settings = base_settings.model_copy(update={"home": home})
+    topic = f"lat-s{settle:g}-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, partitions=3, replication=3)
+    api = f"http://{settings.api.host}:{settings.api.port}"
+    say(f"settle {settle:g}s: topic {topic}, home {home}")
+    load = Load(settings, topic, args.rate).start()
+    poller = Poller(api, topic)
+    with Component(settings, "run") as service:
+        wait_until(lambda: (s := summary(api, topic)) and s["verdicts"]["confirmed"] > 0,
+                   600, "the first confirmed writes over REST", every=1)
+        say("the service judges: warm-up done")
+        poller.thread.start()
+        t0 = time.monotonic()
+        killed = []
+        for at in kill_times(rng, args.kills, args.warmup, args.minutes * 60, args.gap):
+            time.sleep(max(0.0, at - (time.monotonic() - t0)))
+            killed.append(kill_leader(cluster, topic)[0])
+        time.sleep(settle + 30)  # later writes carry the frontier past the last loss
+        load.stop()
+        say(f"producer stopped: {load.producer.acked} acked")
+        truth = missing_from_log(settings.cluster.bootstrap, topic, load.producer.record,
+                                 load.producer.producer_id, load.producer.run_id)
+        say(f"ground truth: {len(truth)} acked writes missing from the log")
+        deadline = time.time() + args.wait
+        while time.time() < deadline and not all(w in poller.first_seen for w in truth):
+            time.sleep(1)
+        time.sleep(3)
+        poller.stop.set()
+        poller.thread.join(30)
+        found = lost_over_rest(api, topic)
+        service_log = service.output()
+    findings = read_table(settings.table_path("findings"), "findings").to_pylist()
+    per_finding = loss_latency(findings, topic)
+    # each lost write belongs to the first kill after its sending (5 s of slack: in flight)
+    bounds = [load.sent_by(k + 5) for k in killed]
+    per_kill = []
+    for i, k in enumerate(killed):
+        lo = bounds[i - 1] if i else -1
+        mine = [w for w in truth if lo < w[2] <= bounds[i]]
+        seen = [poller.first_seen.get(w) for w in mine]
+        per_kill.append({"killed_at": k, "lost": len(mine),
+                         "answered_after": None if not mine or None in seen
+                         else round(max(seen) - k, 1)})
+    lat = [k["answered_after"] for k in per_kill if k["answered_after"] is not None]
+    result = {
+        "settle": settle, "target": settle + 15, "topic": topic, "acked": load.producer.acked,
+        "kills": per_kill, "lost_truth": len(truth), "lost_rest": len(found),
+        "equal": set(truth) == found, "unanswered": len(set(truth) - found),
+        "false": len(found - set(truth)),
+        "p50": lat and nearest_rank(lat, 0.5), "p95": lat and nearest_rank(lat, 0.95),
+        "max": lat and max(lat), "per_finding": per_finding.__dict__ if per_finding else None,
+        "passes": service_log.count("audit pass "),
+    }
+    (home / "latency.json").write_text(json.dumps(result, indent=1, default=str))
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--settle", type=float, nargs="+", default=[10, 30])
+    ap.add_argument("--kills", type=int, default=10)
+    ap.add_argument("--minutes", type=float, default=10, help="the kills fall in this span")
+    ap.add_argument("--warmup", type=float, default=20, help="seconds before the span")
+    ap.add_argument("--gap", type=float, default=40, help="least seconds between two kills")
+    ap.add_argument("--rate", type=float, default=5000)
+    ap.add_argument("--wait", type=float, default=300,
+                    help="after the full read, how long to wait for the last answers")
+    ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--keep-cluster", action="store_true")
+    args = ap.parse_args()
+    rng = random.Random(args.seed)
+    cluster = fresh_cluster(bench_settings(10))
+    results = []
+    try:
+        for settle in args.settle:
+            results.append(run_one(cluster, settle, args, rng))
+    finally:
+        if not args.keep_cluster:
+            cluster_down(cluster)
+    print()
+    for r in results:
+        kills = ", ".join(f"{k['answered_after']}" for k in r["kills"])
+        print(f"settle {r['settle']:g}s: per kill (s): {kills}")
+        print(f"  p50 {r['p50']}s  p95 {r['p95']}s  max {r['max']}s  against settle + 15 = "
+              f"{r['target']:g}s: {'met' if r['p95'] and r['p95'] <= r['target'] else 'NOT met'}")
+        pf = r["per_finding"]
+        if pf:
+            print(f"  per loss finding, ack to detection: p50 {pf['p50']:.1f}s p95 "
+                  f"{pf['p95']:.1f}s max {pf['max']:.1f}s over {pf['count']} findings")
+        print(f"  lost: REST {r['lost_rest']}, ground truth {r['lost_truth']}: "
+              f"{'EQUAL' if r['equal'] else 'DIFFERENT'} ({r['unanswered']} unanswered, "
+              f"{r['false']} not lost); {r['acked']} acked; {r['passes']} passes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,285 @@
+"""What the steady-state benchmarks share (``bench/latency.py``, ``bench/soak.py``).
+
+* settings from the environment (the benchmark's own ports and home, see bench/README.md),
+  with the cluster's automatic leader rebalancing off: each fault is then the kill
+  alone (a preferred-leader election after the killed node rejoins would destroy
+  ``acks=1`` writes of its own, a second fault at another time);
+* :class:`Load`: an ``acks=1`` instrumented producer in a thread at a steady rate, whose
+  own record of acks (ground truth) is kept in typed arrays (a list of tuples would
+  take about 150 bytes a write: 2.7 GB for the soak's 18 million);
+* :func:`kill_leader`: partition 0's followers frozen for half a second (they stay in the
+  ISR, the leader acknowledges alone), its leader SIGKILLed, the node restarted and
+  back in every ISR;
+* :func:`missing_from_log`: the ground truth, a plain full read of the topic with the
+  rule of ``scenarios/groundtruth.py`` (the same consumer settings and stamp rule),
+  folding what it finds into a bitmap of sequence numbers instead of a dict of every
+  record, so that 18 million records fit;
+* :func:`lost_over_rest`: every loss finding of a topic, over HTTP, as single writes.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from array import array
+from dataclasses import dataclass, field
+
+from kafka_audit.deploy.cluster import LocalCluster, wait_until
+from kafka_audit.settings import Settings, get_settings
+
+__all__ = ["bench_settings", "Load", "kill_leader", "missing_from_log", "lost_over_rest",
+           "rss_by_process", "fresh_cluster", "cluster_down", "say"]
+
+
+def say(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def bench_settings(settle: float) -> Settings:
+    """The environment's settings (ports, home: bench/README.md) with ``settle`` seconds
+    of settle period and the leader rebalancing off."""
+    base = get_settings()
+    overrides = {**base.cluster.broker_overrides, "auto.leader.rebalance.enable": False}
+    return base.model_copy(update={
+        "cluster": base.cluster.model_copy(update={"broker_overrides": overrides}),
+        "audit": base.audit.model_copy(update={"settle_seconds": settle})})
+
+
+class _Record:
+    """An ``AuditedProducer``'s ``record`` (``(seq, topic, partition, offset)`` per ack) in
+    three typed arrays; iterating gives the tuples back."""
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self.seq, self.partition, self.offset = array("q"), array("i"), array("q")
+
+    def append(self, item: tuple[int, str, int, int]) -> None:
+        seq, _topic, partition, offset = item
+        self.seq.append(seq)
+        self.partition.append(partition)
+        self.offset.append(offset)
+
+    def __len__(self) -> int:
+        return len(self.seq)
+
+    def __iter__(self):
+        for i in range(len(self.seq)):
+            yield self.seq[i], self.topic, self.partition[i], self.offset[i]
+
+
+@dataclass
+class Load:
+    """An instrumented ``acks=1`` producer at ``rate`` msg/s in a thread; ``sent_at`` maps
+    wall times to the sequence numbers sent by then (to tell which kill lost a write)."""
+
+    settings: Settings
+    topic: str
+    rate: float
+    acks: str = "1"
+    producer = None
+    marks: list[tuple[float, int]] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> Load:
+        from kafka_audit.producers.instrumented import AuditedProducer
+        from kafka_audit.producers.load import LoadSpec, producer_config
+
+        spec = LoadSpec(topic=self.topic, rate=self.rate, acks=self.acks, retries=2,
+                        producer_id="bench")
+        self.producer = AuditedProducer(producer_config(self.settings, spec), spec.producer_id,
+                                        self.settings, keep_record=True)
+        self.producer.record = _Record(self.topic)
+        self._thread = threading.Thread(target=self._run, name="bench-producer", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        p, pad = self.producer, os.urandom(88)
+        start, i = time.monotonic(), 0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if i > (now - start) * self.rate:
+                p.poll(0.005)
+                continue
+            try:
+                p.produce(self.topic, i.to_bytes(12, "big") + pad)
+            except BufferError:
+                p.poll(0.05)
+                continue
+            i += 1
+            if i % 500 == 0:
+                p.poll(0)
+                self.marks.append((time.time(), i))
+
+    def sent_by(self, wall: float) -> int:
+        """How many writes had been sent by wall time ``wall`` (to the nearest 500)."""
+        return max([n for t, n in self.marks if t <= wall], default=0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(120)
+        self.producer.close()
+
+
+def cluster_down(cluster: LocalCluster, tries: int = 4) -> None:
+    """Stop the cluster; a loaded machine may take more than the launcher's 30 s a node."""
+    from kafka_audit.errors import ClusterError
+
+    for n in range(tries):
+        try:
+            cluster.down()
+            return
+        except ClusterError as exc:
+            say(f"cluster down, try {n + 1}: {exc}")
+            time.sleep(10)
+
+
+def fresh_cluster(settings: Settings) -> LocalCluster:
+    cluster = LocalCluster(settings)
+    cluster_down(cluster)
+    cluster.up(say)
+    return cluster
+
+
+def kill_leader(cluster: LocalCluster, topic: str, lag_seconds: float = 0.5,
+                progress=say) -> tuple[float, int]:
+    """Freeze partition 0's followers ``lag_seconds`` (they stay in the ISR: shorter than
+    replica.lag.time.max.ms), SIGKILL its leader meanwhile, thaw them; wait for a new
+    leader, restart the node and wait until it is back in every ISR. Returns the wall
+    time of the kill and the node killed."""
+    leader = cluster.leader_of(topic, 0)
+    followers = [n for n in cluster.running() if n != leader]
+    for n in followers:
+        cluster.signal(n, signal.SIGSTOP)
+    try:
+        time.sleep(lag_seconds)  # the leader acknowledges alone meanwhile (acks=1)
+        killed_at = time.time()
+        cluster.kill(leader)
+    finally:
+        for n in followers:
+            cluster.signal(n, signal.SIGCONT)
+    progress(f"SIGKILL node {leader}, leader of {topic}-0 (followers {followers} frozen "
+             f"{lag_seconds}s before)")
+    wait_until(lambda: cluster.leader_of(topic, 0) not in (-1, leader), 60,
+               f"a new leader of {topic}-0")
+    cluster.start(leader)
+    wait_until(lambda: leader in cluster.registered_brokers(), 90, f"node {leader} to rejoin")
+    wait_until(lambda: all(leader in p.isr for p in cluster.partitions(topic)), 120,
+               f"node {leader} back in every ISR of {topic}")
+    progress(f"node {leader} back in every ISR of {topic}")
+    return killed_at, leader
+
+
+def missing_from_log(bootstrap: str, topic: str, record: _Record, producer_id: str,
+                     run_id: str, timeout: float = 1800) -> list[tuple[int, int, int]]:
+    """Acked writes ``(partition, offset, seq)`` whose stamp a full read of the topic now
+    cannot find anywhere: :func:`~kafka_audit.scenarios.groundtruth.full_read` and
+    :func:`~kafka_audit.scenarios.groundtruth.acked_but_missing`, folding the stamps of
+    this producer run into a bitmap of sequence numbers."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+    from kafka_audit.clients import consumer_config
+    from kafka_audit.schemas.stamp import StampError, stamp_of_headers
+
+    top = max(record.seq, default=0)
+    seen = bytearray(top + 1)
+    c = Consumer(consumer_config(bootstrap, "groundtruth", **{"auto.offset.reset": "earliest"}))
+    try:
+        md = c.list_topics(topic, timeout=10)
+        parts = sorted(md.topics[topic].partitions)
+        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                for p in parts}
+        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
+        remaining = {p for p in parts if ends[p] > 0}
+        positions = {p: -1 for p in parts}
+        deadline = time.monotonic() + timeout
+        while remaining:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"full read of {topic} did not reach {ends}")
+            for m in c.consume(10000, timeout=1):
+                if m.error():
+                    continue
+                positions[m.partition()] = max(positions[m.partition()], m.offset())
+                try:
+                    s = stamp_of_headers(m.headers())
+                except StampError:
+                    continue
+                if s is not None and (s.producer_id, s.run_id) == (producer_id, run_id) \
+                        and 0 <= s.seq <= top:
+                    seen[s.seq] = 1
+            at = c.position([TopicPartition(topic, p) for p in remaining])
+            remaining = {tp.partition for tp in at
+                         if max(tp.offset, positions[tp.partition] + 1) < ends[tp.partition]}
+    finally:
+        c.close()
+    return sorted((record.partition[i], record.offset[i], record.seq[i])
+                  for i in range(len(record)) if not seen[record.seq[i]])
+
+
+def lost_over_rest(base_url: str, topic: str) -> set[tuple[int, int, int]]:
+    """Every write of ``topic`` its loss findings name, ``(partition, offset, seq)``, over
+    HTTP (:func:`~kafka_audit.scenarios.harness.fetch_lost`)."""
+    from kafka_audit.scenarios.harness import fetch_lost, lost_messages
+
+    return set(lost_messages(fetch_lost(base_url, topic)))
+
+
+def _children(pid: int) -> list[int]:
+    kids = []
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
+                        kids.append(int(d))
+            except (OSError, ValueError, IndexError):
+                continue
+    return kids
+
+
+def _rss_mb(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
+def _name(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            args = f.read().split(b"\0")
+    except OSError:
+        return "?"
+    text = b" ".join(args).decode(errors="replace")
+    if "pyspark.daemon" in text or "pyspark/daemon" in text or "pyspark.worker" in text:
+        return "python worker"
+    if args and args[0].endswith(b"java"):
+        return "spark driver (JVM)"
+    return "kafka-audit run (Python)"
+
+
+def rss_by_process(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[str, float]:
+    """RSS in MB of the service's Python process, its Spark driver JVM, its Python workers
+    (summed), each broker, and this benchmark process (the producer)."""
+    out: dict[str, float] = {}
+    todo, tree = [service_pid], []
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(_children(pid))
+    for pid in tree:
+        name = _name(pid) if pid != service_pid else "kafka-audit run (Python)"
+        out[name] = out.get(name, 0.0) + _rss_mb(pid)
+    for n in cluster.nodes:
+        pid = cluster.pid(n)
+        out[f"broker {n}"] = _rss_mb(pid) if pid else 0.0
+    out["producer (bench)"] = _rss_mb(bench_pid)
+    return out
