@@ -27,6 +27,7 @@ from kafka_audit.auditor_api.routes import (
     dashboard,
     findings,
     health,
+    latency,
     metrics,
     partitions,
     producers,
@@ -74,6 +75,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(producers.router, **v1)
     app.include_router(partitions.router(limits.api.timeline_points_max), **v1)
     app.include_router(quality.router, **v1)
+    app.include_router(latency.router, **v1)
     app.include_router(metrics.router, **v1)
     app.include_router(dashboard.router)
     if limits.api.response_cache:
