@@ -39,14 +39,9 @@ from steady import (
 )
 
 from kafka_audit.deploy.cluster import LocalCluster, wait_until
-from kafka_audit.latency import loss_latency
+from kafka_audit.latency import loss_latency, nearest_rank
 from kafka_audit.scenarios.harness import Component
 from kafka_audit.store import read_table
-
-
-def nearest_rank(values: list[float], q: float) -> float:
-    s = sorted(values)
-    return s[max(0, min(len(s) - 1, -(-int(q * 100) * len(s) // 100) - 1))]
 
 
 def summary(base: str, topic: str) -> dict | None:

@@ -177,45 +177,17 @@ def kill_leader(cluster: LocalCluster, topic: str, lag_seconds: float = 0.5,
 def missing_from_log(bootstrap: str, topic: str, record: _Record, producer_id: str,
                      run_id: str, timeout: float = 1800) -> list[tuple[int, int, int]]:
     """Acked writes ``(partition, offset, seq)`` whose stamp a full read of the topic now
-    cannot find anywhere: :func:`~kafka_audit.scenarios.groundtruth.full_read` and
-    :func:`~kafka_audit.scenarios.groundtruth.acked_but_missing`, folding the stamps of
-    this producer run into a bitmap of sequence numbers."""
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    from kafka_audit.clients import consumer_config
-    from kafka_audit.schemas.stamp import StampError, stamp_of_headers
+    cannot find anywhere (:func:`~kafka_audit.scenarios.groundtruth.acked_but_missing`),
+    folding the stamps of this producer run into a bitmap of sequence numbers as
+    :func:`~kafka_audit.scenarios.groundtruth.scan_log` yields them (millions of records:
+    no dictionary of every place)."""
+    from kafka_audit.scenarios.groundtruth import scan_log
 
     top = max(record.seq, default=0)
     seen = bytearray(top + 1)
-    c = Consumer(consumer_config(bootstrap, "groundtruth", **{"auto.offset.reset": "earliest"}))
-    try:
-        md = c.list_topics(topic, timeout=10)
-        parts = sorted(md.topics[topic].partitions)
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in parts}
-        c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        remaining = {p for p in parts if ends[p] > 0}
-        positions = {p: -1 for p in parts}
-        deadline = time.monotonic() + timeout
-        while remaining:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"full read of {topic} did not reach {ends}")
-            for m in c.consume(10000, timeout=1):
-                if m.error():
-                    continue
-                positions[m.partition()] = max(positions[m.partition()], m.offset())
-                try:
-                    s = stamp_of_headers(m.headers())
-                except StampError:
-                    continue
-                if s is not None and (s.producer_id, s.run_id) == (producer_id, run_id) \
-                        and 0 <= s.seq <= top:
-                    seen[s.seq] = 1
-            at = c.position([TopicPartition(topic, p) for p in remaining])
-            remaining = {tp.partition for tp in at
-                         if max(tp.offset, positions[tp.partition] + 1) < ends[tp.partition]}
-    finally:
-        c.close()
+    for _p, _o, s in scan_log(bootstrap, topic, timeout):
+        if s is not None and s[:2] == (producer_id, run_id) and 0 <= s[2] <= top:
+            seen[s[2]] = 1
     return sorted((record.partition[i], record.offset[i], record.seq[i])
                   for i in range(len(record)) if not seen[record.seq[i]])
 

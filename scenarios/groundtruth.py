@@ -8,10 +8,12 @@ stamp rule (``schemas/stamp.py``).
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from kafka_audit.schemas.stamp import StampError, stamp_of_headers
 
-__all__ = ["full_read", "full_read_stamps", "acked_but_missing", "Written", "written_by",
-           "secondary_truth", "secondary_findings"]
+__all__ = ["scan_log", "full_read", "full_read_stamps", "acked_but_missing", "Written",
+           "written_by", "secondary_truth", "secondary_findings"]
 
 
 Stamp = tuple[str, str, int]
@@ -27,11 +29,12 @@ def full_read_stamps(bootstrap: str, topic: str, timeout: float = 60
     return found
 
 
-def full_read(bootstrap: str, topic: str, timeout: float = 60
-              ) -> dict[tuple[int, int], Stamp | None]:
-    """Every record in the topic now: (partition, offset) -> its stamp (None: not stamped).
-
-    Offsets missing from the answer hold no record (transaction markers, compaction)."""
+def scan_log(bootstrap: str, topic: str, timeout: float = 60
+             ) -> Iterator[tuple[int, int, Stamp | None]]:
+    """Every record in the topic now, once: ``(partition, offset, stamp)`` (None: not
+    stamped; the stamp rule: no stamp and malformed ones are both "not stamped"), up to
+    the end offsets found when the scan starts. Offsets never yielded hold no record
+    (transaction markers, compaction)."""
     import time
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -44,7 +47,6 @@ def full_read(bootstrap: str, topic: str, timeout: float = 60
         parts = sorted(md.topics[topic].partitions)
         ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
-        found: dict[tuple[int, int], Stamp | None] = {}
         remaining = {p for p in parts if ends[p] > 0}
         positions = {p: -1 for p in parts}
         deadline = time.monotonic() + timeout
@@ -56,18 +58,25 @@ def full_read(bootstrap: str, topic: str, timeout: float = 60
                     continue
                 p, o = m.partition(), m.offset()
                 positions[p] = max(positions[p], o)
-                try:  # the stamp rule: no stamp and malformed ones are both "not stamped"
+                try:
                     s = stamp_of_headers(m.headers())
                 except StampError:
                     s = None
-                found[(p, o)] = None if s is None else (s.producer_id, s.run_id, s.seq)
+                yield p, o, None if s is None else (s.producer_id, s.run_id, s.seq)
             # the consumer's position, not the last record: it moves past transaction markers
             at = c.position([TopicPartition(topic, p) for p in remaining])
             remaining = {tp.partition for tp in at if max(tp.offset, positions[tp.partition] + 1)
                          < ends[tp.partition]}
-        return found
     finally:
         c.close()
+
+
+def full_read(bootstrap: str, topic: str, timeout: float = 60
+              ) -> dict[tuple[int, int], Stamp | None]:
+    """Every record in the topic now: (partition, offset) -> its stamp (None: not stamped).
+
+    Offsets missing from the answer hold no record (transaction markers, compaction)."""
+    return {(p, o): stamp for p, o, stamp in scan_log(bootstrap, topic, timeout)}
 
 
 def acked_but_missing(record: list[tuple[int, str, int, int]], producer_id: str, run_id: str,
