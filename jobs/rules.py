@@ -220,9 +220,13 @@ def change_gate(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: d
     ISR in force at its first ack, or observed up to ``lookback`` after its last
     one: metadata lags) sits on one replica: an unclean election may destroy it
     at any time, however long after it was read. Such a write waits until an
-    ISR of two or more is observed after both its ack and that observation (a
+    ISR of two or more is in force after both its ack and that observation (a
     follower then holds it) or the leader changes, and must be read after every
-    leader change from ``lookback`` before its ack on.
+    leader change from ``lookback`` before its ack on. The watcher records
+    changes only, so the ISR in force at an instant is the latest observation
+    up to it: observed after both (a later change), or observed before the ack
+    and after every "alone" observation (the ISR grew between a run's first and
+    last acks, and nothing changed since).
     """
     changes = _relevant_changes(events, first_ack, last_ack, lookback)
     w = timedelta(seconds=lookback)
@@ -235,8 +239,11 @@ def change_gate(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: d
     if not marks:
         return changes, None
     since = max(last_ack, *(e.event_time for e in marks))
-    if not any(e.event_time > since and (len(e.isr or ()) >= 2 or e.kind in LEADER_CHANGES)
-               for e in events):
+    grown = not any(_alone(e) for e in timeline if e.event_time == max(
+        (e.event_time for e in timeline if e.event_time <= since), default=None))
+    if not grown and not any(e.event_time > since and (len(e.isr or ()) >= 2
+                                                       or e.kind in LEADER_CHANGES)
+                             for e in events):
         return changes, "acked while the ISR was the leader alone: at risk until it grows"
     later = [e for e in events if e.kind in LEADER_CHANGES
              and e.event_time >= first_ack - w and e not in changes]

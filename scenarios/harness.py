@@ -25,7 +25,7 @@ from kafka_audit.settings import Settings
 
 __all__ = ["produce_with_leader_kill", "audit_until_settled", "fetch_lost", "lost_messages",
            "expand_rows", "findings_of", "secondaries", "Secondaries", "assert_secondaries_match",
-           "ApiServer", "Component", "settings_file", "say"]
+           "ApiServer", "Component", "settings_file", "say", "pending_explained"]
 
 
 def say(msg: str) -> None:
@@ -127,8 +127,48 @@ def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 
             update_windows(settings)  # when the writes were at risk, from what is known now
             return summary
         if time.monotonic() > deadline:
-            raise TimeoutError(f"{pending} writes of {topic} still pending after {timeout}s")
+            raise TimeoutError(f"{pending} writes of {topic} still pending after {timeout}s: "
+                               + pending_explained(settings, topic))
         time.sleep(min(settings.audit.settle_seconds, 5) / 2 or 0.5)
+
+
+def pending_explained(settings: Settings, topic: str) -> str:
+    """Why writes of ``topic`` are still pending, from the committed hot state and the
+    cluster events: the unjudged ack runs grouped by (placed, error, horizon), the
+    frontier observations, and the partition's ISR timeline (for a timeout's message)."""
+    import pyarrow.compute as pc
+
+    from kafka_audit.store import committed_progress, read_table
+
+    progress = committed_progress(settings)
+    hot = read_table(settings.table_path("audit_hot"), "audit_hot",
+                     where=(pc.field("pass_id") == progress.generation)
+                     & (pc.field("topic") == topic)).to_pylist()
+    groups: dict = {}
+    for r in hot:
+        if r["kind"] != "ack":
+            continue
+        key = ("placed" if r["offset"] is not None else "failed", r["error_name"], r["horizon"])
+        g = groups.setdefault(key, [0, None, None, None, None])
+        g[0] += r["count"]
+        if r["offset"] is not None:
+            g[1] = min(r["offset"], g[1] if g[1] is not None else r["offset"])
+            g[2] = max(r["offset"] + r["count"], g[2] or 0)
+        g[3] = min(r["first_ack"], g[3] or r["first_ack"])
+        g[4] = max(r["last_ack"], g[4] or r["last_ack"])
+    runs = "; ".join(f"{n} {kind} error={err} horizon={hz} offsets={lo}..{hi} "
+                     f"acked {a:%H:%M:%S.%f}-{b:%H:%M:%S.%f}"
+                     for (kind, err, hz), (n, lo, hi, a, b) in sorted(
+                         groups.items(), key=lambda kv: str(kv[0])))
+    obs = [(r["offset"], r["observed_at"]) for r in hot if r["kind"] == "observation"]
+    seen = max(obs, key=lambda o: o[1]) if obs else None
+    events = read_table(settings.table_path("cluster_events"), "cluster_events",
+                        where=pc.field("topic") == topic).to_pylist()
+    timeline = ", ".join(f"{e['event_time']:%H:%M:%S.%f} {e['kind']} isr={e['isr']}"
+                         for e in sorted(events, key=lambda e: e["event_time"])
+                         if e["kind"] != "topic_config")
+    return (f"pending runs: {runs or 'none'}; latest frontier observation: {seen}; "
+            f"events: {timeline or 'none'}")
 
 
 def fetch_lost(base_url: str, topic: str, token: str | None = None) -> list[dict]:

@@ -300,6 +300,27 @@ def test_a_write_acked_while_the_isr_is_the_leader_alone_waits_for_the_isr_to_gr
     assert table(a.findings) == [("confirmed", None, 0, 0, 1)]
 
 
+def test_a_run_acked_across_the_isr_growing_back_is_not_held_for_ever():
+    # writes acked from 0 to 2 s; the ISR, the leader alone since -5, seen grown at 1 and
+    # unchanged since: the watcher records changes only, so no event follows the last ack.
+    # (min-isr-2 in CI: 2,522 writes pending for 300 s, found by the timeout's account)
+    from kafka_audit.jobs.rules import change_gate
+
+    shrink, grown = isr_event(-5, (1,), (1, 2, 3)), isr_event(1, (1, 2, 3), (1,))
+    assert change_gate([shrink, grown], at(0), at(2), 5) == ([], None)
+    # seen alone again within the lookback after the last ack (metadata lags): held, until
+    # the ISR is seen grown after that
+    again = isr_event(4, (1,), (1, 2, 3))
+    assert change_gate([shrink, grown, again], at(0), at(2), 5)[1] is not None
+    assert change_gate([shrink, grown, again, isr_event(9, (1, 2), (1,))], at(0), at(2),
+                       5) == ([], None)
+    # acked wholly while the leader was alone: held until it grows
+    assert change_gate([shrink], at(0), at(2), 5)[1] is not None
+    # grown and alone seen at one instant after the acks: the worst counts
+    tie = [shrink, isr_event(1, (1,), (1, 2, 3)), grown]
+    assert change_gate(tie, at(0), at(2), 5)[1] is not None
+
+
 def test_a_write_read_while_exposed_and_destroyed_by_a_late_unclean_election():
     # read at once, settled long before the leader dies: the late election must still count
     shrink = isr_event(-1, (1,), (1, 2, 3))
