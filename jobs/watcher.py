@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -97,6 +98,25 @@ def _alone(v: PartitionView) -> bool:
     return len(v.replicas) > 1 and len(v.isr) <= 1
 
 
+#: how long a poll waits for the answers beside the metadata (log ends and epochs, the
+#: brokers, topic settings): a broker that just died answers nothing for
+#: seconds, and the next metadata poll must not wait for it (the watcher would be blind)
+LOOKUP_BUDGET_SECONDS = 1.0
+
+
+def answered(futures: dict, budget: float = LOOKUP_BUDGET_SECONDS) -> dict:
+    """``key -> result`` of the ``futures`` answered without error within ``budget``
+    seconds (together); the others are left out (asked again by a later poll)."""
+    done, _ = wait_futures(list(futures.values()), timeout=budget)
+    out = {}
+    for key, fut in futures.items():
+        if fut in done and fut.exception() is None:
+            out[key] = fut.result()
+        elif fut in done:
+            log.debug("%s: %s", key, fut.exception())
+    return out
+
+
 class ClusterWatcher:
     """Polls the cluster's metadata into ``cluster_events``; ``on_events`` gets each poll's
     new rows (the CLI prints them)."""
@@ -118,9 +138,9 @@ class ClusterWatcher:
         self.min_isr: dict[str, int] = {}  # topic -> min.insync.replicas (when known)
         self.configs: dict[str, dict] = {}  # topic -> durability settings last written
         self.log_end: dict[tuple[str, int], int] = {}  # partition -> last log end seen
-        self.controller: int | None = None
         self.brokers: set[int] | None = None
         self._next_config = self._next_log_end = datetime.min.replace(tzinfo=UTC)
+        self._cluster_asked = None  # a describe_cluster not answered yet
         self.outage = Outage("watcher", StatusWriter(settings.home_dir, "watcher"), log,
                              settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
 
@@ -192,11 +212,7 @@ class ClusterWatcher:
 
         req = {TopicPartition(t, p): OffsetSpec.latest() for t, p in keys}
         out: dict[tuple[str, int], tuple[int | None, int | None]] = {}
-        for tp, fut in self._client().list_offsets(req, request_timeout=5).items():
-            try:
-                info = fut.result()
-            except Exception:  # noqa: BLE001 - a partition without leader answers nothing
-                continue
+        for tp, info in answered(self._client().list_offsets(req, request_timeout=5)).items():
             epoch = info.leader_epoch
             out[(tp.topic, tp.partition)] = (None if epoch is None or epoch < 0 else epoch,
                                              int(info.offset))
@@ -227,13 +243,9 @@ class ClusterWatcher:
         if not topics:
             return []
         rows = []
-        futures = self._client().describe_configs([ConfigResource("topic", t) for t in topics])
-        for res, fut in futures.items():
-            try:
-                cfg = fut.result(timeout=5)
-            except Exception as exc:  # noqa: BLE001 - asked again next interval
-                log.debug("configs of %s unknown: %s", res.name, exc)
-                continue
+        futures = self._client().describe_configs([ConfigResource("topic", t) for t in topics],
+                                                  request_timeout=5)
+        for res, cfg in answered(futures).items():  # the others: asked again next interval
             parts = md.topics[res.name].partitions.values()
             detail = {"replication_factor": min((len(p.replicas) for p in parts), default=0),
                       **{k: cfg[k].value for k in _DURABILITY if k in cfg}}
@@ -249,18 +261,20 @@ class ClusterWatcher:
         return rows
 
     def _cluster(self, now: datetime) -> list[dict]:
-        """The controller and the registered (unfenced) brokers; a row for each change."""
-        try:
-            d = self._client().describe_cluster(request_timeout=5).result()
-        except Exception as exc:  # noqa: BLE001 - the metadata poll decides the outage
-            log.debug("describe_cluster: %s", exc)
-            return []
+        """The registered (unfenced) brokers; a row for each change."""
+        fresh = self._cluster_asked is None
+        if fresh:
+            self._cluster_asked = self._client().describe_cluster(request_timeout=5)
+        fut = self._cluster_asked
+        if not answered({"cluster": fut}, LOOKUP_BUDGET_SECONDS if fresh else 0):
+            if fut.done():  # failed: asked again next poll (the metadata decides outages)
+                self._cluster_asked = None
+            return []  # not answered yet: harvested by a later poll, never waited out
+        self._cluster_asked = None
+        d = fut.result()
+        # no controller from it: a KRaft broker answers DescribeCluster with a random live
+        # broker as the "controller" (clients cannot reach the quorum), a new one each time
         rows = []
-        controller = d.controller.id if d.controller is not None else None
-        if self.controller is not None and controller != self.controller:
-            rows.append(self._cluster_row(now, "controller_change", {
-                "controller": controller, "previous": self.controller}))
-        self.controller = controller
         brokers = {n.id for n in d.nodes}
         if self.brokers is not None:
             for b in sorted(self.brokers - brokers):

@@ -102,8 +102,8 @@ TABLES: dict[str, list[Column]] = {
                                    "under_min_isr_enter | under_min_isr_exit | first_seen | "
                                    "watcher_blind (a gap: nothing was observed from "
                                    "event_time to until; topic '' and partition -1) | "
-                                   "log_end_drop | topic_config | controller_change | "
-                                   "broker_fenced | broker_unfenced"),
+                                   "log_end_drop | topic_config | broker_fenced | "
+                                   "broker_unfenced"),
         C("leader", "int", True),
         C("previous_leader", "int", True),
         C("isr", "int_list", True),
@@ -117,8 +117,8 @@ TABLES: dict[str, list[Column]] = {
                                    "log_end_drop: the one it went back to"),
         C("detail", "string", True, "JSON: topic_config: replication factor, "
                                     "min.insync.replicas, unclean.leader.election.enable, "
-                                    "flush settings; controller_change: controller; "
-                                    "broker_*: broker; log_end_drop: the log end before"),
+                                    "flush settings; broker_*: broker; log_end_drop: the log "
+                                    "end before"),
     ],
     "findings": [
         C("finding_id", "string", False, "deterministic id of the finding"),
