@@ -33,6 +33,7 @@ from kafka_audit.auditor_api.routes import (
     producers,
     quality,
     topics,
+    windows,
 )
 from kafka_audit.settings import Settings, get_settings
 
@@ -76,6 +77,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(partitions.router(limits.api.timeline_points_max), **v1)
     app.include_router(quality.router, **v1)
     app.include_router(latency.router, **v1)
+    app.include_router(windows.router, **v1)
     app.include_router(metrics.router, **v1)
     app.include_router(dashboard.router)
     if limits.api.response_cache:

@@ -17,9 +17,12 @@ slow down and disk use grows for as long as the service runs. The schedule (sett
   margin is ample). This runs in the loop's own thread, between passes: the loop is
   the table's only writer, and a vacuum without retention must not run while a write
   is in flight (it would delete the new file before its commit names it);
-* **great-expectations** over the new acks, every ``quality_every_seconds`` (30 s).
+* **great-expectations** over the new acks, every ``quality_every_seconds`` (30 s);
+* **windows** (:mod:`~kafka_audit.jobs.windows_job`: when writes were at risk), every
+  ``windows_every_seconds`` (10 s) when ``cluster_events``, ``acks`` or the committed
+  pass changed since the last computation.
 
-Compaction, vacuum of the other tables and the quality check run in one worker
+Compaction, vacuum of the other tables, the quality check and the windows run in one worker
 thread, woken by the loop after each committed pass (never while passes fail), so
 they never lengthen a pass.
 
@@ -62,10 +65,11 @@ class Plan:
     quality: bool = False        # great-expectations over the new acks (worker thread)
     hot_checkpoint: bool = False  # audit_hot after a rewrite (loop thread)
     hot_vacuum: bool = False     # audit_hot half-way between rewrites (loop thread)
+    windows: bool = False        # the windows table (worker thread)
 
     @property
     def background(self) -> bool:
-        return self.compact or self.quality
+        return self.compact or self.quality or self.windows
 
 
 @dataclass
@@ -75,6 +79,7 @@ class Done:
 
     compact: float = float("-inf")
     quality: float = float("-inf")
+    windows: float = float("-inf")
     hot_checkpoint_round: int = -1
     hot_vacuum_round: int = -1
 
@@ -86,6 +91,7 @@ def plan(settings: Settings, pass_id: int, now: float, done: Done) -> Plan:
     return Plan(
         compact=now - done.compact >= s.compact_every_seconds,
         quality=now - done.quality >= s.quality_every_seconds,
+        windows=now - done.windows >= s.windows_every_seconds,
         # the rewrite is the pass with into == 0; checkpoint at the first chance after it
         hot_checkpoint=round_ > done.hot_checkpoint_round and round_ > 0,
         # its older generations were dropped by that rewrite: delete them half-way on
@@ -106,6 +112,8 @@ class Upkeep:
     quality_failures: int = 0
     rounds: int = 0
     last: dict = field(default_factory=dict)
+    #: the source versions (and committed pass) the windows were last computed from
+    windows_from: tuple | None = None
     _thread: threading.Thread | None = None
 
     def between_passes(self, pass_id: int) -> None:
@@ -149,6 +157,9 @@ class Upkeep:
                 did["dq_results"] = ("quality", round(time.perf_counter() - t, 3))
             except Exception as exc:  # noqa: BLE001 - checked again next round
                 log.warning("quality check failed, tried again later: %s", exc)
+        if p.windows:
+            self.done.windows = self.clock()
+            did["windows"] = self.update_windows()
         if p.compact:
             self.done.compact = self.clock()
             for table in COMPACTED:
@@ -156,6 +167,25 @@ class Upkeep:
         self.rounds += 1
         self.last = did
         return did
+
+    def update_windows(self) -> tuple[str, float]:
+        """The windows table recomputed, if its sources changed since the last time."""
+        from kafka_audit.jobs.windows_job import update_windows
+        from kafka_audit.store import committed_pass, latest_version
+
+        t = time.perf_counter()
+        try:
+            sources = (*(latest_version(self.settings.table_path(n))
+                         for n in ("cluster_events", "acks")), committed_pass(self.settings))
+            if sources == self.windows_from:
+                return "unchanged", round(time.perf_counter() - t, 3)
+            n = len(update_windows(self.settings))
+            self.windows_from = sources
+            what = f"{n} windows"
+        except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
+            log.warning("windows not computed, tried again later: %s", exc)
+            what = f"failed: {exc}"
+        return what, round(time.perf_counter() - t, 3)
 
     def compact_table(self, table: str) -> tuple[str, float]:
         """Compact (when it has enough live files) and vacuum one table; what was done."""

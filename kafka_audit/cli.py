@@ -166,6 +166,18 @@ def _setup(args) -> int:
     return 0
 
 
+def _windows(args) -> int:
+    from kafka_audit.jobs.windows_job import update_windows
+
+    windows = update_windows(get_settings())
+    for w in windows:
+        end = f"{w.end:%Y-%m-%d %H:%M:%S}" if w.end else "open"
+        print(f"{w.kind} {w.topic}/{w.partition} {w.start:%Y-%m-%d %H:%M:%S} .. {end}: "
+              f"opened by {w.opened_by}, {w.acks} acks, {w.losses} lost")
+    print(f"{len(windows)} windows in the windows table")
+    return EXIT_OK
+
+
 def _ship(args) -> int:
     import time
     from pathlib import Path
@@ -264,6 +276,11 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("audit", help="Spark job: acks x consumed -> findings")
     s.add_argument("--once", action="store_true")
     s.set_defaults(fn=_audit)
+
+    s = sub.add_parser("windows", help="recompute the windows table (when writes were at "
+                                       "risk) now; the audit loop does it every "
+                                       "steady.windows_every_seconds")
+    s.set_defaults(fn=_windows)
 
     s = sub.add_parser("watch", help="poll leaders/ISRs into cluster_events")
     s.add_argument("--once", action="store_true")

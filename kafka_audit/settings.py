@@ -284,6 +284,9 @@ class SteadySettings(_Section):
     quality_every_seconds: float = Field(
         30, ge=0, description="in the audit loop, great-expectations checks the new acks at "
         "most this often, beside the passes rather than inside them")
+    windows_every_seconds: float = Field(
+        10, ge=0, description="in the audit loop, the windows table (when writes were at "
+        "risk) is recomputed at most this often, when its sources changed")
     compact_every_seconds: float = Field(600, gt=0, description="how often the tables are "
                                          "compacted (OPTIMIZE), checkpointed and vacuumed")
     compact_min_files: int = Field(10, ge=2, description="a table is compacted once it "

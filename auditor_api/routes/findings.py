@@ -32,14 +32,20 @@ from kafka_audit.auditor_api.problems import (
     problem_responses,
 )
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
+from kafka_audit.auditor_api.routes.windows import window_ids
 from kafka_audit.schemas.stamp import NO_STAMP
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, Cause, Kind, Subkind
 
 __all__ = ["router", "FindingOut", "Summary", "FindingFilters", "example", "committed_findings"]
 
-FindingOut = row_model("findings", "FindingOut", overrides={
-    "evidence": (dict, "the rows that prove the verdict")})
+FindingOut = create_model(
+    "FindingOut", __base__=row_model("findings", "FindingRow", overrides={
+        "evidence": (dict, "the rows that prove the verdict")}),
+    window_id=(str | None, Field(None, description=(
+        "the window (GET /v1/windows) the first write's ack fell in, the most telling kind "
+        "first: split_brain, exposure, rejection, reduced_redundancy; null: none (or the "
+        "audit loop has not computed windows yet)"))))
 
 #: the verdict each write gets exactly once; the annotations are counted apart
 PRIMARY = tuple(k for k in Kind if k not in ANNOTATIONS)
@@ -190,6 +196,7 @@ def router(page_size_max: int) -> APIRouter:
         rows = page.drop_columns([_KEY]).to_pylist()
         for row in rows:
             row["evidence"] = json.loads(row["evidence"] or "{}")
+        window_ids(reader, rows)
         more = t.num_rows > page_size
         nxt = (_encode_cursor(as_of, page.column(_KEY)[-1].as_py(), filters)
                if more and rows else None)
@@ -224,6 +231,7 @@ def router(page_size_max: int) -> APIRouter:
                                type_=UNKNOWN_FINDING, title="Unknown finding")
         row = max(t.to_pylist(), key=lambda r: r["pass_id"])
         row["evidence"] = json.loads(row["evidence"] or "{}")
+        window_ids(reader, [row])
         return FindingOut(**row)
 
     @r.get("/summary", response_model=Summary, responses={**problem_responses(404), **example({

@@ -112,6 +112,55 @@ def test_the_timeline_shows_windows_when_the_warehouse_has_them(tmp_path):
         ("exposure", "isr_shrink", 10)]
 
 
+def window_row(kind, start, end, partition=0, losses=0):
+    from kafka_audit.schemas.tables import column_names
+
+    row = dict.fromkeys(column_names("windows"))
+    row.update({"window_id": f"{kind}:orders:{partition}:{start.isoformat()}", "kind": kind,
+                "topic": "orders", "partition": partition, "start": start, "end": end,
+                "opened_by": "isr_shrink", "closed_by": "isr_expand" if end else None,
+                "acks": 10, "losses": losses, "computed_at": T})
+    return row
+
+
+def test_windows_are_served_filtered_and_each_loss_names_its_window(tmp_path):
+    s = warehouse(tmp_path, runs=3000)
+    c = TestClient(create_app(s))
+    assert c.get("/v1/windows").json() == {"computed": False, "items": []}
+    lost_at = T + timedelta(milliseconds=20 * 1498)
+    assert c.get("/v1/findings", params={"kind": "lost"}).json()["items"][0]["window_id"] is None
+    exposure = window_row("exposure", lost_at - timedelta(seconds=2),
+                          lost_at + timedelta(seconds=1), losses=200)
+    reduced = window_row("reduced_redundancy", lost_at - timedelta(seconds=3), None)
+    other = window_row("rejection", T, T + timedelta(seconds=1), partition=1)
+    append_rows(s.table_path("windows"), "windows", [exposure, reduced, other])
+    c = TestClient(create_app(s))
+    page = c.get("/v1/windows").json()
+    assert page["computed"] is True
+    assert [(w["partition"], w["kind"]) for w in page["items"]] == [
+        (0, "reduced_redundancy"), (0, "exposure"), (1, "rejection")]
+    assert [w["kind"] for w in c.get("/v1/windows", params={
+        "kind": ["exposure", "rejection"]}).json()["items"]] == ["exposure", "rejection"]
+    assert [w["kind"] for w in c.get("/v1/windows", params={"partition": 1}).json()[
+        "items"]] == ["rejection"]
+    assert [w["kind"] for w in c.get("/v1/windows", params={"open_only": True}).json()[
+        "items"]] == ["reduced_redundancy"]
+    # an overlap: the exposure ends after `since`; the open one always does
+    late = (lost_at + timedelta(seconds=5)).isoformat()
+    assert [w["kind"] for w in c.get("/v1/windows", params={"since": late}).json()[
+        "items"]] == ["reduced_redundancy"]
+    assert c.get("/v1/windows", params={"until": "2026-01-01T12:00:00Z"}).json()["items"] == []
+    assert c.get("/v1/windows", params={"kind": "nope"}).status_code == 422
+    assert c.get("/v1/windows", params={"since": late, "until": late}).status_code == 422
+    # p's loss fell in both: the exposure is the more telling; safe's (at T) in none
+    items = c.get("/v1/findings", params={"kind": "lost"}).json()["items"]
+    assert {(f["producer_id"], f["window_id"]) for f in items} == {
+        ("p", exposure["window_id"]), ("safe", None)}
+    (mine,) = [f for f in items if f["producer_id"] == "p"]
+    one = c.get(f"/v1/findings/{mine['finding_id']}").json()
+    assert one["window_id"] == exposure["window_id"]
+
+
 def test_snapshots_are_kept_between_requests_and_follow_appends(tmp_path):
     s = warehouse(tmp_path, runs=10)
     app = create_app(s)

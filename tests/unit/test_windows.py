@@ -128,19 +128,17 @@ def test_each_cause_from_its_evidence():
         "ISR shrunk to leader then leader lost"
 
 
-def test_the_windows_job_rewrites_the_table_only_when_windows_change(tmp_path):
-    from kafka_audit.jobs.windows_job import update_windows
+def _event(sec, isr_, kind="isr_shrink"):
+    return {"event_time": at(sec), "topic": "t", "partition": 0, "kind": kind, "leader": 1,
+            "isr": list(isr_), "replicas": [1, 2, 3], "source": "test"}
 
+
+def _shrunk_warehouse(tmp_path) -> Settings:
+    """min.insync.replicas=2; the ISR shrinks to the leader at 10 s; 7 writes acked at 12 s."""
     s = Settings(home=tmp_path)
     t0 = at(0)
-
-    def event(sec, isr_, kind="isr_shrink"):
-        return {"event_time": t0 + timedelta(seconds=sec), "topic": "t", "partition": 0,
-                "kind": kind, "leader": 1, "isr": list(isr_), "replicas": [1, 2, 3],
-                "source": "test"}
-
     append_rows(s.table_path("cluster_events"), "cluster_events", [
-        event(0, (1, 2, 3), "first_seen"), event(10, (1,)),
+        _event(0, (1, 2, 3), "first_seen"), _event(10, (1,)),
         {"event_time": t0, "topic": "t", "partition": -1, "kind": "topic_config",
          "detail": '{"min.insync.replicas": "2"}', "source": "test"}])
     append_rows(s.table_path("acks"), "acks", [
@@ -149,16 +147,44 @@ def test_the_windows_job_rewrites_the_table_only_when_windows_change(tmp_path):
          "ack_time": t0 + timedelta(seconds=12), "last_ack_time": t0 + timedelta(seconds=12),
          "error_code": None, "error_name": None, "acks": "1", "idempotence": False,
          "retries": 2, "max_in_flight": 5, "leader_epoch": None}])
+    return s
+
+
+def test_the_windows_job_rewrites_the_table_only_when_windows_change(tmp_path):
+    from kafka_audit.jobs.windows_job import update_windows
+
+    s = _shrunk_warehouse(tmp_path)
     ws = update_windows(s, now=at(60))
     assert [(w.kind, w.acks) for w in ws] == [("exposure", 7), ("reduced_redundancy", 7)]
     version = _version(s)
     update_windows(s, now=at(61))  # nothing changed: nothing written
     assert _version(s) == version
     append_rows(s.table_path("cluster_events"), "cluster_events", [
-        event(30, (1, 2, 3), "isr_expand")])
+        _event(30, (1, 2, 3), "isr_expand")])
     ws = update_windows(s, now=at(62))
     assert [(w.kind, w.end) for w in ws] == [("exposure", at(30)),
                                              ("reduced_redundancy", at(30))]
+    assert _version(s) == version + 1
+    rows = read_table(s.table_path("windows"), "windows").to_pylist()
+    assert sorted((r["kind"], r["end"]) for r in rows) == [("exposure", at(30)),
+                                                           ("reduced_redundancy", at(30))]
+
+
+def test_the_audit_loops_upkeep_computes_windows_when_their_sources_change(tmp_path):
+    from kafka_audit.jobs.maintenance import Plan, Upkeep
+
+    s = _shrunk_warehouse(tmp_path)
+    upkeep = Upkeep(s, clock=lambda: 100.0)
+    assert upkeep.run(Plan(windows=True))["windows"][0] == "2 windows"
+    assert upkeep.done.windows == 100.0
+    rows = read_table(s.table_path("windows"), "windows").to_pylist()
+    assert sorted((r["kind"], r["end"]) for r in rows) == [("exposure", None),
+                                                           ("reduced_redundancy", None)]
+    version = _version(s)
+    assert upkeep.run(Plan(windows=True))["windows"][0] == "unchanged"
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _event(30, (1, 2, 3), "isr_expand")])
+    assert upkeep.run(Plan(windows=True))["windows"][0] == "2 windows"
     assert _version(s) == version + 1
     rows = read_table(s.table_path("windows"), "windows").to_pylist()
     assert sorted((r["kind"], r["end"]) for r in rows) == [("exposure", at(30)),
@@ -169,3 +195,21 @@ def _version(s) -> int:
     from deltalake import DeltaTable
 
     return DeltaTable(s.table_path("windows")).version()
+
+
+def test_kafka_audit_windows_computes_and_prints_them(tmp_path, monkeypatch, capsys):
+    from kafka_audit import cli
+    from kafka_audit.settings import get_settings
+
+    _shrunk_warehouse(tmp_path)
+    monkeypatch.setenv("KAFKA_AUDIT_HOME", str(tmp_path))
+    get_settings.cache_clear()
+    try:
+        assert cli.main(["windows"]) == 0
+    finally:
+        get_settings.cache_clear()
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "2 windows in the windows table"
+    assert out[0].startswith("exposure t/0 2026-01-01 00:00:10 .. open: opened by isr_shrink")
+    assert out[0].endswith("7 acks, 0 lost") and out[1].startswith("reduced_redundancy t/0")
+    assert len(read_table(Settings(home=tmp_path).table_path("windows"), "windows")) == 2
