@@ -144,6 +144,11 @@ struct kconf {
         char spool_dir[PATH_MAX - 512];
         int fsync_ms;
         int segment_records;
+        /* kaudit.acks: the acks the producer writes with, declared where the plugin cannot
+         * see it: acks is a topic-level property, and an application that sets it on a
+         * topic handle's own configuration (kcat -P: -X acks=1) leaves the producer's
+         * configuration, all an interceptor can read, at the default ("all") */
+        char acks[32];
         struct kinst *inst; /* the producer created from this conf, if any */
 };
 
@@ -232,8 +237,8 @@ static size_t varint_size(int64_t n) {
 /* ---- configuration ------------------------------------------------------------------ */
 
 static const char *known_props =
-    "kaudit.producer.id, kaudit.run.id, kaudit.spool.dir, kaudit.spool.fsync.ms, "
-    "kaudit.spool.segment.records";
+    "kaudit.producer.id, kaudit.run.id, kaudit.acks, kaudit.spool.dir, "
+    "kaudit.spool.fsync.ms, kaudit.spool.segment.records";
 
 static int valid_id(const char *v, char *errstr, size_t size, const char *what) {
         size_t n = strlen(v);
@@ -283,6 +288,14 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name,
                         return RD_KAFKA_CONF_INVALID;
                 }
                 snprintf(kc->spool_dir, sizeof(kc->spool_dir), "%s", val);
+        } else if (!strcmp(name, "kaudit.acks")) {
+                if (strcmp(val, "0") && strcmp(val, "1") && strcmp(val, "-1") &&
+                    strcmp(val, "all")) {
+                        set_err(errstr, errstr_size,
+                                "kaudit: %s must be 0, 1, -1 or all, got \"%s\"", name, val);
+                        return RD_KAFKA_CONF_INVALID;
+                }
+                snprintf(kc->acks, sizeof(kc->acks), "%s", val);
         } else if (!strcmp(name, "kaudit.spool.fsync.ms")) {
                 if (!parse_int(val, -1, 3600000, &x) || x == 0) {
                         set_err(errstr, errstr_size,
@@ -778,7 +791,10 @@ static int write_meta(struct kinst *in, const rd_kafka_conf_t *conf, char *errst
         long inflight_n;
         const char *acks_v;
 
-        conf_str(conf, "acks", acks, sizeof(acks));
+        if (*in->conf->acks)
+                snprintf(acks, sizeof(acks), "%s", in->conf->acks);
+        else
+                conf_str(conf, "acks", acks, sizeof(acks));
         conf_str(conf, "enable.idempotence", idem, sizeof(idem));
         conf_str(conf, "message.send.max.retries", retries, sizeof(retries));
         conf_str(conf, "max.in.flight.requests.per.connection", inflight, sizeof(inflight));

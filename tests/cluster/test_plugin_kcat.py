@@ -17,6 +17,7 @@ from kafka_audit.producers.native import load_plugin, native_spool_root
 from kafka_audit.scenarios.harness import audit_until_settled, findings_of
 from kafka_audit.scenarios.harness import expand_rows as expand
 from kafka_audit.schemas.stamp import HEADER
+from kafka_audit.schemas.verdicts import cause_name
 
 from ..support.native_checks import leader_kill, ledger_reports, read_log
 
@@ -36,6 +37,19 @@ def kcat_args(cluster, settings, topic, run_id, *extra):
 
 def delivered(stderr: str) -> list[tuple[int, int]]:
     return sorted((int(p), int(o)) for p, o in DELIVERED.findall(stderr))
+
+
+def ledger_rows(settings, run_id: str) -> list[dict]:
+    from kafka_audit.store import read_table
+
+    return [r for r in read_table(settings.table_path("acks"), "acks").to_pylist()
+            if r["run_id"] == run_id]
+
+
+def twice_acked(stderr: str) -> int:
+    """Offsets kcat was told twice (a truncated write's, then its successor's)."""
+    told = delivered(stderr)
+    return len(told) - len(set(told))
 
 
 def ship(settings):
@@ -144,8 +158,12 @@ def test_kcat_acks1_leader_kill_loss_is_found(cluster, spark, settings, topic):
     err_path = settings.home_dir / "kcat.err"
     settings.home_dir.mkdir(parents=True, exist_ok=True)
     with open(err_path, "w") as err:
+        # kcat -P puts acks on its topic handle's configuration, which an interceptor cannot
+        # read: kaudit.acks declares it (without it the ledger said "all" and the cause
+        # "unknown", hidden while the watcher was blind through the kill)
         proc = subprocess.Popen(kcat_args(cluster, settings, topic, run_id, "-X", "acks=1",
-                                          "-X", "message.timeout.ms=60000", "-X", "linger.ms=5"),
+                                          "-X", "kaudit.acks=1", "-X", "message.timeout.ms=60000",
+                                          "-X", "linger.ms=5"),
                                 stdin=subprocess.PIPE, stderr=err, text=True)
     stop = threading.Event()
     sent = [0]
@@ -167,8 +185,13 @@ def test_kcat_acks1_leader_kill_loss_is_found(cluster, spark, settings, topic):
     feeder.start()
     try:
         time.sleep(3)  # a stream before the fault: part of the scenario
-        killed = leader_kill(cluster, topic)
-        time.sleep(3)  # and after the heal: the frontier must pass the loss
+        for _attempt in range(3):
+            killed = leader_kill(cluster, topic)
+            time.sleep(3)  # and after the heal: the frontier must pass the loss
+            # whether the fault lost writes is the cluster's to decide (once in CI the lag
+            # window acknowledged nothing): kcat's own reports say so, an offset acked twice
+            if twice_acked(err_path.read_text()):
+                break
     finally:
         stop.set()
         feeder.join(60)
@@ -185,12 +208,14 @@ def test_kcat_acks1_leader_kill_loss_is_found(cluster, spark, settings, topic):
     found = {r.stamp.seq for r in log.values() if r.stamp is not None}
     truth = sorted((part, off, seq) for seq, _t, part, off, e in reports
                    if e is None and seq not in found)
-    assert truth, "acks=1 with a leader SIGKILL mid-stream is expected to lose writes"
+    assert truth, "acks=1 with three leader SIGKILLs mid-stream is expected to lose writes"
+    assert len(truth) == twice_acked(err_path.read_text())  # each lost one's offset reused
     audit_until_settled(spark, settings, topic, progress=print)
     lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
     assert expand(lost, "partition", "offset", "seq") == truth
     # the fail-over is the cause, unless the watcher was blind through it (a loaded machine:
     # its metadata requests time out while the followers are frozen), which the cause says
-    assert all(r["cause"] == "acks=1 fail-over" or r["cause"].startswith(
+    assert all(cause_name(r["cause"]) == "acks=1 fail-over" or r["cause"].startswith(
         "unknown: watcher blind") for r in lost), {r["cause"] for r in lost}
+    assert {r["acks"] for r in ledger_rows(settings, run_id)} == {"1"}
     assert {r["run_id"] for r in lost} == {run_id} and killed in cluster.running()

@@ -61,10 +61,23 @@ def test_the_plugins_checksum_is_the_stamp_rules_xxh64(plugin):
     ("kaudit.spool.fsync.ms", "0", r"must be -1 \(never\) or 1-3600000"),
     ("kaudit.producer.id", "x" * 256, "1-255 bytes"),
     ("kaudit.spool.segment.records", "3", "16-16777216"),
+    ("kaudit.acks", "2", "must be 0, 1, -1 or all"),
 ])
 def test_a_bad_kaudit_property_is_a_configuration_error(tmp_path, prop, value, says):
     with pytest.raises(KafkaException, match=says):
         Producer(conf(tmp_path, **{prop: value}))
+
+
+@pytest.mark.parametrize("extra, recorded", [
+    ({}, "all"), ({"acks": "1"}, "1"), ({"acks": "0"}, "0"), ({"acks": "-1"}, "all"),
+    # declared: the application sets acks where the plugin cannot read it (kcat -P)
+    ({"kaudit.acks": "1"}, "1"), ({"acks": "1", "kaudit.acks": "all"}, "all"),
+])
+def test_the_run_records_the_acks_it_writes_with(tmp_path, extra, recorded):
+    p = Producer(conf(tmp_path, **{"kaudit.run.id": "acks", **extra}))
+    del p
+    (meta,) = (tmp_path / "spool").glob("*/meta")
+    assert f"\nacks={recorded}\n" in meta.read_text()
 
 
 def test_the_plugin_refuses_a_librdkafka_it_was_not_tested_with(tmp_path):
