@@ -31,6 +31,7 @@ from importlib import resources
 from pathlib import Path
 
 from kafka_audit.clients import admin_client, producer_config
+from kafka_audit.deploy import cgroups
 from kafka_audit.deploy.jars import broker_classpath
 from kafka_audit.deploy.security import LISTENER, SCRAM_MECHANISM, ClusterSecurity
 from kafka_audit.errors import ClusterError
@@ -213,10 +214,28 @@ class LocalCluster:
             return pid
         conf = self._write_config(node)
         out = open(self.node_dir(node) / "logs" / "stdout.log", "ab")
+        group = cgroups.prepare(self.cgroup(node))  # None: no cgroup v2 to write here
         proc = subprocess.Popen(self._java("kafka.Kafka", str(conf), node=node),
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+                                preexec_fn=cgroups.join_fn(group) if group else None)
         self._pid_file(node).write_text(str(proc.pid))
         return proc.pid
+
+    def cgroup(self, node: int) -> str:
+        """The node's cgroup relative to the cgroup v2 root (``deploy/cgroups.py``)."""
+        return cgroups.node_cgroup(str(self.cfg.broker_port(1)), node)
+
+    def in_cgroup(self, node: int) -> bool:
+        """Whether the running broker ``node`` lives in its own cgroup (then a fault can
+        match its traffic: ``scenarios/faults.py``, ``isolate``)."""
+        pid = self.pid(node)
+        if pid is None:
+            return False
+        try:
+            lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+        except OSError:
+            return False
+        return f"0::/{self.cgroup(node)}" in lines
 
     def signal(self, node: int, sig: int) -> None:
         pid = self.pid(node)
@@ -285,6 +304,8 @@ class LocalCluster:
             if pid is not None and not _wait_exit(pid, 45, raise_on_timeout=False):
                 os.kill(pid, signal.SIGKILL)
                 _wait_exit(pid, 30)
+        for n in self.nodes:
+            cgroups.remove(self.cgroup(n))
 
     def admin(self):
         return admin_client(self.bootstrap, **{"socket.timeout.ms": 5000})
@@ -343,8 +364,13 @@ class LocalCluster:
         infos = self.partitions(topic)
         return len(infos) == partitions and all(i.leader >= 0 for i in infos)
 
-    def partitions(self, topic: str | None = None) -> list[PartitionInfo]:
-        md = self.admin().list_topics(topic=topic, timeout=5)
+    def partitions(self, topic: str | None = None, seen_by: int | None = None
+                   ) -> list[PartitionInfo]:
+        """The partitions as the cluster's metadata says, or as broker ``seen_by`` alone says
+        (a new client whose only bootstrap it is: an isolated broker's view is its own)."""
+        admin = self.admin() if seen_by is None else admin_client(
+            f"{self.cfg.host}:{self.cfg.broker_port(seen_by)}", **{"socket.timeout.ms": 5000})
+        md = admin.list_topics(topic=topic, timeout=5)
         out = []
         for name, t in sorted(md.topics.items()):
             if t.error is not None:
@@ -375,8 +401,18 @@ class LocalCluster:
         wait_until(preferred, timeout, f"the preferred replica to lead {topic}-{partition}",
                    every=1)
 
-    def leader_of(self, topic: str, partition: int) -> int:
-        for info in self.partitions(topic):
+    def log_end(self, topic: str, partition: int) -> int:
+        """The partition's log end (high watermark) as its leader answers now."""
+        from confluent_kafka import TopicPartition
+        from confluent_kafka.admin import OffsetSpec
+
+        admin = self.admin()  # referenced until its future resolves
+        futures = admin.list_offsets({TopicPartition(topic, partition): OffsetSpec.latest()},
+                                     request_timeout=5)
+        return int(next(iter(futures.values())).result(timeout=10).offset)
+
+    def leader_of(self, topic: str, partition: int, seen_by: int | None = None) -> int:
+        for info in self.partitions(topic, seen_by):
             if info.partition == partition:
                 return info.leader
         raise ClusterError(f"no such partition {topic}-{partition}")

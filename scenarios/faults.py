@@ -14,6 +14,13 @@ the leader off from its followers while its clients still reach it: the
 followers stop fetching and leave the ISR at the next append. On a client
 port it makes a new client's writes to that broker time out unsent.
 
+``isolate(cluster, node)`` cuts one broker off from every other broker, both ways,
+on the paths brokers use among themselves (the controller quorum and replication),
+while its clients still reach it on its client port: the isolated-leader and
+partitioned-follower faults. Its own listeners are cut by port; its connections to
+the others' listeners by its cgroup (``deploy/cgroups.py``: on loopback, a port or an
+address cannot tell one broker's outgoing connections from another's).
+
 The rule is removed on exit, whatever happens inside.
 
 Needs root and the ``iptables`` command (``bash dev.sh setup`` installs it).
@@ -29,7 +36,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 from kafka_audit.errors import ClusterError
 
-__all__ = ["drop_responses", "cut_port"]
+__all__ = ["drop_responses", "cut_port", "isolate"]
 
 
 def _iptables(action: str, rule: list[str]) -> None:
@@ -66,3 +73,21 @@ def drop_responses(port: int) -> AbstractContextManager[None]:
 def cut_port(port: int) -> AbstractContextManager[None]:
     """Drop everything to and from loopback ``port``, until the block ends."""
     return _dropping(_drop("--dport", port), _drop("--sport", port))
+
+
+def isolate(cluster, node: int) -> AbstractContextManager[None]:
+    """Cut broker ``node`` of ``cluster`` (a ``LocalCluster``, started with cgroups) off
+    from the other brokers on their controller and replication listeners, both ways,
+    until the block ends; its client listener stays open."""
+    if not cluster.in_cgroup(node):
+        raise ClusterError(f"node {node} does not run in its own cgroup (needs a writable "
+                           f"cgroup v2 hierarchy, as root, when the cluster starts): its "
+                           f"connections cannot be told from the other brokers'")
+    cfg = cluster.cfg
+    own = [cfg.controller_port(node), cfg.replication_port(node)]
+    others = [p for m in cluster.nodes if m != node
+              for p in (cfg.controller_port(m), cfg.replication_port(m))]
+    mine = ["-m", "cgroup", "--path", cluster.cgroup(node)]
+    return _dropping(*(_drop(d, p) for p in own for d in ("--dport", "--sport")),
+                     *(["OUTPUT", "-o", "lo", "-p", "tcp", *mine, "--dport", str(p), "-j",
+                        "DROP"] for p in others))
