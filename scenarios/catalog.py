@@ -11,9 +11,10 @@ timeline.
 Each scenario says what the cluster is expected to do to acknowledged writes
 (``expect_loss``: True, False, or None where the cluster decides and the report just
 says what it did), which causes its losses may carry, and which windows must appear.
-Faults here are processes stopped, killed or restarted, and listeners cut with
-iptables on loopback (``scenarios/faults.py``): cutting a leader from the controller
-quorum alone needs network namespaces and is not among them yet.
+Faults here are processes stopped, killed or restarted, listeners cut with iptables on
+loopback, and one broker cut off from the others (``scenarios/faults.py``, ``isolate``:
+its own listeners by port, its connections to the others by its cgroup) while its
+clients still reach it.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.scenarios.faults import cut_port
+from kafka_audit.scenarios.faults import cut_port, isolate
 
 __all__ = ["Scenario", "Context", "SCENARIOS", "scenario"]
 
@@ -191,6 +192,45 @@ def _rolling_restart(ctx: Context) -> None:
     ctx.heal_all()
 
 
+def _isolated(ctx: Context, node: int, hold: float) -> None:
+    """``node`` cut off from the other brokers until the quorum has fenced it and (if it
+    led) elected another leader, then ``hold`` seconds more; its clients reach it all
+    along. What the quorum decides is read from another broker: the isolated one's own
+    metadata is stale."""
+    other = next(n for n in ctx.cluster.nodes if n != node)  # type: ignore[attr-defined]
+    led = ctx.leader() == node
+    with isolate(ctx.cluster, node):
+        ctx.fault("node_isolated", node=node, led=led)
+        wait_until(lambda: node not in ctx.cluster.partitions(  # type: ignore[attr-defined]
+            ctx.topic, seen_by=other)[0].isr, 60, f"node {node} out of the ISR")
+        if led:
+            new = wait_until(lambda: (n if (n := ctx.cluster.leader_of(  # type: ignore
+                ctx.topic, 0, seen_by=other)) not in (-1, node) else None), 60,
+                "the quorum to elect another leader")
+            ctx.fault("leader_elected", node=new, while_isolated=node)
+        _pause(ctx, hold)  # the isolated node keeps serving its clients meanwhile
+    ctx.fault("node_healed", node=node)
+
+
+def _isolated_leader(ctx: Context) -> None:
+    """The leader cut off from the controllers and its followers: the quorum fences it
+    and elects a follower; the old leader, unaware, keeps acknowledging its producers
+    until it is healed and truncates to the new leader's log."""
+    _pause(ctx, ctx.seconds * 0.2)
+    _isolated(ctx, ctx.leader(), ctx.seconds * 0.3)
+    ctx.heal_all()
+
+
+def _follower_partitioned(ctx: Context) -> None:
+    """A follower cut off from the leader and the controllers: it leaves the ISR and is
+    fenced; writes go on with the other two replicas."""
+    _pause(ctx, ctx.seconds * 0.2)
+    leader = ctx.leader()
+    follower = next(n for n in ctx.cluster.nodes if n != leader)  # type: ignore[attr-defined]
+    _isolated(ctx, follower, ctx.seconds * 0.3)
+    ctx.heal_all()
+
+
 scenario(Scenario(
     "acks1-leader-kill", "acks=1, the leader SIGKILLed mid-stream: loss", _acks1_kill,
     acks="1", expect_loss=True, causes=frozenset({"acks=1 fail-over"})))
@@ -220,3 +260,19 @@ scenario(Scenario(
 scenario(Scenario(
     "rolling-restart", "a healthy rolling restart of all three brokers: no loss, no false "
     "finding", _rolling_restart, idempotence=True, expect_loss=False))
+scenario(Scenario(
+    "isolated-leader", "acks=1, the leader cut off from the controllers and its followers "
+    "but reachable by its producers: it keeps acknowledging after the quorum elected "
+    "another leader; loss", _isolated_leader, acks="1", expect_loss=True,
+    causes=frozenset({"acks=1 fail-over", "isolated leader (split brain)"}),
+    windows=frozenset({"reduced_redundancy"})))
+scenario(Scenario(
+    "isolated-leader-min-isr-2", "the same with acks=all and min.insync.replicas=2: the "
+    "old leader cannot commit, its writes time out; no loss", _isolated_leader,
+    topic_config={"min.insync.replicas": "2"}, expect_loss=False,
+    producer={"retries": 0, "message.timeout.ms": 3000, "request.timeout.ms": 2000},
+    windows=frozenset({"reduced_redundancy"})))
+scenario(Scenario(
+    "follower-partitioned", "a follower cut off from the leader and the controllers: no "
+    "loss, a reduced-redundancy window", _follower_partitioned, expect_loss=False,
+    windows=frozenset({"reduced_redundancy"})))

@@ -92,10 +92,16 @@ def _produce(settings: Settings, topic: str, s, stop: threading.Event, holder: d
             **s.producer}
     p = AuditedProducer(conf, s.name, settings, keep_record=True)
     holder["p"] = p
-    start, sent = time.monotonic(), 0
+    start, sent, paced = time.monotonic(), 0, 0
     pad = b"x" * 88
-    while not stop.is_set() and sent < most:  # a slow heal does not make a longer run
-        if sent > (time.monotonic() - start) * s.rate:
+    tail = False
+    while not stop.is_set():
+        if not tail and holder.get("tail"):  # after the heal: paced again from now on
+            tail, start, paced = True, time.monotonic(), sent
+        if sent >= most and not tail:  # a slow heal does not make a longer run
+            p.poll(0.05)
+            continue
+        if sent - paced > (time.monotonic() - start) * s.rate:
             p.poll(0.005)
             continue
         try:
@@ -107,6 +113,31 @@ def _produce(settings: Settings, topic: str, s, stop: threading.Event, holder: d
         if sent % 200 == 0:
             p.poll(0)
     p.close()
+
+
+def _past_every_ack(cluster, topic: str, holder: dict, progress, timeout: float = 60) -> None:
+    """Traffic goes on until the partition's log end passes the highest offset ever
+    acknowledged: a fault can leave acknowledged writes above where the healed log ends
+    (an isolated leader's), and the audit judges an offset only once the log has passed
+    it (until then they are pending, then unseen, never a verdict)."""
+    from kafka_audit.deploy.cluster import wait_until
+
+    def passed() -> bool:
+        p = holder.get("p")
+        acked = [] if p is None else [o for _s, _t, part, o in (p.record or [])
+                                      if part == 0 and o >= 0]  # (a producer's len: queued)
+        end = cluster.log_end(topic, 0)  # type: ignore[attr-defined]
+        state["last"] = (len(acked), max(acked, default=None), end)
+        return bool(acked) and end > max(acked)
+
+    state: dict = {}
+
+    progress("traffic goes on until the log passes the highest acknowledged offset")
+    try:
+        wait_until(passed, timeout, "the log end to pass every acknowledged offset")
+    except Exception:
+        progress(f"(acked writes, highest acked offset, log end): {state.get('last')}")
+        raise
 
 
 def run_scenario(name: str, settings: Settings, cluster, spark, seed: int = 0,
@@ -141,7 +172,9 @@ def run_scenario(name: str, settings: Settings, cluster, spark, seed: int = 0,
         ctx = Context(cluster, settings, topic, random.Random(seed), seconds, fault, progress)
         t0 = time.monotonic()
         s.schedule(ctx)
+        holder["tail"] = True
         time.sleep(max(2.0, seconds - (time.monotonic() - t0)))  # traffic after the heal
+        _past_every_ack(cluster, topic, holder, progress)
     finally:
         stop.set()
         producer.join(180)

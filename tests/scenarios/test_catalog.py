@@ -11,7 +11,9 @@ from kafka_audit.scenarios.runner import run_scenario
 # acks1-leader-kill runs in test_faults.py, test_outages.py and test_secured_cluster.py;
 # isr-shrunk-unclean and retries-duplicates are the faults of test_unclean_election.py and
 # test_faults.py: the suite runs the catalog's others
-@pytest.mark.parametrize("name", ["min-isr-2", "leader-paused", "rolling-restart"])
+@pytest.mark.parametrize("name", ["min-isr-2", "leader-paused", "rolling-restart",
+                                  "isolated-leader", "isolated-leader-min-isr-2",
+                                  "follower-partitioned"])
 def test_scenario(name, cluster, spark, settings, tmp_path):
     report = run_scenario(name, settings, cluster, spark, seed=1, seconds=8,
                           out_dir=tmp_path, progress=print)
