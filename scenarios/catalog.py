@@ -231,6 +231,10 @@ def _follower_partitioned(ctx: Context) -> None:
     ctx.heal_all()
 
 
+#: a producer that reports a write it cannot place within seconds, without retrying: the
+#: scenarios where the cluster refuses or cannot commit writes
+GIVE_UP_FAST = {"retries": 0, "message.timeout.ms": 3000, "request.timeout.ms": 2000}
+
 scenario(Scenario(
     "acks1-leader-kill", "acks=1, the leader SIGKILLed mid-stream: loss", _acks1_kill,
     acks="1", expect_loss=True, causes=frozenset({"acks=1 fail-over"})))
@@ -246,7 +250,7 @@ scenario(Scenario(
     "min-isr-2", "acks=all, min.insync.replicas=2, the ISR shrunk to the leader: writes "
     "refused, no loss; rejection and exposure windows", _min_isr_2_same_faults,
     topic_config={"min.insync.replicas": "2"}, expect_loss=False,
-    producer={"retries": 0, "message.timeout.ms": 3000, "request.timeout.ms": 2000},
+    producer=GIVE_UP_FAST,
     windows=frozenset({"rejection", "exposure"})))
 scenario(Scenario(
     "leader-paused", "the leader frozen (SIGSTOP) twice the broker session timeout, then "
@@ -270,7 +274,7 @@ scenario(Scenario(
     "isolated-leader-min-isr-2", "the same with acks=all and min.insync.replicas=2: the "
     "old leader cannot commit, its writes time out; no loss", _isolated_leader,
     topic_config={"min.insync.replicas": "2"}, expect_loss=False,
-    producer={"retries": 0, "message.timeout.ms": 3000, "request.timeout.ms": 2000},
+    producer=GIVE_UP_FAST,
     windows=frozenset({"reduced_redundancy"})))
 scenario(Scenario(
     "follower-partitioned", "a follower cut off from the leader and the controllers: no "
