@@ -66,7 +66,7 @@ def build(writes: int) -> dict:
 
     shutil.rmtree(HOME, ignore_errors=True)
     s = Settings(home=HOME)
-    per_second = writes // (SECONDS * len(PRODUCERS) * 3)  # per partition
+    per_second = -(-writes // (SECONDS * len(PRODUCERS) * 3))  # per partition, rounded up
     offsets = {(t, p): 0 for t in TOPICS for p in range(6)}
     acked = lost = 0
     ack_rows: dict[tuple, list] = {}  # (topic, partition) -> [(second, offset, count)]
