@@ -84,7 +84,7 @@ from kafka_audit.schemas.verdicts import (
 
 __all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "judge_partition",
            "likely_cause", "duplicate_cases", "reorder_witness", "Verdict", "Judgement",
-           "retained_reads", "coalesce_rereads"]
+           "retained_reads", "coalesce_rereads", "split_brain_spans", "acked_in_split_brain"]
 
 #: of two reads made at one instant, the direct re-read is the later word: it was asked
 #: for because the stream's view was in doubt
@@ -95,6 +95,12 @@ LEADER_CHANGES = ("leader_change", "offline")
 BLIND = "watcher_blind"
 #: a partition's log end (high watermark) went back: acknowledged data left the log
 LOG_END_DROP = "log_end_drop"
+#: two brokers each named themselves leader of the partition (the watcher's per-broker
+#: views, ``jobs/broker_views.py``), from ``SPLIT_BRAIN`` to ``SPLIT_BRAIN_END``
+SPLIT_BRAIN, SPLIT_BRAIN_END = "split_brain_enter", "split_brain_exit"
+#: a write acknowledged this long before two leaders were first seen may already have
+#: been acknowledged by the one cut off (the watcher sees it a poll and a lookup later)
+SPLIT_BRAIN_SLACK = timedelta(seconds=1)
 #: a failed report (or a success without an offset) is judged with this error name
 NO_OFFSET = "NO_OFFSET"
 #: why a copy of a write is read again: it was read before a leader change that may have
@@ -122,7 +128,8 @@ def settled_frontier(observations: Iterable[tuple[int, datetime]], now: datetime
 
 
 def likely_cause(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> str:
-    """Attribute a loss from the evidence only: the write's durability and the first
+    """Attribute a loss from the evidence only: two leaders at once when it was
+    acknowledged (an isolated leader), else the write's durability and the first
     leader change after it (the most specific explanation wins).
 
     Where the watcher was blind (a ``watcher_blind`` gap) between the ack and that change
@@ -132,7 +139,8 @@ def likely_cause(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> 
     after = ack.first_ack - CAUSE_SLACK
     changes = sorted((e for e in events if e.kind in LEADER_CHANGES
                       and e.event_time >= after), key=lambda e: e.event_time)
-    cause = _cause_of(ack, changes, events)
+    cause = (Cause.isolated_leader if acked_in_split_brain(ack, events, now)
+             else _cause_of(ack, changes, events))
     end = changes[0].event_time if changes else now
     gaps = sorted((e.event_time, e.until) for e in events if e.kind == BLIND
                   and e.event_time <= end and (e.until is None or e.until >= after))
@@ -142,6 +150,31 @@ def likely_cause(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> 
         f"{a:%H:%M:%S}-{b:%H:%M:%S}" if b is not None else f"since {a:%H:%M:%S}"
         for a, b in gaps)
     return f"{Cause.unknown}: {blind}" if cause == Cause.unknown else f"{cause} ({blind})"
+
+
+def split_brain_spans(events: Sequence[ClusterEvent], now: datetime
+                      ) -> list[tuple[datetime, datetime]]:
+    """The spans in which two brokers each named themselves leader (an open one ends
+    ``now``), from the watcher's ``split_brain_enter``/``_exit`` events (pure)."""
+    spans, start = [], None
+    for e in sorted((e for e in events if e.kind in (SPLIT_BRAIN, SPLIT_BRAIN_END)),
+                    key=lambda e: (e.event_time, e.kind != SPLIT_BRAIN)):
+        if e.kind == SPLIT_BRAIN and start is None:
+            start = e.event_time
+        elif e.kind == SPLIT_BRAIN_END and start is not None:
+            spans.append((start, e.event_time))
+            start = None
+    if start is not None:
+        spans.append((start, max(now, start)))
+    return spans
+
+
+def acked_in_split_brain(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> bool:
+    """Whether the run was acknowledged while two brokers acted as leader (from
+    :data:`SPLIT_BRAIN_SLACK` before it was seen): a lost write acknowledged then was
+    acknowledged by the leader the quorum had replaced."""
+    return any(ack.last_ack >= start - SPLIT_BRAIN_SLACK and ack.first_ack <= end
+               for start, end in split_brain_spans(events, now))
 
 
 def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],

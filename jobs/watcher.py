@@ -11,6 +11,11 @@ A poll sees the state at one instant: changes shorter than the interval can be
 missed, which is why the audit never relies on events to *find* a loss, only
 to attribute one.
 
+Besides, each poll asks every broker ever registered for its own view
+(``jobs/broker_views.py``; PLAINTEXT profiles): a broker cut off from the quorum
+still names itself leader while another does at a newer epoch. Two such claims in
+two polls in a row write ``split_brain_enter``; ``split_brain_exit`` when they end.
+
 Outages: a poll that fails (metadata timeouts, every broker unreachable,
 authentication refused) is retried with a capped doubling wait; one log line
 says when polls start failing and one when they work again. What the watcher
@@ -141,6 +146,17 @@ class ClusterWatcher:
         self.brokers: set[int] | None = None
         self._next_config = self._next_log_end = datetime.min.replace(tzinfo=UTC)
         self._cluster_asked = None  # a describe_cluster not answered yet
+        #: every broker ever registered (a fenced one may still act as leader): id -> address
+        self.known_brokers: dict[int, tuple[str, int]] = {}
+        #: partitions two brokers lead at once now: key -> {broker: leader epoch}
+        self.two_leaders: dict[tuple[str, int], dict[int, int]] = {}
+        self._seen_two: dict[tuple[str, int], datetime] = {}  # first poll that saw two
+        protocol = str(cluster_config(settings).get("security.protocol", "plaintext")).lower()
+        self.broker_views = protocol == "plaintext"
+        if not self.broker_views:
+            log.info("per-broker views need a PLAINTEXT listener; over %s the watcher sees "
+                     "one view and cannot observe two leaders at once", protocol.upper())
+        self._pool = None
         self.outage = Outage("watcher", StatusWriter(settings.home_dir, "watcher"), log,
                              settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
 
@@ -182,6 +198,8 @@ class ClusterWatcher:
                     })
                     changed.append(key)
                 self.state[key] = view
+        self.known_brokers.update({b.id: (b.host, b.port) for b in md.brokers.values()})
+        rows += self._split_brain(topics, now)
         sample = now >= self._next_log_end
         asked = sorted(self.state) if sample else sorted(set(changed))
         if asked:
@@ -259,6 +277,51 @@ class ClusterWatcher:
             except (KeyError, TypeError, ValueError):
                 pass
         return rows
+
+    def _split_brain(self, topics: list[str], now: datetime) -> list[dict]:
+        """Every known broker asked for its own view (``jobs/broker_views.py``), all at once,
+        within the lookup budget; a ``split_brain_enter`` row when two brokers each name
+        themselves leader of a partition, ``split_brain_exit`` when that ends. Brokers that
+        do not answer in time have no say this poll."""
+        if not self.broker_views or not self.known_brokers or not topics:
+            return []
+        from concurrent.futures import ThreadPoolExecutor
+
+        from kafka_audit.jobs.broker_views import ask, claimants
+
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="broker-view")
+        futures = {b: self._pool.submit(ask, host, port, topics, LOOKUP_BUDGET_SECONDS)
+                   for b, (host, port) in sorted(self.known_brokers.items())}
+        views = {b: v for b, (_brokers, v) in answered(futures).items()}
+        rows = []
+        for key in sorted(self.state):
+            if key[0] not in topics:
+                continue
+            claim = claimants(views, key)
+            before = self.two_leaders.get(key)
+            if len(claim) >= 2:
+                first = self._seen_two.setdefault(key, now)
+                if before is None and first < now:  # seen by two polls in a row: not a
+                    # broker's first moments after a restart, before its metadata caught up
+                    rows.append(self._two_leaders_row(first, key, "split_brain_enter", claim))
+                if before is not None or first < now:
+                    self.two_leaders[key] = claim
+            elif len(views) >= 2:  # none, or ended: as two answers or more say
+                self._seen_two.pop(key, None)
+                if before is not None:
+                    del self.two_leaders[key]
+                    rows.append(self._two_leaders_row(now, key, "split_brain_exit", before))
+        return rows
+
+    def _two_leaders_row(self, now: datetime, key: tuple[str, int], kind: str,
+                         claim: dict[int, int]) -> dict:
+        newest = max(claim, key=lambda b: (claim[b], b))
+        oldest = min(claim, key=lambda b: (claim[b], b))
+        return {"event_time": now, "topic": key[0], "partition": key[1], "kind": kind,
+                "leader": newest, "previous_leader": oldest,
+                "leader_epoch": claim[newest], "source": "watcher:broker_views",
+                "detail": json.dumps({"leaders": {str(b): e for b, e in sorted(claim.items())}})}
 
     def _cluster(self, now: datetime) -> list[dict]:
         """The registered (unfenced) brokers; a row for each change."""

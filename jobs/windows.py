@@ -12,10 +12,12 @@ events that opened and closed it, and the acknowledged writes and losses inside 
   ISR; nothing at risk yet unless exposure follows;
 * **rejection** (:func:`rejection_windows`): producers were refused
   (``NOT_ENOUGH_REPLICAS`` and kin): availability lost, data kept;
-* **split_brain** (:func:`split_brain_windows`): two brokers both accepted writes as
-  leader: a write lost at an offset was acknowledged *after* the write that sits there
-  now (the old leader kept acknowledging while the new one did), from the first such
-  ack to the last.
+* **split_brain**: two brokers both acted as leader. Observed (:func:`two_leader_windows`):
+  the watcher asked every broker for its own view, and two each named themselves
+  leader (``split_brain_enter`` to ``split_brain_exit``). Inferred
+  (:func:`split_brain_windows`): a write lost at an offset was acknowledged *after* the
+  write that sits there now (the old leader kept acknowledging while the new one did),
+  from the first such ack to the last.
 
 ISR observations made at one instant are unordered: at an instant the state is
 the worst any of them shows (as the verdict rules read them).
@@ -28,9 +30,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
+from kafka_audit.jobs.rules import SPLIT_BRAIN, SPLIT_BRAIN_END
 
 __all__ = ["Window", "exposure_windows", "reduced_redundancy_windows", "rejection_windows",
-           "split_brain_windows", "partition_windows", "REJECTION_GAP", "window_of"]
+           "split_brain_windows", "two_leader_windows", "partition_windows", "REJECTION_GAP",
+           "window_of"]
 
 #: refusals closer together than this belong to one rejection window
 REJECTION_GAP = timedelta(seconds=5)
@@ -168,6 +172,31 @@ def window_of(windows: Sequence[Window], t: datetime | None,
     return None
 
 
+def two_leader_windows(events: Sequence[ClusterEvent], topic: str, partition: int,
+                       ) -> list[Window]:
+    """Where two brokers each named themselves leader, as the watcher's per-broker views
+    saw it (an open one lasts)."""
+    out: list[Window] = []
+    opened: ClusterEvent | None = None
+    for e in sorted((e for e in events if e.kind in (SPLIT_BRAIN, SPLIT_BRAIN_END)),
+                    key=lambda e: (e.event_time, e.kind != SPLIT_BRAIN)):
+        if e.kind == SPLIT_BRAIN and opened is None:
+            opened = e
+        elif e.kind == SPLIT_BRAIN_END and opened is not None:
+            out.append(Window("split_brain", topic, partition, opened.event_time, e.event_time,
+                              _two(opened), f"{e.kind} at {e.event_time.isoformat()}"))
+            opened = None
+    if opened is not None:
+        out.append(Window("split_brain", topic, partition, opened.event_time, None,
+                          _two(opened)))
+    return out
+
+
+def _two(e: ClusterEvent) -> str:
+    return (f"brokers {e.previous_leader} and {e.leader} each named themselves leader at "
+            f"{e.event_time.isoformat()}")
+
+
 def partition_windows(topic: str, partition: int, events: Sequence[ClusterEvent],
                       min_isr: int | None, acks: Sequence[AckRun],
                       losses: Sequence[Finding], confirmed: Sequence[Finding] = ()
@@ -177,7 +206,8 @@ def partition_windows(topic: str, partition: int, events: Sequence[ClusterEvent]
     ws = [*exposure_windows(events, min_isr, topic, partition),
           *reduced_redundancy_windows(events, topic, partition),
           *rejection_windows(acks, topic, partition),
-          *split_brain_windows(losses, confirmed, topic, partition)]
+          *split_brain_windows(losses, confirmed, topic, partition),
+          *two_leader_windows(events, topic, partition)]
     placed = [(a.first_ack, a.count) for a in acks if a.placed] + [
         (c.ack_time, c.count) for c in confirmed if c.ack_time is not None]
     counted = []

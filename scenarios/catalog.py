@@ -269,13 +269,13 @@ scenario(Scenario(
     "but reachable by its producers: it keeps acknowledging after the quorum elected "
     "another leader; loss", _isolated_leader, acks="1", expect_loss=True,
     causes=frozenset({"acks=1 fail-over", "isolated leader (split brain)"}),
-    windows=frozenset({"reduced_redundancy"})))
+    windows=frozenset({"reduced_redundancy", "split_brain"})))
 scenario(Scenario(
     "isolated-leader-min-isr-2", "the same with acks=all and min.insync.replicas=2: the "
     "old leader cannot commit, its writes time out; no loss", _isolated_leader,
     topic_config={"min.insync.replicas": "2"}, expect_loss=False,
     producer=GIVE_UP_FAST,
-    windows=frozenset({"reduced_redundancy"})))
+    windows=frozenset({"reduced_redundancy", "split_brain"})))
 scenario(Scenario(
     "follower-partitioned", "a follower cut off from the leader and the controllers: no "
     "loss, a reduced-redundancy window", _follower_partitioned, expect_loss=False,

@@ -103,7 +103,9 @@ TABLES: dict[str, list[Column]] = {
                                    "watcher_blind (a gap: nothing was observed from "
                                    "event_time to until; topic '' and partition -1) | "
                                    "log_end_drop | topic_config | broker_fenced | "
-                                   "broker_unfenced"),
+                                   "broker_unfenced | split_brain_enter | "
+                                   "split_brain_exit (two brokers each named themselves "
+                                   "leader: leader the newer, previous_leader the older)"),
         C("leader", "int", True),
         C("previous_leader", "int", True),
         C("isr", "int_list", True),
@@ -118,7 +120,8 @@ TABLES: dict[str, list[Column]] = {
         C("detail", "string", True, "JSON: topic_config: replication factor, "
                                     "min.insync.replicas, unclean.leader.election.enable, "
                                     "flush settings; broker_*: broker; log_end_drop: the log "
-                                    "end before"),
+                                    "end before; split_brain_*: each claimant's leader "
+                                    "epoch"),
     ],
     "findings": [
         C("finding_id", "string", False, "deterministic id of the finding"),

@@ -1,0 +1,122 @@
+"""Two leaders at once: the Metadata v8 codec the watcher asks each broker with, the
+watcher's split-brain events from per-broker views, the cause of a loss acknowledged
+then, and the observed split-brain window."""
+
+import struct
+
+import pytest
+
+from kafka_audit.jobs import broker_views
+from kafka_audit.jobs.broker_views import BrokerView, claimants, decode_response, encode_request
+from kafka_audit.jobs.model import ClusterEvent, Finding
+from kafka_audit.jobs.rules import likely_cause, split_brain_spans
+from kafka_audit.jobs.windows import partition_windows, two_leader_windows
+from kafka_audit.schemas.verdicts import Cause
+
+from ..support.histories import ack, at, leader_change
+
+
+def s(v):
+    b = v.encode()
+    return struct.pack(">h", len(b)) + b
+
+
+def ints(values):
+    return struct.pack(">i", len(values)) + b"".join(struct.pack(">i", v) for v in values)
+
+
+def response(corr, partitions, brokers=((1, "h1", 9091), (2, "h2", 9092))):
+    """A Metadata v8 response body, laid out as the protocol says."""
+    body = struct.pack(">ii", corr, 0) + struct.pack(">i", len(brokers))
+    for node, host, port in brokers:
+        body += struct.pack(">i", node) + s(host) + struct.pack(">i", port) + struct.pack(">h", -1)
+    body += s("cluster") + struct.pack(">i", 2) + struct.pack(">i", 1)  # one topic
+    body += struct.pack(">h", 0) + s("t") + struct.pack(">b", 0) + struct.pack(">i", len(
+        partitions))
+    for index, leader, epoch, replicas, isr, error in partitions:
+        body += struct.pack(">hiii", error, index, leader, epoch) + ints(replicas) + ints(isr)
+        body += ints([])
+    return body + struct.pack(">i", 0) + struct.pack(">i", 0)
+
+
+def test_the_metadata_request_and_response_codec():
+    req = encode_request(7, "me", ["t", "u"])
+    size, key, version, corr = struct.unpack_from(">ihhi", req)
+    assert (size, key, version, corr) == (len(req) - 4, 3, 8, 7)
+    assert req.endswith(s("t") + s("u") + b"\x00\x00\x00")
+    brokers, views = decode_response(response(7, [(0, 2, 5, [2, 3, 1], [3, 2], 0),
+                                                  (1, -1, 4, [1, 2, 3], [], 5)]), 7)
+    assert brokers == {1: ("h1", 9091), 2: ("h2", 9092)}
+    # a partition in error (5: leader not available) has no view
+    assert views == {("t", 0): BrokerView(2, 5, (2, 3), (2, 3, 1))}
+    with pytest.raises(ValueError, match="another request"):
+        decode_response(response(8, []), 7)
+    with pytest.raises(ValueError, match="ends early"):
+        decode_response(response(7, [(0, 2, 5, [2], [2], 0)])[:-9], 7)
+
+
+def test_claimants_are_the_brokers_naming_themselves_leader():
+    key = ("t", 0)
+    stale, new = BrokerView(1, 4, (1, 2, 3), (1, 2, 3)), BrokerView(2, 5, (2, 3), (1, 2, 3))
+    assert claimants({1: {key: stale}, 2: {key: new}, 3: {key: new}}, key) == {1: 4, 2: 5}
+    assert claimants({2: {key: new}, 3: {key: new}}, key) == {2: 5}  # one view, one leader
+
+
+def test_the_watcher_writes_two_leaders_seen_by_two_polls_in_a_row(tmp_path, monkeypatch):
+    from kafka_audit.jobs.watcher import ClusterWatcher, PartitionView
+    from kafka_audit.settings import Settings
+
+    key = ("t", 0)
+    stale, new = BrokerView(1, 4, (1, 2, 3), (1, 2, 3)), BrokerView(2, 5, (2, 3), (1, 2, 3))
+    answers: dict = {}
+    monkeypatch.setattr(broker_views, "ask", lambda host, port, topics, timeout:
+                        ({}, answers[port]) if port in answers else (_ for _ in ()).throw(
+                            OSError("timed out")))
+    w = ClusterWatcher(Settings(home=tmp_path))
+    w.state[key] = PartitionView(2, (2, 3), (1, 2, 3))
+    w.known_brokers = {1: ("h", 1), 2: ("h", 2), 3: ("h", 3)}
+
+    def poll(sec):
+        return [(r["kind"], r["event_time"], r["leader"], r["previous_leader"])
+                for r in w._split_brain(["t"], at(sec))]
+
+    answers.update({1: {key: stale}, 2: {key: new}, 3: {key: new}})
+    assert poll(0) == []  # once: maybe a broker's first moments after a restart
+    assert poll(1) == [("split_brain_enter", at(0), 2, 1)]
+    assert poll(2) == []  # lasting
+    del answers[1]  # the stale one does not answer: no say, the others see one leader
+    assert poll(3) == [("split_brain_exit", at(3), 2, 1)]
+    answers[1] = {key: stale}
+    assert poll(4) == [] and poll(5) == [("split_brain_enter", at(4), 2, 1)]
+    answers.clear()  # nobody answers: nothing is decided
+    assert poll(6) == [] and w.two_leaders == {key: {1: 4, 2: 5}}
+
+
+def two(t: float, kind: str = "split_brain_enter") -> ClusterEvent:
+    return ClusterEvent(at(t), "t", 0, kind, 2, 1)
+
+
+def test_a_loss_acknowledged_while_two_brokers_led_is_an_isolated_leaders():
+    events = [leader_change(10), two(10.5), two(14, "split_brain_exit")]
+    assert split_brain_spans(events, at(100)) == [(at(10.5), at(14))]
+    assert likely_cause(ack(0, 0, acks="1", t=12), events, at(100)) == Cause.isolated_leader
+    # up to a second before the watcher saw it: already the cut-off leader's
+    assert likely_cause(ack(0, 0, acks="1", t=9.6), events, at(100)) == Cause.isolated_leader
+    assert likely_cause(ack(0, 0, acks="1", t=5), events, at(100)) == Cause.acks1_failover
+    # still open: it lasts until now
+    assert likely_cause(ack(0, 0, acks="all", t=50), [two(20)], at(100)) == \
+        Cause.isolated_leader
+    assert likely_cause(ack(0, 0, acks="all", t=50), [two(20)], at(40)) == Cause.unknown
+
+
+def test_two_leaders_seen_make_a_split_brain_window_with_the_acks_and_losses_inside():
+    events = [two(10), two(14, "split_brain_exit"), two(30)]
+    ws = two_leader_windows(events, "t", 0)
+    assert [(w.start, w.end) for w in ws] == [(at(10), at(14)), (at(30), None)]
+    assert ws[0].opened_by.startswith("brokers 1 and 2 each named themselves leader")
+    lost = [Finding("lost", "t", 0, "p", "r", 5, 5, 2, "overwritten", at(12.5),
+                    Cause.isolated_leader)]
+    placed = [ack(5, 5, count=3, t=12), ack(0, 0, count=2, t=20)]
+    counted = [w for w in partition_windows("t", 0, events, None, placed, lost)
+               if w.kind == "split_brain"]
+    assert [(w.start, w.acks, w.losses) for w in counted] == [(at(10), 3, 2), (at(30), 0, 0)]
