@@ -396,8 +396,12 @@ class ClusterWatcher:
             self.on_events(rows)
 
     def run(self, stop: threading.Event) -> None:
-        while not stop.is_set():
-            stop.wait(self.step())
+        try:
+            while not stop.is_set():
+                stop.wait(self.step())
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=False)
 
     def start_thread(self) -> tuple[threading.Thread, threading.Event]:
         stop = threading.Event()
