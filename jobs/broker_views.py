@@ -20,7 +20,7 @@ import socket
 import struct
 from dataclasses import dataclass
 
-__all__ = ["BrokerView", "encode_request", "decode_response", "ask", "claimants"]
+__all__ = ["BrokerView", "encode_request", "decode_response", "ask", "freshest", "claimants"]
 
 API_METADATA = 3
 VERSION = 8
@@ -43,10 +43,13 @@ def _string(s: str | None) -> bytes:
     return struct.pack(">h", len(b)) + b
 
 
-def encode_request(correlation_id: int, client_id: str, topics: list[str]) -> bytes:
-    """A size-framed Metadata v8 request for ``topics`` (header v1)."""
+def encode_request(correlation_id: int, client_id: str, topics: list[str] | None) -> bytes:
+    """A size-framed Metadata v8 request for ``topics`` (None: every topic; header v1)."""
     body = struct.pack(">hhi", API_METADATA, VERSION, correlation_id) + _string(client_id)
-    body += struct.pack(">i", len(topics)) + b"".join(_string(t) for t in topics)
+    if topics is None:
+        body += struct.pack(">i", -1)
+    else:
+        body += struct.pack(">i", len(topics)) + b"".join(_string(t) for t in topics)
     body += struct.pack(">bbb", 0, 0, 0)  # no auto-creation, no authorized operations
     return struct.pack(">i", len(body)) + body
 
@@ -106,7 +109,8 @@ def decode_response(data: bytes, correlation_id: int
     return brokers, views
 
 
-def ask(host: str, port: int, topics: list[str], timeout: float, correlation_id: int = 1
+def ask(host: str, port: int, topics: list[str] | None, timeout: float,
+        correlation_id: int = 1
         ) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], BrokerView]]:
     """One broker's metadata for ``topics``, in ``timeout`` seconds or an ``OSError``."""
     with socket.create_connection((host, port), timeout=timeout) as s:
@@ -125,6 +129,28 @@ def _recv(s: socket.socket, n: int) -> bytes:
         chunks.append(chunk)
         got += len(chunk)
     return b"".join(chunks)
+
+
+def freshest(views: dict[int, dict[tuple[str, int], BrokerView]]
+             ) -> dict[tuple[str, int], BrokerView]:
+    """Per partition, the view to believe (pure): the newest leader epoch; at one epoch
+    the leader's own answer (a broker cut off keeps an old ISR at the same epoch: ISR
+    changes do not bump it), else the view most brokers give, else the lowest broker's."""
+    by_key: dict[tuple[str, int], list[tuple[int, BrokerView]]] = {}
+    for b, answer in views.items():
+        for key, v in answer.items():
+            by_key.setdefault(key, []).append((b, v))
+    out = {}
+    for key, seen in by_key.items():
+        top = max(v.leader_epoch for _b, v in seen)
+        newest = sorted((b, v) for b, v in seen if v.leader_epoch == top)
+        own = [v for b, v in newest if v.leader == b]
+        if own:
+            out[key] = own[0]
+            continue
+        votes = [v for _b, v in newest]
+        out[key] = max(votes, key=lambda v: (votes.count(v), -votes.index(v)))
+    return out
 
 
 def claimants(views: dict[int, dict[tuple[str, int], BrokerView]], key: tuple[str, int]

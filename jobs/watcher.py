@@ -42,7 +42,7 @@ from datetime import UTC, datetime, timedelta
 
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.errors import ClusterError
-from kafka_audit.jobs.rules import BLIND, LOG_END_DROP
+from kafka_audit.jobs.rules import BLIND, LOG_END_DROP, SPLIT_BRAIN, SPLIT_BRAIN_END
 from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter, read_statuses
 from kafka_audit.store import append_rows, check_table
@@ -171,43 +171,51 @@ class ClusterWatcher:
 
     def poll_once(self) -> list[dict]:
         """One poll; raises when the cluster cannot be asked (the caller rides it out)."""
-        client = self._client()
-        md = client.list_topics(timeout=5)
+        views = self._ask_brokers()
         now = datetime.now(UTC)
+        if views:  # every broker's own answer: the newest epoch's view of each partition
+            from kafka_audit.jobs.broker_views import freshest
+
+            parts, source = freshest(views), "watcher:broker_views"
+        else:  # no per-broker views (a secured profile, or none answered): one client's
+            parts, source = self._one_view(), "watcher:metadata"
         rows: list[dict] = []
         changed: list[tuple[str, int]] = []
-        topics = sorted(n for n, t in md.topics.items()
-                        if not n.startswith(self.excluded) and t.error is None)
+        topics = sorted({t for t, _p in parts if not t.startswith(self.excluded)})
         if now >= self._next_config:  # topic settings (durability) every config interval
-            rows += self._topic_configs(topics, md, now)
+            rf: dict[str, int] = {}
+            for (t, _p), v in parts.items():
+                rf[t] = min(rf.get(t, len(v.replicas)), len(v.replicas))
+            rows += self._topic_configs(topics, rf, now)
             self._next_config = now + timedelta(seconds=self.settings.watch.config_seconds)
         rows += self._cluster(now)
-        for name in topics:
-            for pid, p in md.topics[name].partitions.items():
-                key = (name, pid)
-                view = PartitionView(p.leader, tuple(sorted(p.isrs)), tuple(p.replicas))
-                before = self.state.get(key)
-                for kind in diff_partition(before, view, self.min_isr.get(name)):
-                    rows.append({
-                        "event_time": now, "topic": name, "partition": pid, "kind": kind,
-                        "leader": view.leader,
-                        "previous_leader": before.leader if before else None,
-                        "isr": list(view.isr), "previous_isr": list(before.isr) if before else None,
-                        "replicas": list(view.replicas), "leader_epoch": None,
-                        "source": "watcher:metadata",
-                    })
-                    changed.append(key)
-                self.state[key] = view
-        self.known_brokers.update({b.id: (b.host, b.port) for b in md.brokers.values()})
-        rows += self._split_brain(topics, now)
+        for key in sorted(k for k in parts if k[0] in set(topics)):
+            p = parts[key]
+            view = PartitionView(p.leader, tuple(sorted(p.isr)), tuple(p.replicas))
+            before = self.state.get(key)
+            for kind in diff_partition(before, view, self.min_isr.get(key[0])):
+                rows.append({
+                    "event_time": now, "topic": key[0], "partition": key[1], "kind": kind,
+                    "leader": view.leader,
+                    "previous_leader": before.leader if before else None,
+                    "isr": list(view.isr), "previous_isr": list(before.isr) if before else None,
+                    "replicas": list(view.replicas),
+                    "leader_epoch": p.leader_epoch if p.leader_epoch >= 0 else None,
+                    "source": source,
+                })
+                changed.append(key)
+            self.state[key] = view
+        rows += self._split_brain(views, topics, now)
         sample = now >= self._next_log_end
         asked = sorted(self.state) if sample else sorted(set(changed))
         if asked:
             answers = self._log_ends(asked)
             for r in rows:
-                if r.get("partition", -1) >= 0:
+                if r.get("partition", -1) >= 0 and r["kind"] not in (SPLIT_BRAIN,
+                                                                     SPLIT_BRAIN_END):
                     epoch, end = answers.get((r["topic"], r["partition"]), (None, None))
-                    r["leader_epoch"], r["log_end"] = epoch, end
+                    r["leader_epoch"] = r.get("leader_epoch") if epoch is None else epoch
+                    r["log_end"] = end
             rows += self._log_end_drops(answers, now)
             if sample:
                 self._next_log_end = now + timedelta(
@@ -254,7 +262,8 @@ class ClusterWatcher:
             self.log_end[key] = end
         return rows
 
-    def _topic_configs(self, topics: list[str], md, now: datetime) -> list[dict]:
+    def _topic_configs(self, topics: list[str], rf: dict[str, int], now: datetime
+                       ) -> list[dict]:
         """Each topic's durability settings; a row when they change (or are first seen)."""
         from confluent_kafka.admin import ConfigResource
 
@@ -264,8 +273,7 @@ class ClusterWatcher:
         futures = self._client().describe_configs([ConfigResource("topic", t) for t in topics],
                                                   request_timeout=5)
         for res, cfg in answered(futures).items():  # the others: asked again next interval
-            parts = md.topics[res.name].partitions.values()
-            detail = {"replication_factor": min((len(p.replicas) for p in parts), default=0),
+            detail = {"replication_factor": rf.get(res.name, 0),
                       **{k: cfg[k].value for k in _DURABILITY if k in cfg}}
             if self.configs.get(res.name) != detail:
                 self.configs[res.name] = detail
@@ -278,22 +286,45 @@ class ClusterWatcher:
                 pass
         return rows
 
-    def _split_brain(self, topics: list[str], now: datetime) -> list[dict]:
-        """Every known broker asked for its own view (``jobs/broker_views.py``), all at once,
-        within the lookup budget; a ``split_brain_enter`` row when two brokers each name
-        themselves leader of a partition, ``split_brain_exit`` when that ends. Brokers that
-        do not answer in time have no say this poll."""
-        if not self.broker_views or not self.known_brokers or not topics:
-            return []
+    def _ask_brokers(self) -> dict[int, dict]:
+        """Every known broker's own view of every topic (``jobs/broker_views.py``), asked all
+        at once within the lookup budget: broker -> {partition: view}; the brokers each
+        answer names are known from then on. Empty without per-broker views (a secured
+        profile, no broker known yet) or when none answered in time."""
+        if not self.broker_views or not self.known_brokers:
+            return {}
         from concurrent.futures import ThreadPoolExecutor
 
-        from kafka_audit.jobs.broker_views import ask, claimants
+        from kafka_audit.jobs.broker_views import ask
 
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="broker-view")
-        futures = {b: self._pool.submit(ask, host, port, topics, LOOKUP_BUDGET_SECONDS)
+        futures = {b: self._pool.submit(ask, host, port, None, LOOKUP_BUDGET_SECONDS)
                    for b, (host, port) in sorted(self.known_brokers.items())}
-        views = {b: v for b, (_brokers, v) in answered(futures).items()}
+        views = {}
+        for b, (brokers, answer) in answered(futures).items():
+            self.known_brokers.update(brokers)
+            views[b] = answer
+        return views
+
+    def _one_view(self) -> dict:
+        """One client's metadata (librdkafka's ``list_topics``: the broker it picks), as
+        views without epochs; the brokers it names are known from then on."""
+        from kafka_audit.jobs.broker_views import BrokerView
+
+        md = self._client().list_topics(timeout=5)
+        self.known_brokers.update({b.id: (b.host, b.port) for b in md.brokers.values()})
+        return {(n, pid): BrokerView(p.leader, -1, tuple(sorted(p.isrs)), tuple(p.replicas))
+                for n, t in md.topics.items() if t.error is None
+                for pid, p in t.partitions.items()}
+
+    def _split_brain(self, views: dict[int, dict], topics: list[str], now: datetime
+                     ) -> list[dict]:
+        """A ``split_brain_enter`` row when two brokers each name themselves leader of a
+        partition in two polls in a row, ``split_brain_exit`` when that ends. Brokers that
+        did not answer in time have no say this poll."""
+        from kafka_audit.jobs.broker_views import claimants
+
         rows = []
         for key in sorted(self.state):
             if key[0] not in topics:

@@ -6,7 +6,6 @@ import struct
 
 import pytest
 
-from kafka_audit.jobs import broker_views
 from kafka_audit.jobs.broker_views import BrokerView, claimants, decode_response, encode_request
 from kafka_audit.jobs.model import ClusterEvent, Finding
 from kafka_audit.jobs.rules import likely_cause, split_brain_spans
@@ -62,31 +61,42 @@ def test_claimants_are_the_brokers_naming_themselves_leader():
     assert claimants({2: {key: new}, 3: {key: new}}, key) == {2: 5}  # one view, one leader
 
 
-def test_the_watcher_writes_two_leaders_seen_by_two_polls_in_a_row(tmp_path, monkeypatch):
+def test_the_view_believed_is_the_newest_epochs_then_the_leaders_own():
+    from kafka_audit.jobs.broker_views import freshest
+
+    key = ("t", 0)
+    stale, new = BrokerView(1, 4, (1, 2, 3), (1, 2, 3)), BrokerView(2, 5, (2, 3), (1, 2, 3))
+    assert freshest({1: {key: stale}, 2: {key: new}, 3: {key: new}}) == {key: new}
+    # a partitioned follower (3) keeps the old ISR at the same epoch: the leader's own wins
+    shrunk, old_isr = BrokerView(1, 4, (1, 2), (1, 2, 3)), BrokerView(1, 4, (1, 2, 3), (1, 2, 3))
+    assert freshest({3: {key: old_isr}, 1: {key: shrunk}, 2: {key: shrunk}}) == {key: shrunk}
+    # the leader does not answer: the view most brokers give
+    assert freshest({3: {key: old_isr}, 2: {key: shrunk}, 4: {key: shrunk}}) == {key: shrunk}
+    assert freshest({}) == {}
+
+
+def test_the_watcher_writes_two_leaders_seen_by_two_polls_in_a_row(tmp_path):
     from kafka_audit.jobs.watcher import ClusterWatcher, PartitionView
     from kafka_audit.settings import Settings
 
     key = ("t", 0)
     stale, new = BrokerView(1, 4, (1, 2, 3), (1, 2, 3)), BrokerView(2, 5, (2, 3), (1, 2, 3))
     answers: dict = {}
-    monkeypatch.setattr(broker_views, "ask", lambda host, port, topics, timeout:
-                        ({}, answers[port]) if port in answers else (_ for _ in ()).throw(
-                            OSError("timed out")))
     w = ClusterWatcher(Settings(home=tmp_path))
     w.state[key] = PartitionView(2, (2, 3), (1, 2, 3))
-    w.known_brokers = {1: ("h", 1), 2: ("h", 2), 3: ("h", 3)}
 
     def poll(sec):
         return [(r["kind"], r["event_time"], r["leader"], r["previous_leader"])
-                for r in w._split_brain(["t"], at(sec))]
+                for r in w._split_brain({b: {key: v} for b, v in answers.items()}, ["t"],
+                                        at(sec))]
 
-    answers.update({1: {key: stale}, 2: {key: new}, 3: {key: new}})
+    answers.update({1: stale, 2: new, 3: new})
     assert poll(0) == []  # once: maybe a broker's first moments after a restart
     assert poll(1) == [("split_brain_enter", at(0), 2, 1)]
     assert poll(2) == []  # lasting
     del answers[1]  # the stale one does not answer: no say, the others see one leader
     assert poll(3) == [("split_brain_exit", at(3), 2, 1)]
-    answers[1] = {key: stale}
+    answers[1] = stale
     assert poll(4) == [] and poll(5) == [("split_brain_enter", at(4), 2, 1)]
     answers.clear()  # nobody answers: nothing is decided
     assert poll(6) == [] and w.two_leaders == {key: {1: 4, 2: 5}}
