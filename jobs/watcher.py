@@ -172,13 +172,13 @@ class ClusterWatcher:
     def poll_once(self) -> list[dict]:
         """One poll; raises when the cluster cannot be asked (the caller rides it out)."""
         views = self._ask_brokers()
-        now = datetime.now(UTC)
         if views:  # every broker's own answer: the newest epoch's view of each partition
             from kafka_audit.jobs.broker_views import freshest
 
             parts, source = freshest(views), "watcher:broker_views"
         else:  # no per-broker views (a secured profile, or none answered): one client's
             parts, source = self._one_view(), "watcher:metadata"
+        now = datetime.now(UTC)  # when the answers were in (a poll's lookups take time)
         rows: list[dict] = []
         changed: list[tuple[str, int]] = []
         topics = sorted({t for t, _p in parts if not t.startswith(self.excluded)})
