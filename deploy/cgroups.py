@@ -23,8 +23,11 @@ from pathlib import Path
 __all__ = ["cgroup2_root", "node_cgroup", "prepare", "join_fn", "remove"]
 
 
-def cgroup2_root() -> Path | None:
-    """Where the cgroup v2 hierarchy is mounted, if it is and this process may write it."""
+#: where the hierarchy is mounted when the machine has not (root may mount it)
+OWN_MOUNT = Path("/run/kafka-audit-cgroup2")
+
+
+def _mounted() -> Path | None:
     try:
         mounts = Path("/proc/mounts").read_text().splitlines()
     except OSError:
@@ -36,6 +39,24 @@ def cgroup2_root() -> Path | None:
             if os.access(root, os.W_OK):
                 return root
     return None
+
+
+def cgroup2_root() -> Path | None:
+    """Where the cgroup v2 hierarchy is mounted and this process may write it; as root on
+    a machine that mounts none, mounted at :data:`OWN_MOUNT` (one hierarchy: the same
+    tree iptables matches); None if neither works."""
+    root = _mounted()
+    if root is not None or os.geteuid() != 0:
+        return root
+    import subprocess
+
+    try:
+        OWN_MOUNT.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["mount", "-t", "cgroup2", "none", str(OWN_MOUNT)], check=True,
+                       capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return _mounted()
 
 
 def node_cgroup(cluster: str, node: int) -> str:
