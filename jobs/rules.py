@@ -84,7 +84,8 @@ from kafka_audit.schemas.verdicts import (
 
 __all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "judge_partition",
            "likely_cause", "duplicate_cases", "reorder_witness", "Verdict", "Judgement",
-           "retained_reads", "coalesce_rereads", "split_brain_spans", "acked_in_split_brain"]
+           "retained_reads", "coalesce_rereads", "split_brain_pairs", "split_brain_spans",
+           "acked_in_split_brain"]
 
 #: of two reads made at one instant, the direct re-read is the later word: it was asked
 #: for because the stream's view was in doubt
@@ -152,21 +153,28 @@ def likely_cause(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> 
     return f"{Cause.unknown}: {blind}" if cause == Cause.unknown else f"{cause} ({blind})"
 
 
+def split_brain_pairs(events: Sequence[ClusterEvent]
+                      ) -> list[tuple[ClusterEvent, ClusterEvent | None]]:
+    """The watcher's ``split_brain_enter`` events, each with the ``split_brain_exit`` that
+    closed it (None: still open), in time order (pure)."""
+    pairs: list[tuple[ClusterEvent, ClusterEvent | None]] = []
+    opened: ClusterEvent | None = None
+    for e in sorted((e for e in events if e.kind in (SPLIT_BRAIN, SPLIT_BRAIN_END)),
+                    key=lambda e: (e.event_time, e.kind != SPLIT_BRAIN)):
+        if e.kind == SPLIT_BRAIN and opened is None:
+            opened = e
+        elif e.kind == SPLIT_BRAIN_END and opened is not None:
+            pairs.append((opened, e))
+            opened = None
+    return pairs + ([(opened, None)] if opened is not None else [])
+
+
 def split_brain_spans(events: Sequence[ClusterEvent], now: datetime
                       ) -> list[tuple[datetime, datetime]]:
     """The spans in which two brokers each named themselves leader (an open one ends
     ``now``), from the watcher's ``split_brain_enter``/``_exit`` events (pure)."""
-    spans, start = [], None
-    for e in sorted((e for e in events if e.kind in (SPLIT_BRAIN, SPLIT_BRAIN_END)),
-                    key=lambda e: (e.event_time, e.kind != SPLIT_BRAIN)):
-        if e.kind == SPLIT_BRAIN and start is None:
-            start = e.event_time
-        elif e.kind == SPLIT_BRAIN_END and start is not None:
-            spans.append((start, e.event_time))
-            start = None
-    if start is not None:
-        spans.append((start, max(now, start)))
-    return spans
+    return [(a.event_time, b.event_time if b is not None else max(now, a.event_time))
+            for a, b in split_brain_pairs(events)]
 
 
 def acked_in_split_brain(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> bool:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
-from kafka_audit.jobs.rules import SPLIT_BRAIN, SPLIT_BRAIN_END
+from kafka_audit.jobs.rules import split_brain_pairs
 
 __all__ = ["Window", "exposure_windows", "reduced_redundancy_windows", "rejection_windows",
            "split_brain_windows", "two_leader_windows", "partition_windows", "REJECTION_GAP",
@@ -176,20 +176,10 @@ def two_leader_windows(events: Sequence[ClusterEvent], topic: str, partition: in
                        ) -> list[Window]:
     """Where two brokers each named themselves leader, as the watcher's per-broker views
     saw it (an open one lasts)."""
-    out: list[Window] = []
-    opened: ClusterEvent | None = None
-    for e in sorted((e for e in events if e.kind in (SPLIT_BRAIN, SPLIT_BRAIN_END)),
-                    key=lambda e: (e.event_time, e.kind != SPLIT_BRAIN)):
-        if e.kind == SPLIT_BRAIN and opened is None:
-            opened = e
-        elif e.kind == SPLIT_BRAIN_END and opened is not None:
-            out.append(Window("split_brain", topic, partition, opened.event_time, e.event_time,
-                              _two(opened), f"{e.kind} at {e.event_time.isoformat()}"))
-            opened = None
-    if opened is not None:
-        out.append(Window("split_brain", topic, partition, opened.event_time, None,
-                          _two(opened)))
-    return out
+    return [Window("split_brain", topic, partition, a.event_time,
+                   b.event_time if b is not None else None, _two(a),
+                   f"{b.kind} at {b.event_time.isoformat()}" if b is not None else None)
+            for a, b in split_brain_pairs(events)]
 
 
 def _two(e: ClusterEvent) -> str:
