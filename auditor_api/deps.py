@@ -14,6 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from fastapi import Depends, Request
 
+from kafka_audit.auditor_api.folds import SUMMARY_FOLDS
 from kafka_audit.auditor_api.snapshots import Snapshot, Snapshots
 from kafka_audit.settings import Settings, get_settings
 from kafka_audit.store import Progress, read_table, table_exists
@@ -30,7 +31,7 @@ def snapshots_for(app, settings: Settings) -> Snapshots:
     key = str(settings.warehouse)
     found = registry.get(key)
     if found is None:
-        found = registry.setdefault(key, Snapshots(settings.table_path, KEEP))
+        found = registry.setdefault(key, Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS))
     return found
 
 
@@ -40,7 +41,7 @@ class TableReader:
 
     def __init__(self, settings: Settings, snapshots: Snapshots | None = None) -> None:
         self.settings = settings
-        self.snapshots = snapshots or Snapshots(settings.table_path, KEEP)
+        self.snapshots = snapshots or Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS)
 
     def snapshot(self, table: str) -> Snapshot:
         return self.snapshots.get(table)

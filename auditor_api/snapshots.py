@@ -6,11 +6,15 @@ per table, each tagged with the Delta version it stands for:
 * **is it current?** Two ``stat`` calls a table a request: the commit file after
   the held version (``_delta_log/<v+1>.json``) must be absent and the held one
   present. No log replay, no listing, whatever the table's history;
-* **a new version** is loaded with delta-rs (``DeltaTable.update_incremental``:
-  only the new commits are read). When the new version only added files (the
-  ledger, the consumed runs, the events, findings: appends), only those files
-  are read and appended to the held copy; anything else (an overwrite, a delete)
-  reads the table again;
+* **a new version** is found in the commit files after the held one
+  (``store.appends_by_commit``): when they only appended files (the ledger, the
+  consumed runs, the events, findings), only those files are read and their rows
+  appended to the held copy; a compaction changes no row, so nothing is read; anything
+  else (an overwrite, a delete, a missing commit file) reads the table again with
+  delta-rs. The cost of a new version is its own files', whatever the table's size
+  and file count;
+* **running aggregates** (:class:`Fold`: the totals behind ``/v1/summary``) are updated
+  with the appended rows only;
 * **derived values** (sorted findings, per-topic totals, per-partition indexes)
   are memoized by the versions of the tables they come from: a repeated query
   costs a dictionary lookup and the filter of an in-memory table.
@@ -23,20 +27,20 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from bisect import bisect_right
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from kafka_audit.schemas.tables import TABLES, arrow_schema
-from kafka_audit.store import check_table, table_exists
+from kafka_audit.store import appends_by_commit, check_table, table_exists
 
-__all__ = ["Snapshot", "Snapshots"]
+__all__ = ["Fold", "Snapshot", "Snapshots"]
 
-#: an Arrow copy is compacted into one chunk per column when appends made it this ragged
-_MAX_CHUNKS = 32
+#: versions whose rows :meth:`Snapshots.as_of` finds without reading (a prefix each)
+_MAX_MARKS = 4096
 #: derived values kept at most (they are per query shape: topics, partitions, versions)
 _MAX_MEMO = 4096
 
@@ -68,43 +72,62 @@ def latest_version(path: str, known: int | None) -> int | None:
 
 
 @dataclass(frozen=True)
+class Fold:
+    """A running aggregate of one table's rows, kept by the snapshots beside each version.
+
+    ``add(state, rows, version)`` returns the state with ``rows`` (those the commit
+    ``version`` appended, or the whole table read at ``version``) taken in, without
+    changing ``state`` (requests may hold it). An append folds only its new rows; any
+    other change (a delete, an overwrite) folds the table anew from ``empty()``: the
+    answer costs the same whatever the table's size."""
+
+    name: str
+    table: str
+    empty: Callable[[], Any]
+    add: Callable[[Any, pa.Table, int], Any]
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """One table as of ``version`` (-1: the table does not exist: ``data`` is empty).
 
-    ``files[i]`` is the data file row ``i`` was read from, for the tracked tables (time
-    travel within the held rows: :meth:`Snapshots.as_of`); empty for the others."""
+    ``marks``: (version, rows held through it) for the versions since the table was last
+    read whole (the latest :data:`_MAX_MARKS`): appends only add rows at the end, so the
+    table as of such a version is a prefix of ``data`` (:meth:`Snapshots.as_of`).
+    ``folds``: each :class:`Fold` of this table, as of ``version``."""
 
     name: str
     version: int
     data: pa.Table
-    files: pa.ChunkedArray
+    marks: tuple[tuple[int, int], ...] = ()
+    folds: Mapping[str, Any] = field(default_factory=dict)
+    segments: tuple[pa.Table, ...] = ()  # ``data`` in one-chunk pieces (:func:`_merged`)
 
 
 class _Held:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, folds: tuple[Fold, ...]) -> None:
         self.lock = threading.Lock()
-        self.snapshot = _absent(name)
-        self.dt = None  # the DeltaTable, kept for update_incremental
-        self.files: frozenset[str] = frozenset()
+        self.snapshot = _absent(name, folds)
 
 
-def _absent(name: str) -> Snapshot:
+def _absent(name: str, folds: tuple[Fold, ...] = ()) -> Snapshot:
     data = _nullable(arrow_schema(name)).empty_table() if name in TABLES else pa.table({})
-    return Snapshot(name, -1, data, pa.chunked_array([], pa.string()))
+    return Snapshot(name, -1, data, (), {f.name: f.empty() for f in folds})
 
 
 class Snapshots:
     """Every table of one warehouse, as of its latest version, kept between requests."""
 
     def __init__(self, table_path: Callable[[str], str],
-                 keep: dict[str, Any] | None = None, track: tuple[str, ...] = ("acks",)
-                 ) -> None:
+                 keep: dict[str, Any] | None = None, folds: tuple[Fold, ...] = ()) -> None:
         """``keep``: per table, a filter (a pyarrow expression) on the rows held: the rest is
         never read (``audit_hot``: its progress rows, not the audit's whole state).
-        ``track``: tables whose rows remember their file, for :meth:`as_of`."""
+        ``folds``: the running aggregates kept per table (:class:`Fold`)."""
         self._path = table_path
         self._keep = keep or {}
-        self._track = frozenset(track)
+        self._folds: dict[str, tuple[Fold, ...]] = {}
+        for f in folds:
+            self._folds[f.table] = (*self._folds.get(f.table, ()), f)
         self._held: dict[str, _Held] = {}
         self._seen: dict[str, int] = {}  # versions seen by version(), to probe from
         self._lock = threading.Lock()
@@ -112,13 +135,13 @@ class Snapshots:
         self._memo_lock = threading.Lock()
         self._computing: dict[Any, threading.Lock] = {}
         self.loads = 0  # full table reads: for tests and the benchmark
-        self.appends = 0  # incremental reads of added files
+        self.appends = 0  # incremental reads of appended files
 
     def _entry(self, name: str) -> _Held:
         held = self._held.get(name)
         if held is None:
             with self._lock:
-                held = self._held.setdefault(name, _Held(name))
+                held = self._held.setdefault(name, _Held(name, self._folds.get(name, ())))
         return held
 
     def version(self, name: str) -> int:
@@ -139,70 +162,91 @@ class Snapshots:
         with held.lock:
             if held.snapshot.version == v:  # another request loaded it meanwhile
                 return held.snapshot
-            held.snapshot = self._load(name, held, v)
+            held.snapshot = self._load(name, held.snapshot, v)
             return held.snapshot
 
-    def _load(self, name: str, held: _Held, version: int | None) -> Snapshot:
+    def fold(self, name: str) -> Any:
+        """The state of the fold ``name`` as of its table's latest version."""
+        table = next((t for t, fs in self._folds.items() if any(f.name == name for f in fs)),
+                     None)
+        if table is None:
+            raise KeyError(f"no fold named {name!r} is kept by these snapshots")
+        return self.get(table).folds[name]
+
+    def _load(self, name: str, old: Snapshot, version: int | None) -> Snapshot:
+        """``name`` at ``version``: from ``old`` and the files the commits since appended
+        (compactions change nothing held), or read whole when a commit did more."""
+        path = self._path(name)
+        folds = self._folds.get(name, ())
+        if version is None or not table_exists(path):
+            return _absent(name, folds)
+        if old.version >= 0 and version > old.version:
+            commits = appends_by_commit(path, old.version, version)
+            if commits is not None:
+                self.appends += 1
+                return self._append(name, old, commits, folds)
+        return self._read_whole(name, path, folds)
+
+    def _schema(self, name: str, data: pa.Table) -> pa.Schema:
+        return arrow_schema(name) if name in TABLES else data.schema
+
+    def _append(self, name: str, old: Snapshot, commits: list[tuple[int, list[str]]],
+                folds: tuple[Fold, ...]) -> Snapshot:
+        import pyarrow.parquet as pq
+
+        keep, schema = self._keep.get(name), self._schema(name, old.data)
+        segments, marks, states = list(old.segments), list(old.marks), dict(old.folds)
+        rows = old.data.num_rows
+        for v, files in commits:
+            for f in files:
+                t = pq.read_table(f)
+                t = _conform(t.filter(keep) if keep is not None else t, schema)
+                if t.num_rows:
+                    segments = _merged(segments, t.combine_chunks())
+                    rows += t.num_rows
+                    for fold in folds:
+                        states[fold.name] = fold.add(states[fold.name], t, v)
+            marks.append((v, rows))
+        data = pa.concat_tables(segments) if segments else old.data  # no copy
+        return Snapshot(name, commits[-1][0], data, tuple(marks[-_MAX_MARKS:]), states,
+                        tuple(segments))
+
+    def _read_whole(self, name: str, path: str, folds: tuple[Fold, ...]) -> Snapshot:
         from deltalake import DeltaTable
 
-        path = self._path(name)
-        if version is None or not table_exists(path):
-            held.dt, held.files = None, frozenset()
-            return _absent(name)
         if name in TABLES:
             check_table(path, name)  # a table of another version of the project: refused
-        old = held.snapshot
-        if held.dt is None:
-            held.dt = DeltaTable(path)
-        else:
-            try:
-                held.dt.update_incremental()
-            except Exception:  # noqa: BLE001 - a table replaced under us: load it anew
-                held.dt = DeltaTable(path)
-        dt = held.dt
-        dataset = dt.to_pyarrow_dataset()
-        fragments = list(dataset.get_fragments())
-        files = frozenset(f.path for f in fragments)
-        schema = arrow_schema(name) if name in TABLES else dataset.schema
-        appended = old.version >= 0 and held.files <= files and dt.version() > old.version
-        if appended:
-            data, rows_from = _read(dataset, [f for f in fragments if f.path not in held.files],
-                                    self._keep.get(name), schema, name in self._track)
-            data = pa.concat_tables([old.data, data])
-            rows_from = pa.chunked_array(old.files.chunks + rows_from.chunks, pa.string())
-            if data.num_columns and data.column(0).num_chunks > _MAX_CHUNKS:
-                data = data.combine_chunks()
-                rows_from = pa.chunked_array([rows_from.combine_chunks()])
-            self.appends += 1
-        else:
-            data, rows_from = _read(dataset, fragments, self._keep.get(name), schema,
-                                    name in self._track)
-            self.loads += 1
-        held.files = files
-        return Snapshot(name, dt.version(), data, rows_from)
-
-    def files_at(self, name: str, version: int) -> frozenset[str]:
-        """The data files of ``name`` at ``version`` (memoized: a version never changes)."""
-        from deltalake import DeltaTable
-
-        def files() -> frozenset[str]:
-            dt = DeltaTable(self._path(name), version=version)
-            return frozenset(f.path for f in dt.to_pyarrow_dataset().get_fragments())
-
-        return self.memo(("files_at", name, version), (), files)
+        dt = DeltaTable(path)
+        keep = self._keep.get(name)
+        data = dt.to_pyarrow_dataset().to_table(filter=keep)
+        data = _conform(data, self._schema(name, data))
+        version = dt.version()
+        self.loads += 1
+        return Snapshot(name, version, data, ((version, data.num_rows),),
+                        {f.name: f.add(f.empty(), data, version) for f in folds},
+                        (data.combine_chunks(),) if data.num_rows else ())
 
     def as_of(self, name: str, version: int) -> pa.Table:
-        """The held rows of ``name`` that its ``version`` held: exact for tables whose files
-        are only ever added (the ack ledger); no data read, only that version's log."""
+        """The held rows of ``name`` as its ``version`` held them: a prefix of the held rows
+        for the versions since it was last read whole (no data read), else that version
+        read (memoized). Exact for tables whose rows are only appended (the ack ledger)."""
         snap = self.get(name)
         if version < 0 or snap.version < 0:
             return snap.data.slice(0, 0)
         if version >= snap.version:
             return snap.data
-        if name not in self._track:
-            raise ValueError(f"{name}: rows do not remember their files (not tracked)")
-        keep = pa.array(sorted(self.files_at(name, version)), pa.string())
-        return snap.data.filter(pc.is_in(snap.files, value_set=keep))
+        at = bisect_right(snap.marks, (version, float("inf"))) - 1
+        if at >= 0:
+            return snap.data.slice(0, snap.marks[at][1])
+
+        def read() -> pa.Table:
+            from deltalake import DeltaTable
+
+            data = DeltaTable(self._path(name), version=version).to_pyarrow_dataset() \
+                .to_table(filter=self._keep.get(name))
+            return _conform(data, self._schema(name, data))
+
+        return self.memo(("as_of", name, version), (), read)
 
     def memo(self, key: Any, tables: tuple[str, ...], compute: Callable[..., Any]) -> Any:
         """``compute(*snapshots)`` of ``tables``, kept until one of them changes version."""
@@ -229,31 +273,16 @@ class Snapshots:
         return value
 
 
-def _read(dataset, fragments: list, keep, schema: pa.Schema, track: bool
-          ) -> tuple[pa.Table, pa.ChunkedArray]:
-    """The rows of ``fragments`` (``keep`` applied) in the declared ``schema``, and (if
-    ``track``) the file each row came from."""
-    import pyarrow.dataset as pds
-
-    if not fragments:
-        return _absent_data(schema), pa.chunked_array([], pa.string())
-    part = pds.FileSystemDataset(fragments, dataset.schema, dataset.format, dataset.filesystem)
-    batches, names = [], []
-    for tagged in part.scanner(filter=keep).scan_batches():
-        b = tagged.record_batch
-        if b.num_rows:
-            batches.append(b)
-            if track:
-                names.append(pa.repeat(pa.scalar(tagged.fragment.path, pa.string()),
-                                       b.num_rows))
-    if not batches:
-        return _absent_data(schema), pa.chunked_array([], pa.string())
-    data = _conform(pa.Table.from_batches(batches), schema)
-    return data, pa.chunked_array(names, pa.string())
-
-
-def _absent_data(schema: pa.Schema) -> pa.Table:
-    return _nullable(schema).empty_table()
+def _merged(segments: list[pa.Table], new: pa.Table) -> list[pa.Table]:
+    """``segments`` with ``new`` after them, the trailing ones merged while the last is at
+    least half the one before (as a binary counter carries): a few dozen one-chunk pieces
+    for any number of appends, each row copied O(log rows) times in all, never the whole
+    table at one append."""
+    out = [*segments, new]
+    while len(out) >= 2 and 2 * out[-1].num_rows >= out[-2].num_rows:
+        last = out.pop()
+        out[-1] = pa.concat_tables([out[-1], last]).combine_chunks()
+    return out
 
 
 def _nullable(schema: pa.Schema) -> pa.Schema:

@@ -36,8 +36,8 @@ from kafka_audit.schemas.tables import arrow_schema
 
 __all__ = ["table_exists", "check_table", "read_table", "append_rows", "append_once",
            "append_arrow_once", "write_arrow", "transaction_version", "commit_metadata",
-           "files_added_since", "data_changes_since", "latest_version", "max_in_files",
-           "rows_in_files",
+           "files_added_since", "data_changes_since", "appends_by_commit", "latest_version",
+           "max_in_files", "rows_in_files",
            "compact", "vacuum", "checkpoint", "Footprint", "footprint", "Progress",
            "committed_progress", "committed_pass"]
 
@@ -267,6 +267,33 @@ def data_changes_since(path: str, version: int, skip_apps: Collection[str] = ()
             elif (rm := a.get("remove")) is not None and rm.get("dataChange", True):
                 files.pop(rm["path"], None)
     return current, files
+
+
+def appends_by_commit(path: str, version: int, until: int
+                      ) -> list[tuple[int, list[str]]] | None:
+    """Per commit after ``version`` up to ``until``, the data files it appended (absolute
+    paths); None if a commit did anything else to the rows (a delete or an overwrite, a
+    schema or protocol change, a deletion vector) or its commit file is gone: then only
+    reading the table again is exact. A compaction (adds and removes with ``dataChange``
+    false) leaves the rows as they were: it contributes no file."""
+    out: list[tuple[int, list[str]]] = []
+    for v in range(version + 1, until + 1):
+        actions = _commit_actions(path, v)
+        if actions is None:
+            return None
+        files = []
+        for a in actions:
+            if "metaData" in a or "protocol" in a:
+                return None
+            if (add := a.get("add")) is not None:
+                if add.get("deletionVector"):
+                    return None
+                if add.get("dataChange", True):
+                    files.append(str(Path(path) / unquote(add["path"])))
+            elif (rm := a.get("remove")) is not None and rm.get("dataChange", True):
+                return None
+        out.append((v, files))
+    return out
 
 
 def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()

@@ -33,7 +33,6 @@ from kafka_audit.auditor_api.problems import (
 )
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
 from kafka_audit.auditor_api.routes.windows import window_ids
-from kafka_audit.schemas.stamp import NO_STAMP
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, Cause, Kind, Subkind
 
@@ -375,45 +374,54 @@ def _decode_cursor(cursor: str, f: FindingFilters, committed: int) -> tuple[int,
 
 
 def _summary(reader, topic: str | None) -> Summary:
+    """From the running sums (``auditor_api/folds.py``): a few dictionary sums, whatever the
+    tables hold; the tables themselves only where the sums cannot say (a committed pass
+    older than their base, a ledger version older than those remembered)."""
     progress = reader.progress()
-    on_topic = pc.field("topic") == topic if topic is not None else None
-    ledger = reader.read("acks", columns=["topic", "count", "producer_id", "run_id"])
-    acks = ledger.filter(on_topic) if on_topic is not None else ledger
-    findings = reader.read("findings", _committed(reader, [on_topic], progress.pass_id),
-                           columns=["topic", "kind", "count"])
-    stream = reader.read("consumed", _and([on_topic, pc.field("source") == "stream"]),
-                         columns=["topic", "count", "stamped", "stamp_error", "checksum_ok",
-                                  "producer_id", "run_id"])
-    if (topic is not None and acks.num_rows == findings.num_rows == stream.num_rows == 0
-            and reader.read("consumed", on_topic, columns=["topic"]).num_rows == 0):
+    acks = reader.snapshots.fold("ack_sums")
+    stream = reader.snapshots.fold("stream_sums")
+    found = reader.snapshots.fold("finding_sums").through(progress.pass_id)
+    if found is None:
+        t = reader.read("findings", _committed(reader, [], progress.pass_id),
+                        columns=["topic", "kind", "count"])
+        found = {(r["topic"], r["kind"]): int(r["count_sum"] or 0) for r in
+                 t.group_by(["topic", "kind"]).aggregate([("count", "sum")]).to_pylist()}
+    if (topic is not None and topic not in acks.acked and topic not in stream.topics
+            and not any(t == topic for t, _ in found)):
         raise ProblemError(404, f"unknown topic {topic!r}: no acked write, consumed record or "
                                 f"finding names it", type_=UNKNOWN_TOPIC, title="Unknown topic")
 
-    by_kind = _sum_by(findings, "kind")
+    by_kind: dict[str, int] = {}
+    for (t, kind), n in found.items():
+        if topic is None or t == topic:
+            by_kind[kind] = by_kind.get(kind, 0) + n
     verdicts = {k.value: by_kind.get(k.value, 0) for k in PRIMARY}
-    acked = int(pc.sum(acks.column("count")).as_py() or 0)
+    acked = acks.acked.get(topic, 0) if topic is not None else sum(acks.acked.values())
     parts = [p for p in latest_partitions(reader, progress.pass_id)
              if topic is None or p.topic == topic]
     topics = ({topic} if topic is not None else
-              set(acks.column("topic").to_pylist()) | set(findings.column("topic").to_pylist())
-              | set(stream.column("topic").to_pylist()))
+              set(acks.acked) | {t for t, _ in found} | set(stream.stream_topics))
     return Summary(
         topic=topic, acked=acked, verdicts=Verdicts(**verdicts),
         pending=acked - sum(verdicts.values()), lost=sum(verdicts[k.value] for k in LOSSES),
         unseen=sum(p.unseen for p in parts),
         annotations=Annotations(**{k.value: by_kind.get(k.value, 0) for k in ANNOTATIONS}),
         judged_through=JudgedThrough(pass_id=progress.pass_id,
-                                     ack_time=_newest_ack(reader, progress, on_topic)),
-        unjudged_records=_unjudged(stream, ledger, sorted(topics)))
+                                     ack_time=_newest_ack(reader, progress, topic, acks)),
+        unjudged_records={t: UnjudgedRecords(**stream.unjudged(t, acks.runs))
+                          for t in sorted(topics)})
 
 
-def _newest_ack(reader, progress, on_topic) -> datetime | None:
+def _newest_ack(reader, progress, topic: str | None, acks) -> datetime | None:
     """The newest ack time the committed pass had taken in (the ``acks`` version it names):
-    the held ledger rows that version held (no data read again)."""
+    from the running sums, or the held ledger rows that version held (no data read)."""
     if progress.acks_version < 0:
         return None
+    known, newest = acks.newest_ack(progress.acks_version, topic)
+    if known:
+        return newest
     t = reader.snapshots.as_of("acks", progress.acks_version)
-    t = t.filter(on_topic) if on_topic is not None else t
+    t = t.filter(pc.field("topic") == topic) if topic is not None else t
     return pc.max(t.column("last_ack_time")).as_py() if t.num_rows else None
 
 
@@ -423,22 +431,3 @@ def committed_findings(reader) -> pa.Table:
         return findings.data.filter(pc.field("pass_id") <= pa.scalar(reader.committed_pass(),
                                                                      pa.int64()))
     return reader.memo("committed_findings", ("findings", "audit_hot"), compute)
-
-
-def _unjudged(stream: pa.Table, ledger: pa.Table, topics: list[str]) -> dict:
-    """Per topic, the stream records without a verdict of their own, by reason."""
-    stamped = pc.fill_null(stream.column("stamped"), False)
-    no_header = pc.fill_null(pc.equal(stream.column("stamp_error"), NO_STAMP), False)
-    bad = pc.and_(stamped, pc.fill_null(pc.equal(stream.column("checksum_ok"), False), False))
-    intact = stream.filter(pc.and_(stamped, pc.invert(bad)))
-    runs = ledger.select(["producer_id", "run_id"]).group_by(["producer_id", "run_id"]) \
-        .aggregate([])
-    unknown = intact.join(runs, keys=["producer_id", "run_id"], join_type="left anti")
-    reasons = {
-        "no_stamp": _sum_by(stream.filter(pc.and_(pc.invert(stamped), no_header)), "topic"),
-        "malformed_stamp": _sum_by(stream.filter(pc.and_(pc.invert(stamped),
-                                                         pc.invert(no_header))), "topic"),
-        "bad_checksum": _sum_by(stream.filter(bad), "topic"),
-        "unknown_producer": _sum_by(unknown, "topic"),
-    }
-    return {t: UnjudgedRecords(**{k: n.get(t, 0) for k, n in reasons.items()}) for t in topics}

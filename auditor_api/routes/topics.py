@@ -16,7 +16,7 @@ from pydantic import BaseModel, Field
 
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.problems import UNKNOWN_TOPIC, ProblemError, problem_responses
-from kafka_audit.auditor_api.routes.findings import _unjudged, committed_findings, example
+from kafka_audit.auditor_api.routes.findings import committed_findings, example
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
 from kafka_audit.auditor_api.totals import TopicTotals, topic_totals
 
@@ -92,12 +92,11 @@ def all_topics(reader) -> dict[str, TopicTotals]:
     """Every topic's totals (memoized per version of the tables they come from)."""
     def compute(acks, _findings, consumed, _state, _hot):
         findings = committed_findings(reader)
-        stream = consumed.data.filter(pc.field("source") == "stream")
-        topics = (set(acks.data.column("topic").to_pylist())
-                  | set(findings.column("topic").to_pylist())
-                  | set(stream.column("topic").to_pylist()))
-        unjudged = {t: u.model_dump() for t, u in
-                    _unjudged(stream, acks.data, sorted(topics)).items()}
+        stream = consumed.folds["stream_sums"]
+        topics = (set(acks.folds["ack_sums"].acked)
+                  | set(findings.column("topic").unique().to_pylist())
+                  | set(stream.stream_topics))
+        unjudged = {t: stream.unjudged(t, acks.folds["ack_sums"].runs) for t in topics}
         return topic_totals(acks.data, findings, latest_partitions(reader), unjudged)
 
     return reader.memo("topic_totals", ("acks", "findings", "consumed", "partition_state",

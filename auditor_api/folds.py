@@ -1,0 +1,195 @@
+"""Running totals behind ``/v1/summary``: folded from the rows each commit appends.
+
+A summary used to group the whole ledger, the whole findings table and the whole
+consumed stream at every new version; with commits every second its cost grew
+with the hours the auditor had run. These folds (:class:`~kafka_audit.auditor_api.
+snapshots.Fold`) keep the same sums, updated with each commit's own rows, so a
+summary costs a few dictionary sums whatever the tables hold:
+
+* ``ack_sums`` (``acks``): writes per topic, the producer runs the ledger knows, and
+  the newest ack time per topic as of each recent ledger version (the pass that is
+  committed names the ledger version it had taken in);
+* ``finding_sums`` (``findings``): writes per (topic, kind) per audit pass, the passes
+  older than the newest :data:`RECENT_PASSES` summed into one base, so "as of the
+  committed pass" is exact for any committed pass not older than the base;
+* ``stream_sums`` (``consumed``): per topic, the stream records without a verdict of
+  their own by reason, and the intact ones per producer run (whether the ledger knows
+  the run is decided when asked: the ledger may name it later).
+
+Each state is immutable: ``add`` returns a new one and leaves the old to the requests
+that hold it. All of it is pure Arrow in, dictionaries out (unit-tested against the
+whole-table computation).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_audit.auditor_api.snapshots import Fold
+from kafka_audit.schemas.stamp import NO_STAMP
+
+__all__ = ["AckSums", "FindingSums", "StreamSums", "SUMMARY_FOLDS", "RECENT_PASSES",
+           "NEWEST_ACK_VERSIONS"]
+
+#: audit passes whose findings are kept apart (older ones are summed into the base)
+RECENT_PASSES = 64
+#: ledger versions whose newest ack time per topic is remembered
+NEWEST_ACK_VERSIONS = 1024
+def _sum_by(t: pa.Table, keys: list[str], value: str = "count") -> list[tuple[tuple, int]]:
+    if t.num_rows == 0:
+        return []
+    g = t.group_by(keys).aggregate([(value, "sum")])
+    cols = [g.column(k).to_pylist() for k in keys]
+    return [(tuple(c[i] for c in cols), int(n or 0))
+            for i, n in enumerate(g.column(f"{value}_sum").to_pylist())]
+
+
+def _plus(base: dict, pairs) -> dict:
+    out = dict(base)
+    for k, n in pairs:
+        out[k] = out.get(k, 0) + n
+    return out
+
+
+@dataclass(frozen=True)
+class AckSums:
+    """What the ledger holds, summed: writes per topic, its producer runs, and the newest
+    ack time per topic as of each of the latest ledger versions."""
+
+    acked: dict = field(default_factory=dict)  # topic -> writes
+    runs: frozenset = frozenset()  # (producer_id, run_id)
+    newest: tuple = ()  # (version, {topic: newest last_ack_time}), ascending versions
+    first_version: int | None = None  # the version the fold started from (read whole)
+
+    def newest_ack(self, version: int, topic: str | None) -> tuple[bool, datetime | None]:
+        """(known, the newest ack time of ``topic`` or of any topic) as of ``version``;
+        not known when the version is older than those remembered."""
+        if self.first_version is None or version < self.first_version:
+            return False, None
+        best = None
+        for v, by_topic in self.newest:
+            if v > version:
+                break
+            best = by_topic
+        if best is None:
+            return True, None
+        values = [best.get(topic)] if topic is not None else list(best.values())
+        values = [x for x in values if x is not None]
+        return True, (max(values) if values else None)
+
+
+def _add_acks(s: AckSums, rows: pa.Table, version: int) -> AckSums:
+    acked = _plus(s.acked, ((k[0], n) for k, n in _sum_by(rows, ["topic"])))
+    pairs = rows.select(["producer_id", "run_id"]).group_by(["producer_id", "run_id"]) \
+        .aggregate([]).to_pylist() if rows.num_rows else []
+    new_runs = {(r["producer_id"], r["run_id"]) for r in pairs} - s.runs
+    runs = s.runs | new_runs if new_runs else s.runs
+    newest = dict(s.newest[-1][1]) if s.newest else {}
+    if rows.num_rows:
+        g = rows.group_by("topic").aggregate([("last_ack_time", "max")])
+        for topic, t in zip(g.column("topic").to_pylist(),
+                            g.column("last_ack_time_max").to_pylist(), strict=True):
+            if t is not None and (newest.get(topic) is None or t > newest[topic]):
+                newest[topic] = t
+    history = (*s.newest, (version, newest))[-NEWEST_ACK_VERSIONS:]
+    first = version if s.first_version is None else s.first_version
+    if len(s.newest) >= NEWEST_ACK_VERSIONS:  # the oldest remembered version went
+        first = history[0][0]
+    return AckSums(acked, runs, history, first)
+
+
+@dataclass(frozen=True)
+class FindingSums:
+    """Writes per (topic, kind): passes up to ``base_pass`` summed in ``base``, the
+    newer ones per pass in ``recent``."""
+
+    base_pass: int = -1
+    base: dict = field(default_factory=dict)  # (topic, kind) -> writes
+    recent: dict = field(default_factory=dict)  # pass_id -> {(topic, kind): writes}
+
+    def through(self, committed: int) -> dict | None:
+        """(topic, kind) -> writes of the passes up to ``committed``; None if ``committed``
+        is older than the base (then only the table itself can say)."""
+        if committed < self.base_pass:
+            return None
+        out = Counter(self.base)
+        for p, sums in self.recent.items():
+            if p <= committed:
+                out.update(sums)
+        return dict(out)
+
+
+def _add_findings(s: FindingSums, rows: pa.Table, _version: int) -> FindingSums:
+    recent = dict(s.recent)
+    by_pass: dict[int, list] = {}
+    for (p, topic, kind), n in _sum_by(rows, ["pass_id", "topic", "kind"]):
+        by_pass.setdefault(p, []).append(((topic, kind), n))
+    for p, pairs in by_pass.items():
+        recent[p] = _plus(recent.get(p, {}), pairs)
+    base_pass, base = s.base_pass, s.base
+    if len(recent) > RECENT_PASSES:
+        folded = dict(base)
+        for p in sorted(recent)[:len(recent) - RECENT_PASSES]:
+            folded = _plus(folded, recent.pop(p).items())
+            base_pass = max(base_pass, p)
+        base = folded
+    # a late row of a pass already in the base (not written by the audit, which appends
+    # a pass's findings before it commits the next) keeps the base exact
+    late = [p for p in recent if p <= base_pass]
+    if late:
+        base = _plus(base, (kv for p in late for kv in recent.pop(p).items()))
+    return FindingSums(base_pass, base, recent)
+
+
+@dataclass(frozen=True)
+class StreamSums:
+    """Per topic, the stream's records without a verdict of their own by reason, the
+    intact stamped ones per producer run, and every topic the consumed table names."""
+
+    reasons: dict = field(default_factory=dict)  # (topic, reason) -> records
+    intact: dict = field(default_factory=dict)  # (topic, producer_id, run_id) -> records
+    topics: frozenset = frozenset()  # of any source (stream or re-read)
+    stream_topics: frozenset = frozenset()
+
+    def unjudged(self, topic: str, runs: frozenset) -> dict[str, int]:
+        """The reasons of ``topic``; ``unknown_producer``: intact records of runs the
+        ledger (``runs``) does not know."""
+        return {
+            "no_stamp": self.reasons.get((topic, "no_stamp"), 0),
+            "malformed_stamp": self.reasons.get((topic, "malformed_stamp"), 0),
+            "bad_checksum": self.reasons.get((topic, "bad_checksum"), 0),
+            "unknown_producer": sum(n for (t, p, r), n in self.intact.items()
+                                    if t == topic and (p, r) not in runs),
+        }
+
+
+def _add_stream(s: StreamSums, rows: pa.Table, _version: int) -> StreamSums:
+    topics = set(rows.column("topic").unique().to_pylist()) if rows.num_rows else set()
+    stream = rows.filter(pc.field("source") == "stream")
+    if stream.num_rows == 0:
+        return StreamSums(s.reasons, s.intact, s.topics | topics, s.stream_topics)
+    stamped = pc.fill_null(stream.column("stamped"), False)
+    no_header = pc.fill_null(pc.equal(stream.column("stamp_error"), NO_STAMP), False)
+    bad = pc.and_(stamped, pc.fill_null(pc.equal(stream.column("checksum_ok"), False), False))
+    reasons = s.reasons
+    for reason, mask in (("no_stamp", pc.and_(pc.invert(stamped), no_header)),
+                         ("malformed_stamp", pc.and_(pc.invert(stamped), pc.invert(no_header))),
+                         ("bad_checksum", bad)):
+        reasons = _plus(reasons, (((k[0], reason), n)
+                                  for k, n in _sum_by(stream.filter(mask), ["topic"])))
+    intact = _plus(s.intact, _sum_by(stream.filter(pc.and_(stamped, pc.invert(bad))),
+                                     ["topic", "producer_id", "run_id"]))
+    return StreamSums(reasons, intact, s.topics | topics,
+                      s.stream_topics | set(stream.column("topic").unique().to_pylist()))
+
+
+SUMMARY_FOLDS = (
+    Fold("ack_sums", "acks", AckSums, _add_acks),
+    Fold("finding_sums", "findings", FindingSums, _add_findings),
+    Fold("stream_sums", "consumed", StreamSums, _add_stream),
+)
