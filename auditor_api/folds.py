@@ -1,4 +1,4 @@
-"""Running totals behind ``/v1/summary``: folded from the rows each commit appends.
+"""Running totals behind the summary, topics and metrics, folded from each commit's rows.
 
 A summary used to group the whole ledger, the whole findings table and the whole
 consumed stream at every new version; with commits every second its cost grew
@@ -6,12 +6,14 @@ with the hours the auditor had run. These folds (:class:`~kafka_audit.auditor_ap
 snapshots.Fold`) keep the same sums, updated with each commit's own rows, so a
 summary costs a few dictionary sums whatever the tables hold:
 
-* ``ack_sums`` (``acks``): writes per topic, the producer runs the ledger knows, and
-  the newest ack time per topic as of each recent ledger version (the pass that is
-  committed names the ledger version it had taken in);
-* ``finding_sums`` (``findings``): writes per (topic, kind) per audit pass, the passes
-  older than the newest :data:`RECENT_PASSES` summed into one base, so "as of the
-  committed pass" is exact for any committed pass not older than the base;
+* ``ack_sums`` (``acks``): writes per topic and partition, failed writes, writes and
+  producers per durability setting, the producer runs the ledger knows, and the newest
+  ack time per topic as of each recent ledger version (the pass that is committed names
+  the ledger version it had taken in);
+* ``finding_sums`` (``findings``): writes (and the newest loss) per (topic, partition,
+  kind) per audit pass, the passes older than the newest :data:`RECENT_PASSES` summed
+  into one base, so "as of the committed pass" is exact for any committed pass not older
+  than the base;
 * ``stream_sums`` (``consumed``): per topic, the stream records without a verdict of
   their own by reason, and the intact ones per producer run (whether the ledger knows
   the run is decided when asked: the ledger may name it later).
@@ -23,7 +25,6 @@ whole-table computation).
 
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -32,9 +33,10 @@ import pyarrow.compute as pc
 
 from kafka_audit.auditor_api.snapshots import Fold
 from kafka_audit.schemas.stamp import NO_STAMP
+from kafka_audit.schemas.verdicts import LOSSES
 
 __all__ = ["AckSums", "FindingSums", "StreamSums", "SUMMARY_FOLDS", "RECENT_PASSES",
-           "NEWEST_ACK_VERSIONS"]
+           "NEWEST_ACK_VERSIONS", "DURABILITY", "findings_through"]
 
 #: audit passes whose findings are kept apart (older ones are summed into the base)
 RECENT_PASSES = 64
@@ -56,15 +58,31 @@ def _plus(base: dict, pairs) -> dict:
     return out
 
 
+#: the durability settings a ledger row records
+DURABILITY = ("acks", "idempotence", "retries", "max_in_flight")
+
+
 @dataclass(frozen=True)
 class AckSums:
-    """What the ledger holds, summed: writes per topic, its producer runs, and the newest
-    ack time per topic as of each of the latest ledger versions."""
+    """What the ledger holds, summed: writes per (topic, partition) (failed writes under
+    their partition, -1), failed writes per topic, successful writes and their producers
+    per (topic, durability settings), the producer runs, and the newest ack time per
+    topic as of each of the latest ledger versions."""
 
-    acked: dict = field(default_factory=dict)  # topic -> writes
+    by_partition: dict = field(default_factory=dict)  # (topic, partition) -> writes
+    failed: dict = field(default_factory=dict)  # topic -> failed writes
+    durability: dict = field(default_factory=dict)  # (topic, *DURABILITY) -> (writes, ids)
     runs: frozenset = frozenset()  # (producer_id, run_id)
     newest: tuple = ()  # (version, {topic: newest last_ack_time}), ascending versions
-    first_version: int | None = None  # the version the fold started from (read whole)
+    first_version: int | None = None  # the oldest version newest_ack can answer for
+
+    @property
+    def acked(self) -> dict:
+        """topic -> writes (failed included)."""
+        out: dict = {}
+        for (topic, _p), n in self.by_partition.items():
+            out[topic] = out.get(topic, 0) + n
+        return out
 
     def newest_ack(self, version: int, topic: str | None) -> tuple[bool, datetime | None]:
         """(known, the newest ack time of ``topic`` or of any topic) as of ``version``;
@@ -84,7 +102,21 @@ class AckSums:
 
 
 def _add_acks(s: AckSums, rows: pa.Table, version: int) -> AckSums:
-    acked = _plus(s.acked, ((k[0], n) for k, n in _sum_by(rows, ["topic"])))
+    by_partition = _plus(s.by_partition, _sum_by(rows, ["topic", "partition"]))
+    failed = rows.filter(pc.is_valid(rows.column("error_name")))
+    failed_by = _plus(s.failed, ((k[0], n) for k, n in _sum_by(failed, ["topic"])))
+    durability = dict(s.durability)
+    ok = rows.filter(pc.is_null(rows.column("error_name")))
+    if ok.num_rows:
+        g = ok.group_by(["topic", *DURABILITY]).aggregate(
+            [("count", "sum"), ("producer_id", "distinct")])
+        keys = [g.column(k).to_pylist() for k in ("topic", *DURABILITY)]
+        for i, (n, ids) in enumerate(zip(g.column("count_sum").to_pylist(),
+                                         g.column("producer_id_distinct").to_pylist(),
+                                         strict=True)):
+            key = tuple(c[i] for c in keys)
+            writes, known = durability.get(key, (0, frozenset()))
+            durability[key] = (writes + int(n or 0), known | frozenset(ids))
     pairs = rows.select(["producer_id", "run_id"]).group_by(["producer_id", "run_id"]) \
         .aggregate([]).to_pylist() if rows.num_rows else []
     new_runs = {(r["producer_id"], r["run_id"]) for r in pairs} - s.runs
@@ -100,49 +132,70 @@ def _add_acks(s: AckSums, rows: pa.Table, version: int) -> AckSums:
     first = version if s.first_version is None else s.first_version
     if len(s.newest) >= NEWEST_ACK_VERSIONS:  # the oldest remembered version went
         first = history[0][0]
-    return AckSums(acked, runs, history, first)
+    return AckSums(by_partition, failed_by, durability, runs, history, first)
+
+
+def _merge(into: dict, pairs) -> dict:
+    """``into`` with (count, newest loss time) values of ``pairs`` added."""
+    out = dict(into)
+    for k, (n, t) in pairs:
+        had = out.get(k)
+        if had is None:
+            out[k] = (n, t)
+        else:
+            newest = had[1] if t is None or (had[1] is not None and had[1] >= t) else t
+            out[k] = (had[0] + n, newest)
+    return out
 
 
 @dataclass(frozen=True)
 class FindingSums:
-    """Writes per (topic, kind): passes up to ``base_pass`` summed in ``base``, the
-    newer ones per pass in ``recent``."""
+    """Per (topic, partition, kind): (writes, newest ack time of a loss, None for the other
+    kinds); passes up to ``base_pass`` summed in ``base``, the newer ones per pass in
+    ``recent``."""
 
     base_pass: int = -1
-    base: dict = field(default_factory=dict)  # (topic, kind) -> writes
-    recent: dict = field(default_factory=dict)  # pass_id -> {(topic, kind): writes}
+    base: dict = field(default_factory=dict)
+    recent: dict = field(default_factory=dict)  # pass_id -> {(topic, partition, kind): ..}
 
     def through(self, committed: int) -> dict | None:
-        """(topic, kind) -> writes of the passes up to ``committed``; None if ``committed``
-        is older than the base (then only the table itself can say)."""
+        """(topic, partition, kind) -> (writes, newest loss) of the passes up to
+        ``committed``; None if ``committed`` is older than the base (then only the table
+        itself can say)."""
         if committed < self.base_pass:
             return None
-        out = Counter(self.base)
+        out = self.base
         for p, sums in self.recent.items():
             if p <= committed:
-                out.update(sums)
-        return dict(out)
+                out = _merge(out, sums.items())
+        return out
 
 
 def _add_findings(s: FindingSums, rows: pa.Table, _version: int) -> FindingSums:
     recent = dict(s.recent)
-    by_pass: dict[int, list] = {}
-    for (p, topic, kind), n in _sum_by(rows, ["pass_id", "topic", "kind"]):
-        by_pass.setdefault(p, []).append(((topic, kind), n))
-    for p, pairs in by_pass.items():
-        recent[p] = _plus(recent.get(p, {}), pairs)
+    if rows.num_rows:
+        loss = pc.is_in(rows.column("kind"), pa.array(sorted(k.value for k in LOSSES)))
+        rows = rows.append_column("_loss_at", pc.if_else(loss, rows.column("ack_time"),
+                                                          pa.scalar(None, rows.schema.field(
+                                                              "ack_time").type)))
+        g = rows.group_by(["pass_id", "topic", "partition", "kind"]).aggregate(
+            [("count", "sum"), ("_loss_at", "max")])
+        cols = [g.column(k).to_pylist() for k in ("pass_id", "topic", "partition", "kind",
+                                                  "count_sum", "_loss_at_max")]
+        by_pass: dict[int, list] = {}
+        for p, topic, part, kind, n, t in zip(*cols, strict=True):
+            by_pass.setdefault(p, []).append(((topic, part, kind), (int(n or 0), t)))
+        for p, pairs in by_pass.items():
+            recent[p] = _merge(recent.get(p, {}), pairs)
     base_pass, base = s.base_pass, s.base
     if len(recent) > RECENT_PASSES:
-        folded = dict(base)
         for p in sorted(recent)[:len(recent) - RECENT_PASSES]:
-            folded = _plus(folded, recent.pop(p).items())
+            base = _merge(base, recent.pop(p).items())
             base_pass = max(base_pass, p)
-        base = folded
     # a late row of a pass already in the base (not written by the audit, which appends
     # a pass's findings before it commits the next) keeps the base exact
-    late = [p for p in recent if p <= base_pass]
-    if late:
-        base = _plus(base, (kv for p in late for kv in recent.pop(p).items()))
+    for p in [p for p in recent if p <= base_pass]:
+        base = _merge(base, recent.pop(p).items())
     return FindingSums(base_pass, base, recent)
 
 
@@ -186,6 +239,15 @@ def _add_stream(s: StreamSums, rows: pa.Table, _version: int) -> StreamSums:
                                      ["topic", "producer_id", "run_id"]))
     return StreamSums(reasons, intact, s.topics | topics,
                       s.stream_topics | set(stream.column("topic").unique().to_pylist()))
+
+
+def findings_through(state: FindingSums, committed: int, table) -> dict:
+    """``state.through(committed)``, or the same sums from the committed findings
+    ``table()`` gives when the state cannot say (a pass older than its base)."""
+    found = state.through(committed)
+    if found is None:
+        found = _add_findings(FindingSums(), table(), 0).through(committed)
+    return found
 
 
 SUMMARY_FOLDS = (

@@ -177,6 +177,13 @@ def audit_metrics(reader, settings) -> bytes:
 
 
 def _newest_per_topic(reader, acks_version: int) -> dict:
+    """Per topic, the newest ack time the ledger held at ``acks_version``: from the running
+    sums for a recent version, else from the rows that version held."""
+    sums = reader.snapshots.fold("ack_sums")
+    known, _ = sums.newest_ack(acks_version, None)
+    if known:
+        return {topic: t for topic in sums.acked
+                if (t := sums.newest_ack(acks_version, topic)[1]) is not None}
     t = reader.snapshots.as_of("acks", acks_version)
     if t.num_rows == 0:
         return {}

@@ -15,6 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from kafka_audit.auditor_api.folds import AckSums
 from kafka_audit.schemas.policy import ALLOWANCES, Durability
 from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, Kind
 
@@ -66,63 +67,53 @@ def _sums(t: pa.Table, keys: list[str], value: str = "count") -> list[dict]:
     return t.group_by(keys).aggregate([(value, "sum")]).to_pylist()
 
 
-def _maxes(t: pa.Table, keys: list[str], value: str) -> dict:
-    if t.num_rows == 0:
-        return {}
-    rows = t.group_by(keys).aggregate([(value, "max")]).to_pylist()
-    return {tuple(r[k] for k in keys): r[f"{value}_max"] for r in rows}
-
-
-def topic_totals(acks: pa.Table, findings: pa.Table, partitions: list, unjudged: dict
+def topic_totals(acks: AckSums, found: dict, partitions: list, unjudged: dict
                  ) -> dict[str, TopicTotals]:
     """Per topic: the ledger's writes, the committed verdicts, what is pending and unseen,
-    the last loss, the durability settings seen, unjudged records, and per partition."""
+    the last loss, the durability settings seen, unjudged records, and per partition;
+    from the running sums (``auditor_api/folds.py``: ``acks``, and ``found``: (topic,
+    partition, kind) -> (writes, newest loss) of the committed passes)."""
     out: dict[str, TopicTotals] = {}
 
     def of(topic: str) -> TopicTotals:
         return out.setdefault(topic, TopicTotals(topic))
 
-    for r in _sums(acks, ["topic"]):
-        of(r["topic"]).acked = int(r["count_sum"])
-    failed = acks.filter(pc.is_valid(acks.column("error_name")))
-    for r in _sums(failed, ["topic"]):
-        of(r["topic"]).failed = int(r["count_sum"])
-    for (topic,), newest in _maxes(acks, ["topic"], "last_ack_time").items():
-        of(topic).newest_ack = newest
-    ok = acks.filter(pc.is_null(acks.column("error_name")))
-    for r in (ok.group_by(["topic", *_DURABILITY])
-              .aggregate([("count", "sum"), ("producer_id", "count_distinct")]).to_pylist()
-              if ok.num_rows else []):
-        of(r["topic"]).durability.append({
-            **{k: r[k] for k in _DURABILITY}, "writes": int(r["count_sum"]),
-            "producers": int(r["producer_id_count_distinct"])})
-    for r in _sums(acks, ["topic", "partition"]):
-        t = of(r["topic"])
-        t.partitions.setdefault(r["partition"], PartitionTotals(r["partition"])).acked = int(
-            r["count_sum"])
+    def part(t: TopicTotals, partition: int) -> PartitionTotals:
+        return t.partitions.setdefault(partition, PartitionTotals(partition))
 
-    for r in _sums(findings, ["topic", "kind"]):
-        t, kind, n = of(r["topic"]), r["kind"], int(r["count_sum"])
-        (t.annotations if kind in {k.value for k in ANNOTATIONS} else t.verdicts)[kind] = n
-    judged = findings.filter(pc.is_in(findings.column("kind"), pa.array(PRIMARY)))
-    lost = findings.filter(pc.is_in(findings.column("kind"), pa.array(LOSS_KINDS)))
-    for r in _sums(judged, ["topic", "partition", "kind"]):
-        p = of(r["topic"]).partitions.setdefault(r["partition"], PartitionTotals(r["partition"]))
-        n = int(r["count_sum"])
-        p.judged += n
-        if r["kind"] in LOSS_KINDS:
-            p.lost += n
-        elif r["kind"] == Kind.confirmed:
-            p.confirmed += n
-    for (topic, partition), last in _maxes(lost, ["topic", "partition"], "ack_time").items():
+    for (topic, partition), n in acks.by_partition.items():
         t = of(topic)
-        t.partitions.setdefault(partition, PartitionTotals(partition)).last_loss = last
-        if last is not None and (t.last_loss is None or last > t.last_loss):
-            t.last_loss = last
+        t.acked += n
+        part(t, partition).acked = n
+    for topic, n in acks.failed.items():
+        of(topic).failed = n
+    for topic, newest in (acks.newest[-1][1] if acks.newest else {}).items():
+        of(topic).newest_ack = newest
+    for (topic, *settings), (writes, producers) in acks.durability.items():
+        of(topic).durability.append({**dict(zip(_DURABILITY, settings, strict=True)),
+                                     "writes": writes, "producers": len(producers)})
+
+    annotations = {k.value for k in ANNOTATIONS}
+    for (topic, partition, kind), (n, last) in found.items():
+        t = of(topic)
+        bucket = t.annotations if kind in annotations else t.verdicts
+        bucket[kind] = bucket.get(kind, 0) + n
+        if kind not in PRIMARY:
+            continue
+        p = part(t, partition)
+        p.judged += n
+        if kind in LOSS_KINDS:
+            p.lost += n
+            if last is not None and (p.last_loss is None or last > p.last_loss):
+                p.last_loss = last
+            if last is not None and (t.last_loss is None or last > t.last_loss):
+                t.last_loss = last
+        elif kind == Kind.confirmed:
+            p.confirmed += n
 
     for p in partitions:
         t = of(p.topic)
-        pt = t.partitions.setdefault(p.partition, PartitionTotals(p.partition))
+        pt = part(t, p.partition)
         pt.unseen, pt.frontier = p.unseen, p.frontier
         t.unseen += p.unseen
     for topic, reasons in unjudged.items():

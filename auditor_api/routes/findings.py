@@ -23,6 +23,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, Field, create_model
 
 from kafka_audit.auditor_api.deps import ReaderDep
+from kafka_audit.auditor_api.folds import findings_through
 from kafka_audit.auditor_api.params import Instant, Partition
 from kafka_audit.auditor_api.problems import (
     UNKNOWN_FINDING,
@@ -380,19 +381,16 @@ def _summary(reader, topic: str | None) -> Summary:
     progress = reader.progress()
     acks = reader.snapshots.fold("ack_sums")
     stream = reader.snapshots.fold("stream_sums")
-    found = reader.snapshots.fold("finding_sums").through(progress.pass_id)
-    if found is None:
-        t = reader.read("findings", _committed(reader, [], progress.pass_id),
-                        columns=["topic", "kind", "count"])
-        found = {(r["topic"], r["kind"]): int(r["count_sum"] or 0) for r in
-                 t.group_by(["topic", "kind"]).aggregate([("count", "sum")]).to_pylist()}
+    found = findings_through(
+        reader.snapshots.fold("finding_sums"), progress.pass_id,
+        lambda: reader.read("findings", _committed(reader, [], progress.pass_id)))
     if (topic is not None and topic not in acks.acked and topic not in stream.topics
-            and not any(t == topic for t, _ in found)):
+            and not any(t == topic for t, _p, _k in found)):
         raise ProblemError(404, f"unknown topic {topic!r}: no acked write, consumed record or "
                                 f"finding names it", type_=UNKNOWN_TOPIC, title="Unknown topic")
 
     by_kind: dict[str, int] = {}
-    for (t, kind), n in found.items():
+    for (t, _p, kind), (n, _last) in found.items():
         if topic is None or t == topic:
             by_kind[kind] = by_kind.get(kind, 0) + n
     verdicts = {k.value: by_kind.get(k.value, 0) for k in PRIMARY}
@@ -400,7 +398,7 @@ def _summary(reader, topic: str | None) -> Summary:
     parts = [p for p in latest_partitions(reader, progress.pass_id)
              if topic is None or p.topic == topic]
     topics = ({topic} if topic is not None else
-              set(acks.acked) | {t for t, _ in found} | set(stream.stream_topics))
+              set(acks.acked) | {t for t, _p, _k in found} | set(stream.stream_topics))
     return Summary(
         topic=topic, acked=acked, verdicts=Verdicts(**verdicts),
         pending=acked - sum(verdicts.values()), lost=sum(verdicts[k.value] for k in LOSSES),

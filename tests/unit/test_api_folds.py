@@ -58,12 +58,15 @@ def _cut(rows, cuts):
     return out
 
 
-ACK = st.builds(lambda topic, producer, run, count, ms: {
-    "topic": topic, "producer_id": producer, "run_id": run, "count": count, "partition": 0,
-    "seq": 0, "offset": 0, "ack_time": T + timedelta(milliseconds=ms),
-    "last_ack_time": T + timedelta(milliseconds=ms + 5), "acks": "1"},
+ACK = st.builds(lambda topic, producer, run, count, ms, failed, acks, part: {
+    "topic": topic, "producer_id": producer, "run_id": run, "count": count,
+    "partition": -1 if failed else part, "seq": 0, "offset": None if failed else 0,
+    "ack_time": T + timedelta(milliseconds=ms),
+    "last_ack_time": T + timedelta(milliseconds=ms + 5), "acks": acks,
+    "idempotence": acks == "all", "retries": 2, "max_in_flight": 5,
+    "error_name": "_MSG_TIMED_OUT" if failed else None},
     TOPICS, st.sampled_from(["p", "q"]), st.sampled_from(["r1", "r2"]), st.integers(1, 50),
-    st.integers(0, 10_000))
+    st.integers(0, 10_000), st.booleans(), st.sampled_from(["1", "all"]), st.integers(0, 2))
 
 
 @given(st.lists(ACK, min_size=1, max_size=40).flatmap(splits))
@@ -72,6 +75,12 @@ def test_ack_sums_equal_the_whole_ledger_at_every_version(batches):
     state = fold_commits(FOLDS["ack_sums"], "acks", batches)
     rows = [r for b in batches for r in b]
     assert state.acked == dict(Counter(_sums(rows, "topic")))
+    assert state.by_partition == dict(_sums(rows, lambda r: (r["topic"], r["partition"])))
+    assert state.failed == dict(_sums([r for r in rows if r["error_name"]], "topic"))
+    ok = [r for r in rows if not r["error_name"]]
+    assert state.durability == {
+        k: (n, frozenset(r["producer_id"] for r in ok if _setting(r) == k))
+        for k, n in _sums(ok, _setting).items()}
     assert state.runs == {(r["producer_id"], r["run_id"]) for r in rows}
     for version in range(1, len(batches) + 1):  # the newest ack as each version held it
         held = [r for b in batches[:version] for r in b]
@@ -84,14 +93,19 @@ def test_ack_sums_equal_the_whole_ledger_at_every_version(batches):
 def _sums(rows, key):
     out = Counter()
     for r in rows:
-        out[r[key]] += r["count"]
+        out[key(r) if callable(key) else r[key]] += r["count"]
     return out
 
 
-FINDING = st.builds(lambda topic, kind, count: {
-    "topic": topic, "kind": kind, "count": count, "finding_id": "f", "partition": 0,
-    "evidence": "{}", "detected_at": T},
-    TOPICS, st.sampled_from(["confirmed", "lost", "duplicate"]), st.integers(1, 9))
+def _setting(r):
+    return (r["topic"], r["acks"], r["idempotence"], r["retries"], r["max_in_flight"])
+
+
+FINDING = st.builds(lambda topic, kind, count, part, ms: {
+    "topic": topic, "kind": kind, "count": count, "finding_id": "f", "partition": part,
+    "evidence": "{}", "detected_at": T, "ack_time": T + timedelta(milliseconds=ms)},
+    TOPICS, st.sampled_from(["confirmed", "lost", "lost_after_seen", "duplicate"]),
+    st.integers(1, 9), st.integers(0, 1), st.integers(0, 5000))
 
 
 @given(st.lists(st.lists(FINDING, min_size=1, max_size=3), min_size=1,
@@ -104,15 +118,18 @@ def test_finding_sums_as_of_a_committed_pass_are_exact_or_say_they_cannot_tell(p
     state = fold_commits(FOLDS["finding_sums"], "findings", batches)
     whole = FOLDS["finding_sums"].add(FOLDS["finding_sums"].empty(),
                                       table("findings", [r for b in batches for r in b]), 1)
-    want = Counter()
+    want: dict = {}
     for r in (r for b in batches for r in b if r["pass_id"] <= committed):
-        want[(r["topic"], r["kind"])] += r["count"]
+        key = (r["topic"], r["partition"], r["kind"])
+        n, last = want.get(key, (0, None))
+        at = r["ack_time"] if r["kind"].startswith("lost") else None
+        want[key] = (n + r["count"], max((t for t in (last, at) if t), default=None))
     for s in (state, whole):
         got = s.through(committed)
         if got is None:  # only for a pass older than those kept apart
             assert committed < s.base_pass and len(passes) > RECENT_PASSES
         else:
-            assert {k: n for k, n in got.items() if n} == dict(want)
+            assert got == want
     assert state.through(len(passes)) is not None  # the newest pass is always answered
 
 
