@@ -135,7 +135,8 @@ class ProducerSettings(_Section):
     message_timeout_ms: int = 30000
     ledger_flush_seconds: float = Field(1.0, gt=0, description="the ack ledger commits this "
                                                                 "often")
-    ledger_flush_rows: int = Field(50000, gt=0, description="... or once this many reports wait")
+    ledger_flush_rows: int = Field(50000, gt=0, description="... or once this many reports "
+                                   "wait (the Python path; the plugin's spool waits on disk)")
 
     @field_validator("acks", mode="before")
     @classmethod

@@ -138,8 +138,8 @@ class AuditedProducer:
         self._state = SpoolState(folder)
         self.native = True
         self.ledger = NativeShipper(settings.table_path("acks"), folder,
-                                    flush_seconds=settings.producer.ledger_flush_seconds,
-                                    flush_rows=settings.producer.ledger_flush_rows).start()
+                                    flush_seconds=settings.producer.ledger_flush_seconds
+                                    ).start()
         if self.record is None:
             # nothing to do per message here: confluent-kafka's own produce, no wrapper
             self.produce = producer.produce  # type: ignore[method-assign]
