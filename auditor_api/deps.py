@@ -21,6 +21,8 @@ from kafka_audit.store import Progress, read_table, table_exists
 
 #: rows of a table the snapshots hold; the rest is never read (the audit's state is large)
 KEEP = {"audit_hot": pc.field("kind") == "progress"}
+#: columns of a table the snapshots read (the others are held as nulls)
+COLUMNS = {"audit_hot": ["kind", "pass_id", "progress"]}
 
 
 def snapshots_for(app, settings: Settings) -> Snapshots:
@@ -31,7 +33,8 @@ def snapshots_for(app, settings: Settings) -> Snapshots:
     key = str(settings.warehouse)
     found = registry.get(key)
     if found is None:
-        found = registry.setdefault(key, Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS))
+        found = registry.setdefault(key, Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS,
+                                                   COLUMNS))
     return found
 
 
@@ -41,7 +44,8 @@ class TableReader:
 
     def __init__(self, settings: Settings, snapshots: Snapshots | None = None) -> None:
         self.settings = settings
-        self.snapshots = snapshots or Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS)
+        self.snapshots = snapshots or Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS,
+                                                COLUMNS)
 
     def snapshot(self, table: str) -> Snapshot:
         return self.snapshots.get(table)

@@ -119,12 +119,15 @@ class Snapshots:
     """Every table of one warehouse, as of its latest version, kept between requests."""
 
     def __init__(self, table_path: Callable[[str], str],
-                 keep: dict[str, Any] | None = None, folds: tuple[Fold, ...] = ()) -> None:
+                 keep: dict[str, Any] | None = None, folds: tuple[Fold, ...] = (),
+                 columns: dict[str, list[str]] | None = None) -> None:
         """``keep``: per table, a filter (a pyarrow expression) on the rows held: the rest is
         never read (``audit_hot``: its progress rows, not the audit's whole state).
-        ``folds``: the running aggregates kept per table (:class:`Fold`)."""
+        ``folds``: the running aggregates kept per table (:class:`Fold`). ``columns``: per
+        table, the only columns read (the others are held as nulls)."""
         self._path = table_path
         self._keep = keep or {}
+        self._columns = columns or {}
         self._folds: dict[str, tuple[Fold, ...]] = {}
         for f in folds:
             self._folds[f.table] = (*self._folds.get(f.table, ()), f)
@@ -199,8 +202,8 @@ class Snapshots:
         rows = old.data.num_rows
         for v, files in commits:
             for f in files:
-                t = pq.read_table(f)
-                t = _conform(t.filter(keep) if keep is not None else t, schema)
+                t = pq.read_table(f, columns=self._columns.get(name), filters=keep)
+                t = _conform(t, schema)
                 if t.num_rows:
                     segments = _merged(segments, t.combine_chunks())
                     rows += t.num_rows
@@ -218,7 +221,7 @@ class Snapshots:
             check_table(path, name)  # a table of another version of the project: refused
         dt = DeltaTable(path)
         keep = self._keep.get(name)
-        data = dt.to_pyarrow_dataset().to_table(filter=keep)
+        data = dt.to_pyarrow_dataset().to_table(columns=self._columns.get(name), filter=keep)
         data = _conform(data, self._schema(name, data))
         version = dt.version()
         self.loads += 1
@@ -243,7 +246,7 @@ class Snapshots:
             from deltalake import DeltaTable
 
             data = DeltaTable(self._path(name), version=version).to_pyarrow_dataset() \
-                .to_table(filter=self._keep.get(name))
+                .to_table(columns=self._columns.get(name), filter=self._keep.get(name))
             return _conform(data, self._schema(name, data))
 
         return self.memo(("as_of", name, version), (), read)

@@ -235,12 +235,14 @@ def _name(pid: int) -> str:
         return "python worker"
     if args and args[0].endswith(b"java"):
         return "spark driver (JVM)"
+    if "kafka_audit.api_process" in text:
+        return "API (Python, child)"
     return "kafka-audit run (Python)"
 
 
 def rss_by_process(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[str, float]:
-    """RSS in MB of the service's Python process, its Spark driver JVM, its Python workers
-    (summed), each broker, and this benchmark process (the producer)."""
+    """RSS in MB of the service's Python process, its API process, its Spark driver JVM,
+    its Python workers (summed), each broker, and this benchmark process (the producer)."""
     out: dict[str, float] = {}
     todo, tree = [service_pid], []
     while todo:

@@ -2,7 +2,9 @@
 one supervised service.
 
 Each component runs in a thread of its own and rides out outages itself
-(``kafka_audit/status.py``). A component whose thread dies anyway (an error it
+(``kafka_audit/status.py``); the REST API's thread runs the server as a child process
+(``kafka_audit/api_process.py``), so that its requests never wait on an audit pass for
+the interpreter lock. A component whose thread dies anyway (an error it
 does not handle) is restarted after a capped doubling wait; the restart is
 logged and counted in its status file, where ``/readyz`` shows it. SIGTERM or
 SIGINT stops everything within ``service.stop_timeout_seconds`` (30): the
@@ -134,10 +136,9 @@ class Service:
 
 def build(settings: Settings, spark_factory=None) -> Service:
     """The four components of ``kafka-audit run`` over one Spark session (made lazily, in
-    the consume component, so the API and the watcher start at once)."""
-    import uvicorn
-
-    from kafka_audit.auditor_api.main import create_app
+    the consume component, so the API and the watcher start at once); the API serves
+    from a child process."""
+    from kafka_audit.api_process import supervise_api_process
     from kafka_audit.jobs.audit_job import run_audit_loop
     from kafka_audit.jobs.consume_job import run_consume
     from kafka_audit.jobs.watcher import ClusterWatcher
@@ -169,15 +170,8 @@ def build(settings: Settings, spark_factory=None) -> Service:
                                           for k, v in s.seconds.items())))
 
     def api(stop: threading.Event) -> None:
-        server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.api.host,
-                                               port=settings.api.port, log_config=None,
-                                               access_log=False))
-        thread = threading.Thread(target=server.run, name="kafka-audit-api-server",
-                                  daemon=True)
-        thread.start()
-        stop.wait()
-        server.should_exit = True
-        thread.join(10)
+        supervise_api_process(settings, stop, log_json=any(
+            type(h.formatter).__name__ == "_JsonLines" for h in logging.getLogger().handlers))
 
     service = Service(settings, [Component("watcher", watcher), Component("consume", consume),
                                  Component("audit", audit), Component("api", api)])

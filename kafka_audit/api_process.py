@@ -1,0 +1,96 @@
+"""The REST API of ``kafka-audit run`` in a process of its own.
+
+In one process with the audit loop, the consume stream and the watcher, the API's
+requests waited for the interpreter lock whenever an audit pass ran its rules: the soak
+measured ``GET /v1/summary`` at 0.3-3 s while the same summary, computed beside the
+running service in another process, took 1-40 ms (README, "The one-hour soak"). The
+service (``kafka_audit/service.py``) starts this module as a child process, hands it
+its settings through a pipe (secrets included: never on disk, never in its command
+line), restarts it if it dies, and stops it with SIGTERM. The child dies with the
+thread that started it (``PR_SET_PDEATHSIG``), so a killed service leaves no server
+holding the port.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+
+__all__ = ["start_api_process", "supervise_api_process", "main"]
+
+log = logging.getLogger("kafka_audit.service")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the stop path still terminates it
+        pass
+
+
+def start_api_process(settings, log_json: bool = False) -> subprocess.Popen:
+    """The API server as a child process serving ``settings``; its output goes where this
+    process's goes."""
+    proc = subprocess.Popen([sys.executable, "-m", "kafka_audit.api_process"],
+                            stdin=subprocess.PIPE, preexec_fn=_die_with_parent)
+    assert proc.stdin is not None
+    proc.stdin.write(pickle.dumps((settings, log_json)))
+    proc.stdin.close()
+    return proc
+
+
+def supervise_api_process(settings, stop: threading.Event, log_json: bool = False,
+                          stop_seconds: float = 10) -> None:
+    """Run the API process until ``stop``; raise if it exits on its own (the service's
+    supervisor then starts it again after its back-off)."""
+    proc = start_api_process(settings, log_json)
+    try:
+        while not stop.wait(0.5):
+            code = proc.poll()
+            if code is not None:
+                raise RuntimeError(f"the API process exited with code {code}")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(stop_seconds)
+            except subprocess.TimeoutExpired:
+                log.warning("the API process did not stop in %.0fs: killed", stop_seconds)
+                proc.kill()
+                proc.wait()
+
+
+def main() -> int:
+    import uvicorn
+
+    from kafka_audit.auditor_api.main import create_app
+
+    settings, log_json = pickle.load(sys.stdin.buffer)
+    handler = logging.StreamHandler()
+    if log_json:
+        from kafka_audit.cli import _JsonLines
+
+        handler.setFormatter(_JsonLines())
+    else:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
+                                               "%(message)s", "%H:%M:%S"))
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(logging.WARNING)
+    for noisy in ("uvicorn.error", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.api.host,
+                                           port=settings.api.port, log_config=None,
+                                           access_log=False))
+    server.run()  # SIGTERM: uvicorn finishes the requests in flight and returns
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
