@@ -185,11 +185,15 @@ def test_kcat_acks1_leader_kill_loss_is_found(cluster, spark, settings, topic):
     feeder.start()
     try:
         time.sleep(3)  # a stream before the fault: part of the scenario
-        for _attempt in range(3):
-            killed = leader_kill(cluster, topic)
+        # whether the fault lost writes is the cluster's to decide (in CI a 0.5 s lag window
+        # has acknowledged nothing, three times in one run): kcat's own reports say so, an
+        # offset acked twice; each attempt freezes the followers longer (all well inside
+        # replica.lag.time.max.ms: they stay in the ISR)
+        attempts = 0
+        for lag in (0.5, 1.5, 3.0, 5.0):
+            attempts += 1
+            killed = leader_kill(cluster, topic, lag_seconds=lag)
             time.sleep(3)  # and after the heal: the frontier must pass the loss
-            # whether the fault lost writes is the cluster's to decide (once in CI the lag
-            # window acknowledged nothing): kcat's own reports say so, an offset acked twice
             if twice_acked(err_path.read_text()):
                 break
     finally:
@@ -208,7 +212,8 @@ def test_kcat_acks1_leader_kill_loss_is_found(cluster, spark, settings, topic):
     found = {r.stamp.seq for r in log.values() if r.stamp is not None}
     truth = sorted((part, off, seq) for seq, _t, part, off, e in reports
                    if e is None and seq not in found)
-    assert truth, "acks=1 with three leader SIGKILLs mid-stream is expected to lose writes"
+    assert truth, (f"acks=1 with {attempts} leader SIGKILLs mid-stream is expected to lose "
+                   f"writes; kcat reported {len(told)} deliveries")
     assert len(truth) == twice_acked(err_path.read_text())  # each lost one's offset reused
     audit_until_settled(spark, settings, topic, progress=print)
     lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
