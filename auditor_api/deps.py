@@ -70,6 +70,20 @@ class TableReader:
     def exists(self, table: str) -> bool:
         return table_exists(self.settings.table_path(table))
 
+    def newest_acks(self, acks_version: int) -> dict:
+        """topic -> the newest ack time the ledger held at ``acks_version``: from the running
+        sums for a recent version, else from the rows that version held."""
+        if acks_version < 0:
+            return {}
+        found = self.snapshots.fold("ack_sums").newest_at(acks_version)
+        if found is not None:
+            return found
+        t = self.snapshots.as_of("acks", acks_version)
+        if t.num_rows == 0:
+            return {}
+        return {r["topic"]: r["last_ack_time_max"] for r in
+                t.group_by("topic").aggregate([("last_ack_time", "max")]).to_pylist()}
+
     def committed_pass(self) -> int:
         """The last committed audit pass: rows of later passes are never served."""
         return self.progress().pass_id

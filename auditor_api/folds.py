@@ -36,7 +36,7 @@ from kafka_audit.schemas.stamp import NO_STAMP
 from kafka_audit.schemas.verdicts import LOSSES
 
 __all__ = ["AckSums", "FindingSums", "StreamSums", "SUMMARY_FOLDS", "RECENT_PASSES",
-           "NEWEST_ACK_VERSIONS", "DURABILITY", "findings_through"]
+           "NEWEST_ACK_VERSIONS", "DURABILITY", "findings_through", "known_topics"]
 
 #: audit passes whose findings are kept apart (older ones are summed into the base)
 RECENT_PASSES = 64
@@ -84,19 +84,30 @@ class AckSums:
             out[topic] = out.get(topic, 0) + n
         return out
 
-    def newest_ack(self, version: int, topic: str | None) -> tuple[bool, datetime | None]:
-        """(known, the newest ack time of ``topic`` or of any topic) as of ``version``;
-        not known when the version is older than those remembered."""
+    @property
+    def newest_now(self) -> dict:
+        """topic -> the newest ack time in the ledger."""
+        return self.newest[-1][1] if self.newest else {}
+
+    def newest_at(self, version: int) -> dict | None:
+        """topic -> the newest ack time as of ledger ``version``; None when the version is
+        older than those remembered (only the rows that version held can say)."""
         if self.first_version is None or version < self.first_version:
-            return False, None
-        best = None
+            return None
+        best: dict = {}
         for v, by_topic in self.newest:
             if v > version:
                 break
             best = by_topic
-        if best is None:
-            return True, None
-        values = [best.get(topic)] if topic is not None else list(best.values())
+        return best
+
+    def newest_ack(self, version: int, topic: str | None) -> tuple[bool, datetime | None]:
+        """(known, the newest ack time of ``topic`` or of any topic) as of ``version``;
+        not known when the version is older than those remembered."""
+        by_topic = self.newest_at(version)
+        if by_topic is None:
+            return False, None
+        values = [by_topic.get(topic)] if topic is not None else list(by_topic.values())
         values = [x for x in values if x is not None]
         return True, (max(values) if values else None)
 
@@ -239,6 +250,11 @@ def _add_stream(s: StreamSums, rows: pa.Table, _version: int) -> StreamSums:
                                      ["topic", "producer_id", "run_id"]))
     return StreamSums(reasons, intact, s.topics | topics,
                       s.stream_topics | set(stream.column("topic").unique().to_pylist()))
+
+
+def known_topics(acks: AckSums, found: dict, stream: StreamSums) -> set[str]:
+    """Every topic the ledger, the committed findings (``found``) or the stream names."""
+    return set(acks.acked) | {t for t, _p, _k in found} | set(stream.stream_topics)
 
 
 def findings_through(state: FindingSums, committed: int, table) -> dict:

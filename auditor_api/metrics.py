@@ -120,7 +120,7 @@ def audit_metrics(reader, settings) -> bytes:
                  "ack the last committed pass had taken in (0: caught up)", t)
     ratio = _gauge("kafka_audit_loss_ratio", "lost / acked", t)
     judged_acks = reader.memo(("judged_acks", progress.acks_version), ("audit_hot",),
-                              lambda _h: _newest_per_topic(reader, progress.acks_version))
+                              lambda _h: reader.newest_acks(progress.acks_version))
     for name, tt in topics.items():
         acked.add_metric([name], tt.acked)
         confirmed.add_metric([name], tt.verdicts.get("confirmed", 0))
@@ -176,16 +176,4 @@ def audit_metrics(reader, settings) -> bytes:
     return generate_latest(registry)
 
 
-def _newest_per_topic(reader, acks_version: int) -> dict:
-    """Per topic, the newest ack time the ledger held at ``acks_version``: from the running
-    sums for a recent version, else from the rows that version held."""
-    sums = reader.snapshots.fold("ack_sums")
-    known, _ = sums.newest_ack(acks_version, None)
-    if known:
-        return {topic: t for topic in sums.acked
-                if (t := sums.newest_ack(acks_version, topic)[1]) is not None}
-    t = reader.snapshots.as_of("acks", acks_version)
-    if t.num_rows == 0:
-        return {}
-    return {r["topic"]: r["last_ack_time_max"] for r in
-            t.group_by("topic").aggregate([("last_ack_time", "max")]).to_pylist()}
+

@@ -131,6 +131,7 @@ class Snapshots:
         self._folds: dict[str, tuple[Fold, ...]] = {}
         for f in folds:
             self._folds[f.table] = (*self._folds.get(f.table, ()), f)
+        self._fold_table = {f.name: f.table for f in folds}
         self._held: dict[str, _Held] = {}
         self._seen: dict[str, int] = {}  # versions seen by version(), to probe from
         self._lock = threading.Lock()
@@ -170,8 +171,7 @@ class Snapshots:
 
     def fold(self, name: str) -> Any:
         """The state of the fold ``name`` as of its table's latest version."""
-        table = next((t for t, fs in self._folds.items() if any(f.name == name for f in fs)),
-                     None)
+        table = self._fold_table.get(name)
         if table is None:
             raise KeyError(f"no fold named {name!r} is kept by these snapshots")
         return self.get(table).folds[name]
@@ -222,12 +222,12 @@ class Snapshots:
         dt = DeltaTable(path)
         keep = self._keep.get(name)
         data = dt.to_pyarrow_dataset().to_table(columns=self._columns.get(name), filter=keep)
-        data = _conform(data, self._schema(name, data))
+        data = _conform(data, self._schema(name, data)).combine_chunks()  # the one copy held
         version = dt.version()
         self.loads += 1
         return Snapshot(name, version, data, ((version, data.num_rows),),
                         {f.name: f.add(f.empty(), data, version) for f in folds},
-                        (data.combine_chunks(),) if data.num_rows else ())
+                        (data,) if data.num_rows else ())
 
     def as_of(self, name: str, version: int) -> pa.Table:
         """The held rows of ``name`` as its ``version`` held them: a prefix of the held rows

@@ -87,7 +87,7 @@ def topic_totals(acks: AckSums, found: dict, partitions: list, unjudged: dict
         part(t, partition).acked = n
     for topic, n in acks.failed.items():
         of(topic).failed = n
-    for topic, newest in (acks.newest[-1][1] if acks.newest else {}).items():
+    for topic, newest in acks.newest_now.items():
         of(topic).newest_ack = newest
     for (topic, *settings), (writes, producers) in acks.durability.items():
         of(topic).durability.append({**dict(zip(_DURABILITY, settings, strict=True)),

@@ -35,22 +35,31 @@ def _die_with_parent() -> None:  # runs in the child between fork and exec
         pass
 
 
-def start_api_process(settings, log_json: bool = False) -> subprocess.Popen:
+def start_api_process(settings) -> subprocess.Popen:
     """The API server as a child process serving ``settings``; its output goes where this
-    process's goes."""
+    process's goes, formatted as this process formats its log (``kafka-audit``'s
+    ``--log-json`` included)."""
     proc = subprocess.Popen([sys.executable, "-m", "kafka_audit.api_process"],
                             stdin=subprocess.PIPE, preexec_fn=_die_with_parent)
     assert proc.stdin is not None
-    proc.stdin.write(pickle.dumps((settings, log_json)))
+    proc.stdin.write(pickle.dumps((settings, _own_formatter())))
     proc.stdin.close()
     return proc
 
 
-def supervise_api_process(settings, stop: threading.Event, log_json: bool = False,
-                          stop_seconds: float = 10) -> None:
+def _own_formatter() -> logging.Formatter | None:
+    """The formatter ``kafka-audit``'s CLI gave the root logger (plain lines or JSON lines),
+    if it did; another (a test runner's) stays in this process."""
+    from kafka_audit.cli import _JsonLines
+
+    return next((h.formatter for h in logging.getLogger().handlers
+                 if type(h.formatter) in (logging.Formatter, _JsonLines)), None)
+
+
+def supervise_api_process(settings, stop: threading.Event, stop_seconds: float = 10) -> None:
     """Run the API process until ``stop``; raise if it exits on its own (the service's
     supervisor then starts it again after its back-off)."""
-    proc = start_api_process(settings, log_json)
+    proc = start_api_process(settings)
     try:
         while not stop.wait(0.5):
             code = proc.poll()
@@ -72,15 +81,10 @@ def main() -> int:
 
     from kafka_audit.auditor_api.main import create_app
 
-    settings, log_json = pickle.load(sys.stdin.buffer)
+    settings, formatter = pickle.load(sys.stdin.buffer)
     handler = logging.StreamHandler()
-    if log_json:
-        from kafka_audit.cli import _JsonLines
-
-        handler.setFormatter(_JsonLines())
-    else:
-        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: "
-                                               "%(message)s", "%H:%M:%S"))
+    if formatter is not None:
+        handler.setFormatter(formatter)
     logging.getLogger().handlers[:] = [handler]
     logging.getLogger().setLevel(logging.WARNING)
     for noisy in ("uvicorn.error", "uvicorn.access"):

@@ -170,8 +170,7 @@ def build(settings: Settings, spark_factory=None) -> Service:
                                           for k, v in s.seconds.items())))
 
     def api(stop: threading.Event) -> None:
-        supervise_api_process(settings, stop, log_json=any(
-            type(h.formatter).__name__ == "_JsonLines" for h in logging.getLogger().handlers))
+        supervise_api_process(settings, stop)
 
     service = Service(settings, [Component("watcher", watcher), Component("consume", consume),
                                  Component("audit", audit), Component("api", api)])

@@ -23,7 +23,7 @@ from fastapi import APIRouter, Depends, Path, Query
 from pydantic import BaseModel, Field, create_model
 
 from kafka_audit.auditor_api.deps import ReaderDep
-from kafka_audit.auditor_api.folds import findings_through
+from kafka_audit.auditor_api.folds import findings_through, known_topics
 from kafka_audit.auditor_api.params import Instant, Partition
 from kafka_audit.auditor_api.problems import (
     UNKNOWN_FINDING,
@@ -37,7 +37,8 @@ from kafka_audit.auditor_api.routes.windows import window_ids
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, Cause, Kind, Subkind
 
-__all__ = ["router", "FindingOut", "Summary", "FindingFilters", "example", "committed_findings"]
+__all__ = ["router", "FindingOut", "Summary", "FindingFilters", "example", "committed_findings",
+           "committed_finding_sums"]
 
 FindingOut = create_model(
     "FindingOut", __base__=row_model("findings", "FindingRow", overrides={
@@ -129,11 +130,6 @@ def _caused_by(causes) -> pc.Expression | None:
         return None
     return functools.reduce(operator.or_, [pc.starts_with(pc.field("cause"), pattern=str(c))
                                            for c in causes])
-
-
-def _sum_by(t: pa.Table, key: str) -> dict[str, int]:
-    return {r[key]: int(r["count_sum"] or 0)
-            for r in t.group_by(key).aggregate([("count", "sum")]).to_pylist()}
 
 
 class KindCount(BaseModel):
@@ -381,9 +377,7 @@ def _summary(reader, topic: str | None) -> Summary:
     progress = reader.progress()
     acks = reader.snapshots.fold("ack_sums")
     stream = reader.snapshots.fold("stream_sums")
-    found = findings_through(
-        reader.snapshots.fold("finding_sums"), progress.pass_id,
-        lambda: reader.read("findings", _committed(reader, [], progress.pass_id)))
+    found = committed_finding_sums(reader, progress.pass_id)
     if (topic is not None and topic not in acks.acked and topic not in stream.topics
             and not any(t == topic for t, _p, _k in found)):
         raise ProblemError(404, f"unknown topic {topic!r}: no acked write, consumed record or "
@@ -397,30 +391,31 @@ def _summary(reader, topic: str | None) -> Summary:
     acked = acks.acked.get(topic, 0) if topic is not None else sum(acks.acked.values())
     parts = [p for p in latest_partitions(reader, progress.pass_id)
              if topic is None or p.topic == topic]
-    topics = ({topic} if topic is not None else
-              set(acks.acked) | {t for t, _p, _k in found} | set(stream.stream_topics))
+    topics = {topic} if topic is not None else known_topics(acks, found, stream)
     return Summary(
         topic=topic, acked=acked, verdicts=Verdicts(**verdicts),
         pending=acked - sum(verdicts.values()), lost=sum(verdicts[k.value] for k in LOSSES),
         unseen=sum(p.unseen for p in parts),
         annotations=Annotations(**{k.value: by_kind.get(k.value, 0) for k in ANNOTATIONS}),
         judged_through=JudgedThrough(pass_id=progress.pass_id,
-                                     ack_time=_newest_ack(reader, progress, topic, acks)),
+                                     ack_time=_newest_ack(reader, progress, topic)),
         unjudged_records={t: UnjudgedRecords(**stream.unjudged(t, acks.runs))
                           for t in sorted(topics)})
 
 
-def _newest_ack(reader, progress, topic: str | None, acks) -> datetime | None:
-    """The newest ack time the committed pass had taken in (the ``acks`` version it names):
-    from the running sums, or the held ledger rows that version held (no data read)."""
-    if progress.acks_version < 0:
-        return None
-    known, newest = acks.newest_ack(progress.acks_version, topic)
-    if known:
-        return newest
-    t = reader.snapshots.as_of("acks", progress.acks_version)
-    t = t.filter(pc.field("topic") == topic) if topic is not None else t
-    return pc.max(t.column("last_ack_time")).as_py() if t.num_rows else None
+def _newest_ack(reader, progress, topic: str | None) -> datetime | None:
+    """The newest ack time the committed pass had taken in (the ``acks`` version it names)."""
+    by_topic = reader.newest_acks(progress.acks_version)
+    values = [by_topic.get(topic)] if topic is not None else list(by_topic.values())
+    values = [t for t in values if t is not None]
+    return max(values) if values else None
+
+
+def committed_finding_sums(reader, committed: int) -> dict:
+    """(topic, partition, kind) -> (writes, newest loss) of the passes up to ``committed``:
+    from the running sums, or the committed findings when the sums cannot say."""
+    return findings_through(reader.snapshots.fold("finding_sums"), committed,
+                            lambda: committed_findings(reader))
 
 
 def committed_findings(reader) -> pa.Table:

@@ -10,15 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Annotated
 
-import pyarrow as pa
 import pyarrow.compute as pc
 from fastapi import APIRouter, Path
 from pydantic import BaseModel, Field
 
 from kafka_audit.auditor_api.deps import ReaderDep
-from kafka_audit.auditor_api.folds import findings_through
+from kafka_audit.auditor_api.folds import known_topics
 from kafka_audit.auditor_api.problems import UNKNOWN_TOPIC, ProblemError, problem_responses
-from kafka_audit.auditor_api.routes.findings import example
+from kafka_audit.auditor_api.routes.findings import committed_finding_sums, example
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
 from kafka_audit.auditor_api.totals import TopicTotals, topic_totals
 
@@ -93,15 +92,10 @@ TOPIC_EXAMPLE = {
 def all_topics(reader) -> dict[str, TopicTotals]:
     """Every topic's totals (memoized per version of the tables they come from), from the
     running sums: the same cost whatever the tables hold."""
-    def compute(acks, findings, consumed, _state, _hot):
-        committed = reader.committed_pass()
-        found = findings_through(
-            findings.folds["finding_sums"], committed,
-            lambda: findings.data.filter(pc.field("pass_id") <= pa.scalar(committed,
-                                                                          pa.int64())))
+    def compute(acks, _findings, consumed, _state, _hot):
+        found = committed_finding_sums(reader, reader.committed_pass())
         sums, stream = acks.folds["ack_sums"], consumed.folds["stream_sums"]
-        topics = set(sums.acked) | {t for t, _p, _k in found} | set(stream.stream_topics)
-        unjudged = {t: stream.unjudged(t, sums.runs) for t in topics}
+        unjudged = {t: stream.unjudged(t, sums.runs) for t in known_topics(sums, found, stream)}
         return topic_totals(sums, found, latest_partitions(reader), unjudged)
 
     return reader.memo("topic_totals", ("acks", "findings", "consumed", "partition_state",
