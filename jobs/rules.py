@@ -90,8 +90,10 @@ __all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "ju
 #: of two reads made at one instant, the direct re-read is the later word: it was asked
 #: for because the stream's view was in doubt
 _SOURCE_RANK = {"stream": 0, "reread": 1}
-#: the events that replace a partition's leader (or leave it without one)
-LEADER_CHANGES = ("leader_change", "offline")
+#: the same leader at a newer epoch (fenced or restarted, elected again between polls)
+LEADER_REELECTED = "leader_reelected"
+#: the events that replace a partition's leader (or leave it without one, or elect it anew)
+LEADER_CHANGES = ("leader_change", "offline", LEADER_REELECTED)
 #: a gap in the watcher's observation (``jobs/watcher.py``): nothing was seen in it
 BLIND = "watcher_blind"
 #: a partition's log end (high watermark) went back: acknowledged data left the log
@@ -187,7 +189,15 @@ def acked_in_split_brain(ack: AckRun, events: Sequence[ClusterEvent], now: datet
 
 def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
               events: Sequence[ClusterEvent]) -> str:
-    """The most specific explanation the events give (the definition, in this order)."""
+    """The most specific explanation the events give (the definition, in this order).
+
+    The first change after the ack is where the write's leader went; the first one after
+    it that names a leader is who took over (``successor``; the same event when it names
+    one). A write acknowledged with ``acks=all`` sat on every member of the ISR the
+    leader left (``previous_isr``), so a successor from that ISR had it, unless its copy
+    went: the ISR was the leader alone and that leader came back without it (``disk
+    loss``), or the ISR was larger and the one elected from it came back without it
+    (every in-sync copy went at once: ``simultaneous crash``)."""
     if not changes:
         return Cause.unknown
     if ack.acks in ("0", "1"):
@@ -196,13 +206,21 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
     if any(e.kind == LOG_END_DROP and e.log_end == 0 and e.event_time >= ack.first_ack
            for e in events):
         return Cause.disk_loss  # a replica came back empty and leads
-    if any(e.previous_isr is not None and len(e.previous_isr) <= 1 for e in first):
+    left = {e.previous_leader for e in first if e.previous_leader is not None}
+    before = [set(e.previous_isr) for e in first if e.previous_isr is not None]
+    successor = next((e.leader for e in changes
+                      if e.leader is not None and e.leader >= 0), None)
+    if any(len(isr) <= 1 for isr in before):
+        if successor is not None and successor in left and all(
+                isr <= {successor} for isr in before):
+            return Cause.disk_loss  # the sole in-sync replica leads again, without it
         return Cause.isr_shrunk
     if any(e.previous_isr is not None and e.leader is not None and e.leader >= 0
            and e.leader not in e.previous_isr for e in first):
         return Cause.unclean_election
-    if any(e.kind == "offline" for e in first):
-        return Cause.simultaneous_crash  # every replica down, back without the write
+    if any(e.kind == "offline" for e in first) or (
+            successor is not None and before and all(successor in isr for isr in before)):
+        return Cause.simultaneous_crash  # elected from the ISR that had it, back without it
     return Cause.unknown
 
 

@@ -5,7 +5,8 @@ partition's leader, replicas and ISR (``AdminClient.list_topics``) and, when
 the leader changes, the new leader epoch (``list_offsets(latest)``: metadata
 carries no epoch). A difference from the previous poll becomes one row per
 change: ``first_seen``, ``leader_change``, ``offline`` (no leader),
-``isr_shrink``, ``isr_expand``. Rows are appended with delta-rs.
+``leader_reelected`` (the same leader at a newer epoch), ``isr_shrink``,
+``isr_expand``. Rows are appended with delta-rs.
 
 A poll sees the state at one instant: changes shorter than the interval can be
 missed, which is why the audit never relies on events to *find* a loss, only
@@ -42,7 +43,13 @@ from datetime import UTC, datetime, timedelta
 
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.errors import ClusterError
-from kafka_audit.jobs.rules import BLIND, LOG_END_DROP, SPLIT_BRAIN, SPLIT_BRAIN_END
+from kafka_audit.jobs.rules import (
+    BLIND,
+    LEADER_REELECTED,
+    LOG_END_DROP,
+    SPLIT_BRAIN,
+    SPLIT_BRAIN_END,
+)
 from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter, read_statuses
 from kafka_audit.store import append_rows, check_table
@@ -58,16 +65,21 @@ class PartitionView:
     leader: int
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
+    epoch: int | None = None  # the leader epoch the answer gave (None: not said)
 
 
 def diff_partition(before: PartitionView | None, after: PartitionView,
                    min_isr: int | None = None) -> list[str]:
     """The event kinds that turn ``before`` into ``after`` (pure, unit-tested).
 
-    Besides leader and ISR changes: ``unclean_election`` (the new leader was not in the
-    ISR before), ``under_min_isr_enter``/``_exit`` (the ISR crossed ``min_isr``, when
-    known) and ``isr_alone_enter``/``_exit`` (the ISR became, or stopped being, the
-    leader alone on a replicated partition)."""
+    Besides leader and ISR changes: ``leader_reelected`` (the same leader at a newer
+    epoch: it was fenced or restarted and elected again, the offline moment between too
+    short for a poll to see), ``unclean_election`` (the new leader was not in the ISR
+    before, and nothing of that ISR is left in the new one: a clean election right after
+    an ISR expansion, both between two polls, is not one),
+    ``under_min_isr_enter``/``_exit`` (the ISR crossed ``min_isr``, when known) and
+    ``isr_alone_enter``/``_exit`` (the ISR became, or stopped being, the leader alone on
+    a replicated partition)."""
     if before is None:
         kinds = ["first_seen"] + (["offline"] if after.leader < 0 else [])
         if min_isr is not None and len(after.isr) < min_isr:
@@ -78,8 +90,12 @@ def diff_partition(before: PartitionView | None, after: PartitionView,
     kinds = []
     if after.leader != before.leader:
         kinds.append("offline" if after.leader < 0 else "leader_change")
-        if after.leader >= 0 and before.isr and after.leader not in before.isr:
+        if (after.leader >= 0 and before.isr and after.leader not in before.isr
+                and not set(before.isr) & set(after.isr)):
             kinds.append("unclean_election")
+    elif (after.leader >= 0 and None not in (after.epoch, before.epoch)
+          and after.epoch > before.epoch):  # type: ignore[operator]
+        kinds.append(LEADER_REELECTED)
     if set(after.isr) < set(before.isr) or (set(after.isr) - set(before.isr)
                                             and set(before.isr) - set(after.isr)):
         kinds.append("isr_shrink")
@@ -191,8 +207,11 @@ class ClusterWatcher:
         rows += self._cluster(now)
         for key in sorted(k for k in parts if k[0] in set(topics)):
             p = parts[key]
-            view = PartitionView(p.leader, tuple(sorted(p.isr)), tuple(p.replicas))
             before = self.state.get(key)
+            epoch = p.leader_epoch if p.leader_epoch >= 0 else None
+            if None not in (epoch, before and before.epoch):  # a staler answer never lowers it
+                epoch = max(epoch, before.epoch)  # type: ignore[type-var,union-attr]
+            view = PartitionView(p.leader, tuple(sorted(p.isr)), tuple(p.replicas), epoch)
             for kind in diff_partition(before, view, self.min_isr.get(key[0])):
                 rows.append({
                     "event_time": now, "topic": key[0], "partition": key[1], "kind": kind,

@@ -20,11 +20,14 @@ clients still reach it.
 from __future__ import annotations
 
 import contextlib
+import os
 import random
+import shutil
 import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.scenarios.faults import cut_port, isolate
@@ -231,6 +234,72 @@ def _follower_partitioned(ctx: Context) -> None:
     ctx.heal_all()
 
 
+def _partition_dir(ctx: Context, node: int) -> Path:
+    """Where broker ``node`` keeps the scenario's partition (its ``log.dirs`` is one folder)."""
+    return ctx.cluster.node_dir(node) / "data" / f"{ctx.topic}-0"  # type: ignore[attr-defined]
+
+
+def _kill_all(ctx: Context) -> list[int]:
+    """Every node SIGKILLed at once (the signals first, then the waits): a power cut."""
+    nodes = list(ctx.cluster.running())  # type: ignore[attr-defined]
+    for n in nodes:
+        ctx.cluster.signal(n, signal.SIGKILL)  # type: ignore[attr-defined]
+    ctx.fault("all_killed", nodes=nodes)
+    wait_until(lambda: not ctx.cluster.running(), 30, "every node to exit")  # type: ignore
+    return nodes
+
+
+def _simultaneous_crash(ctx: Context) -> None:
+    """Every broker crashes at once, each losing what its OS had not yet written back.
+
+    ``kill -9`` alone keeps the page cache, so nothing unflushed is lost. A power cut
+    keeps only what reached the disk: here each node's *writeback* is the instant its
+    partition's segment files were last on disk (their sizes then, one node after
+    another, as separate machines flush at separate times); after the kill each file is
+    cut back to that size and files created after it are removed, which is what a power
+    cut does to writes the OS still held. Kafka's own recovery of an unclean shutdown
+    then runs on restart (it rebuilds the indexes and truncates a torn batch)."""
+    _pause(ctx, ctx.seconds * 0.3)
+    on_disk: dict[int, dict[Path, int]] = {}
+    for n in ctx.rng.sample(list(ctx.cluster.nodes), len(ctx.cluster.nodes)):  # type: ignore
+        on_disk[n] = {f: f.stat().st_size for f in _partition_dir(ctx, n).glob("*.log")}
+        ctx.fault("writeback", node=n, bytes=sum(on_disk[n].values()))
+        time.sleep(ctx.rng.uniform(0.2, 0.5))
+    time.sleep(1)  # acknowledged writes now sit in every node's page cache only
+    nodes = _kill_all(ctx)
+    for n in nodes:
+        for f in _partition_dir(ctx, n).glob("*.log"):
+            if f not in on_disk[n]:
+                f.unlink()
+            elif f.stat().st_size > on_disk[n][f]:
+                os.truncate(f, on_disk[n][f])
+    ctx.fault("unwritten_tails_discarded", nodes=nodes)
+    for n in nodes:
+        ctx.cluster.start(n)  # type: ignore[attr-defined]
+        ctx.fault("node_started", node=n)
+    ctx.heal_all()
+    wait_until(lambda: all(p.leader >= 0 and len(p.isr) == len(p.replicas)
+                           for p in ctx.cluster.partitions()), 180,  # type: ignore[attr-defined]
+               "every partition of every topic led with its ISR full (all nodes restarted)")
+
+
+def _disk_loss(ctx: Context) -> None:
+    """The ISR shrunk to the leader (min.insync.replicas=1: it acknowledges alone), the
+    leader killed, its data folder for the partition removed while it is down, then
+    started again: the only in-sync replica is back, empty, and leads; the followers
+    truncate to it."""
+    _pause(ctx, ctx.seconds * 0.2)
+    with _isr_shrunk_to_leader(ctx) as leader:
+        _pause(ctx, ctx.seconds * 0.3)  # writes acknowledged by the leader alone
+        ctx.cluster.kill(leader)  # type: ignore[attr-defined]
+        ctx.fault("leader_killed", node=leader)
+    shutil.rmtree(_partition_dir(ctx, leader))
+    ctx.fault("data_removed", node=leader, folder=str(_partition_dir(ctx, leader)))
+    ctx.cluster.start(leader)  # type: ignore[attr-defined]
+    ctx.fault("node_started", node=leader)
+    ctx.heal_all()
+
+
 #: a producer that reports a write it cannot place within seconds, without retrying: the
 #: scenarios where the cluster refuses or cannot commit writes
 GIVE_UP_FAST = {"retries": 0, "message.timeout.ms": 3000, "request.timeout.ms": 2000}
@@ -280,3 +349,12 @@ scenario(Scenario(
     "follower-partitioned", "a follower cut off from the leader and the controllers: no "
     "loss, a reduced-redundancy window", _follower_partitioned, expect_loss=False,
     windows=frozenset({"reduced_redundancy"})))
+scenario(Scenario(
+    "simultaneous-crash", "acks=all, every broker killed at once, each losing the writes "
+    "its OS had not written back (a power cut), then restarted: loss of unflushed writes",
+    _simultaneous_crash, expect_loss=True, causes=frozenset({"simultaneous crash"})))
+scenario(Scenario(
+    "disk-loss", "acks=all, min.insync.replicas=1, the ISR shrunk to the leader, the "
+    "leader killed and its data folder removed, then restarted: it leads, empty; loss",
+    _disk_loss, topic_config={"min.insync.replicas": "1"}, expect_loss=True,
+    causes=frozenset({"disk loss"}), windows=frozenset({"exposure"})))

@@ -98,7 +98,8 @@ TABLES: dict[str, list[Column]] = {
         C("event_time", "timestamp", False),
         C("topic", "string", False),
         C("partition", "int", False),
-        C("kind", "string", False, "leader_change | isr_shrink | isr_expand | offline | "
+        C("kind", "string", False, "leader_change | leader_reelected | isr_shrink | "
+                                   "isr_expand | offline | "
                                    "under_min_isr_enter | under_min_isr_exit | first_seen | "
                                    "watcher_blind (a gap: nothing was observed from "
                                    "event_time to until; topic '' and partition -1) | "

@@ -53,9 +53,12 @@ class Cause(StrEnum):
     #: acknowledged by a leader a newer one had already replaced (it kept accepting
     #: writes): a loss inside a split-brain window (``jobs/windows.py``)
     isolated_leader = "isolated leader (split brain)"
-    #: every replica went down (the partition offline) and came back without the write
+    #: every in-sync replica lost the write at once (a power cut): the partition went
+    #: offline from a full ISR, or a leader elected from the ISR that held an acks=all
+    #: write came back without it
     simultaneous_crash = "simultaneous crash"
-    #: a replica came back with less than it had acknowledged (its log end went back)
+    #: a replica came back with less than it had acknowledged: its log end went back to 0,
+    #: or the sole in-sync replica was elected again without the write
     disk_loss = "disk loss"
     unknown = "unknown"
 

@@ -41,14 +41,14 @@ from kafka_audit.auditor_api.problems import (
     bad_parameters,
     problem_responses,
 )
+from kafka_audit.jobs.rules import BLIND, LEADER_CHANGES
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import CAUSE_SLACK
 
 __all__ = ["router", "latest_partitions", "PartitionOut", "Timeline"]
 
 PartitionOut = row_model("partition_state", "PartitionOut")
-LEADER_KINDS = ("leader_change", "offline")
-BLIND = "watcher_blind"
+LEADER_KINDS = LEADER_CHANGES
 _US = 1_000_000
 
 
@@ -93,7 +93,7 @@ class Reread(BaseModel):
 
 class LeaderChange(BaseModel):
     time: datetime
-    kind: str = Field(description="leader_change | offline")
+    kind: str = Field(description="leader_change | offline | leader_reelected")
     leader: int | None
     previous_leader: int | None
     leader_epoch: int | None

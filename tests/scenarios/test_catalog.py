@@ -13,7 +13,7 @@ from kafka_audit.scenarios.runner import run_scenario
 # test_faults.py: the suite runs the catalog's others
 @pytest.mark.parametrize("name", ["min-isr-2", "leader-paused", "rolling-restart",
                                   "isolated-leader", "isolated-leader-min-isr-2",
-                                  "follower-partitioned"])
+                                  "follower-partitioned", "simultaneous-crash", "disk-loss"])
 def test_scenario(name, cluster, spark, settings, tmp_path):
     report = run_scenario(name, settings, cluster, spark, seed=1, seconds=8,
                           out_dir=tmp_path, progress=print)
@@ -26,3 +26,5 @@ def test_scenario(name, cluster, spark, settings, tmp_path):
                                                                              "exposure"}
     if name == "rolling-restart":
         assert not report.found_lost and not report.secondary.found_duplicates
+    if name in ("simultaneous-crash", "disk-loss"):  # every loss carries the one cause
+        assert report.found_lost and report.causes == {name.replace("-", " ")}

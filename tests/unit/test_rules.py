@@ -258,9 +258,24 @@ def test_likely_cause_from_the_events_after_the_ack():
     lost = ack(0, 0, acks="all")
     assert cause(lost, []) == "unknown"
     assert cause(lost, [leader_change(1, leader=3, previous_isr=(1, 2))]) == "unclean election"
-    assert cause(lost, [leader_change(1, leader=2, previous_isr=(1, 2))]) == "unknown"
+    # elected from the ISR that held the acks=all write, yet without it: every in-sync
+    # copy went (a power cut of them all)
+    assert cause(lost, [leader_change(1, leader=2, previous_isr=(1, 2))]) == \
+        "simultaneous crash"
     assert cause(lost, [leader_change(1, leader=2, previous=1, previous_isr=(1,))]) \
         == "ISR shrunk to leader then leader lost"
+    # the sole in-sync replica elected again (a newer epoch, or back from offline) and the
+    # write gone: it came back without what it had acknowledged alone
+    again = ClusterEvent(at(1), "t", 0, "leader_reelected", 1, 1, (1,), (1,))
+    assert cause(lost, [again]) == "disk loss"
+    offline = ClusterEvent(at(1), "t", 0, "offline", -1, 1, (1,), (1,))
+    back = ClusterEvent(at(3), "t", 0, "leader_change", 1, -1, (1,), (1,))
+    assert cause(lost, [offline, back]) == "disk loss"
+    other = ClusterEvent(at(3), "t", 0, "leader_change", 2, -1, (2,), (1,))
+    assert cause(lost, [offline, other]) == "ISR shrunk to leader then leader lost"
+    # the whole ISR elected again at a newer epoch, the write gone: all of them lost it
+    everyone = ClusterEvent(at(1), "t", 0, "leader_reelected", 1, 1, (1, 2, 3), (1, 2, 3))
+    assert cause(lost, [everyone]) == "simultaneous crash"
     assert cause(lost, [leader_change(-9, leader=3, previous_isr=(1, 2))]) == "unknown"
     assert cause(ack(0, 0, acks="1"), [leader_change(1)]) == "acks=1 fail-over"
 

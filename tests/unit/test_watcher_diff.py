@@ -33,3 +33,22 @@ def test_unclean_election_min_isr_and_the_leader_alone():
     assert diff_partition(None, v(1, (1,)), min_isr=2) == [
         "first_seen", "under_min_isr_enter", "isr_alone_enter"]
     assert diff_partition(v(1, (1,), replicas=(1,)), v(1, (1,), replicas=(1,))) == []
+
+
+def test_the_same_leader_at_a_newer_epoch_is_reelected():
+    def e(leader, isr, epoch):
+        return PartitionView(leader, tuple(isr), (1, 2, 3), epoch)
+
+    # fenced or restarted and elected again between two polls: the offline moment unseen
+    assert diff_partition(e(3, (3,), 0), e(3, (3,), 2)) == ["leader_reelected"]
+    assert diff_partition(e(3, (3,), 2), e(3, (1, 3), 2)) == ["isr_expand", "isr_alone_exit"]
+    assert diff_partition(e(3, (3,), None), e(3, (3,), 2)) == []  # no epoch before: unknown
+    assert diff_partition(e(3, (3,), 2), e(3, (3,), 1)) == []  # a staler answer: no event
+
+
+def test_a_clean_election_right_after_an_expansion_is_not_unclean():
+    # between two polls the ISR grew to {2, 3} and 3 (the preferred replica) took over
+    assert diff_partition(v(2, (2,)), v(3, (2, 3))) == ["leader_change", "isr_expand",
+                                                       "isr_alone_exit"]
+    # an unclean election leaves nothing of the old ISR in the new one
+    assert "unclean_election" in diff_partition(v(1, (1,)), v(2, (2,)))
