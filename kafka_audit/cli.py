@@ -20,6 +20,8 @@ from kafka_audit.clients import LIBRDKAFKA_LOGGER
 from kafka_audit.errors import AuditorError
 from kafka_audit.settings import get_settings, redacted
 
+log = logging.getLogger("kafka_audit.cli")
+
 EXIT_OK = 0
 EXIT_MISMATCH = 1  # a demo whose verdicts did not match ground truth
 EXIT_ERROR = 2  # a configuration or usage error (argparse exits 2 too), any AuditorError
@@ -132,17 +134,39 @@ def _scenario(args) -> int:
     from kafka_audit.jobs.spark import get_spark
     from kafka_audit.scenarios.runner import run_scenario
 
-    if args.name not in SCENARIOS:
-        raise AuditorError(f"no scenario {args.name!r}; `kafka-audit scenario list` names them")
+    names = list(SCENARIOS) if args.name == ["all"] else args.name
+    if not names:
+        raise AuditorError("name a scenario (or `all`); `kafka-audit scenario list` names them")
+    if unknown := [n for n in names if n not in SCENARIOS]:
+        raise AuditorError(f"no scenario {unknown[0]!r}; `kafka-audit scenario list` names them")
+    if args.seeds < 1:
+        raise AuditorError("--seeds must be at least 1")
     s = get_settings()
     s = s.model_copy(update={"audit": s.audit.model_copy(
         update={"settle_seconds": args.settle})})
     cluster = LocalCluster(s)
     cluster.up(print)
-    report = run_scenario(args.name, s, cluster, get_spark(s, "kafka-audit-scenario"),
-                          seed=args.seed, seconds=args.seconds)
-    print(report.text())
-    return EXIT_OK if report.ok else EXIT_MISMATCH
+    spark = get_spark(s, "kafka-audit-scenario")
+    rows = []
+    for name in names:
+        for seed in range(args.seed, args.seed + args.seeds):
+            try:
+                report = run_scenario(name, s, cluster, spark, seed=seed, seconds=args.seconds)
+            except Exception as exc:  # noqa: BLE001 - one run's failure is its row, the rest run
+                log.exception("scenario %s seed %d failed", name, seed)
+                rows.append((name, seed, "-", "-", "-", "-", f"FAILED: {exc}".splitlines()[0]))
+                continue
+            print(report.text())
+            rows.append((name, seed, len(report.truth_lost), len(report.found_lost),
+                         ", ".join(sorted(report.causes)) or "-",
+                         len(report.faults), "MATCH" if report.ok else "MISMATCH"))
+    if len(rows) > 1:
+        print(f"\n{'scenario':<26}{'seed':>5}{'lost (read)':>13}{'lost (REST)':>13}  "
+              f"{'faults':>6}  verdict  causes")
+        for name, seed, truth, found, causes, faults, verdict in rows:
+            print(f"{name:<26}{seed:>5}{truth!s:>13}{found!s:>13}  {faults!s:>6}  "
+                  f"{verdict}  {causes}")
+    return EXIT_OK if all(r[-1] == "MATCH" for r in rows) else EXIT_MISMATCH
 
 
 def _serve(args) -> int:
@@ -299,8 +323,10 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("scenario", help="fault scenarios on the local cluster, judged against "
                                         "ground truth: list, run NAME")
     s.add_argument("action", choices=["list", "run"])
-    s.add_argument("name", nargs="?", help="the scenario to run (see list)")
+    s.add_argument("name", nargs="*", help="the scenarios to run (see list), or all")
     s.add_argument("--seed", type=int, default=0, help="what varies between runs")
+    s.add_argument("--seeds", type=int, default=1,
+                   help="run each scenario this many times, seeds --seed, --seed+1, ...")
     s.add_argument("--seconds", type=float, default=20, help="seconds of traffic")
     s.add_argument("--settle", type=float, default=5,
                    help="audit.settle_seconds for the run (default 5)")

@@ -177,3 +177,22 @@ def test_a_bad_profile_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys, yam
         get_settings.cache_clear()
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message.format(file=file) in err[0], err
+
+
+@pytest.mark.parametrize("argv,says", [
+    (["scenario", "run"], "name a scenario"),
+    (["scenario", "run", "disk-loss", "no-such"], "no scenario 'no-such'"),
+    (["scenario", "run", "all", "--seeds", "0"], "--seeds must be at least 1"),
+])
+def test_scenario_run_refuses_bad_names_and_seeds_before_any_cluster(argv, says, capsys):
+    assert cli.main(argv) == 2
+    assert says in one_error_line(capsys)
+
+
+def test_scenario_list_names_every_scenario(capsys):
+    from kafka_audit.scenarios.catalog import SCENARIOS
+
+    assert cli.main(["scenario", "list"]) == 0
+    out = capsys.readouterr().out
+    assert [line.split()[0] for line in out.splitlines()] == list(SCENARIOS)
+    assert {"simultaneous-crash", "disk-loss"} <= set(SCENARIOS)
