@@ -40,6 +40,7 @@ import threading
 from concurrent.futures import wait as wait_futures
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.errors import ClusterError
@@ -167,6 +168,11 @@ class ClusterWatcher:
         #: partitions two brokers lead at once now: key -> {broker: leader epoch}
         self.two_leaders: dict[tuple[str, int], dict[int, int]] = {}
         self._seen_two: dict[tuple[str, int], datetime] = {}  # first poll that saw two
+        #: the KRaft metadata log, tailed where its files are on this machine (exact order
+        #: and times) while the watcher runs
+        self.metadata = None
+        self._metadata_started = False
+        self.exact = False  # the last poll took partition events from the metadata log
         protocol = str(cluster_config(settings).get("security.protocol", "plaintext")).lower()
         self.broker_views = protocol == "plaintext"
         if not self.broker_views:
@@ -185,8 +191,59 @@ class ClusterWatcher:
         return {"event_time": start, "topic": "", "partition": -1, "kind": BLIND,
                 "until": until, "source": "watcher:gap"}
 
+    def _metadata_dirs(self) -> list[Path]:
+        from kafka_audit.jobs.metadata_log import metadata_dirs
+
+        w = self.settings.watch
+        if w.metadata_log_dirs is not None:
+            dirs = metadata_dirs(w.metadata_log_dirs)
+            if missing := [d for d in dirs if not d.is_dir()]:
+                log.warning("watcher: no metadata log at %s (watch.metadata_log_dirs); the "
+                            "others are tailed", ", ".join(map(str, missing)))
+            return [d for d in dirs if d.is_dir()]
+        if self.settings.profile.bootstrap is not None:
+            return []  # a remote cluster: its files are not here
+        root = self.settings.home_dir / "kafka"
+        return [d for d in metadata_dirs([str(root / f"node{n}" / "meta")
+                                          for n in range(1, self.settings.cluster.nodes + 1)])
+                if d.is_dir()]
+
+    def _start_metadata(self) -> None:
+        """The metadata log's tail, once, if its folders are here; events of it already in
+        ``cluster_events`` (an earlier watcher's) are folded, not written again."""
+        self._metadata_started = True
+        dirs = self._metadata_dirs()
+        if not dirs:
+            return
+        import pyarrow.compute as pc
+
+        from kafka_audit.jobs.metadata_log import SOURCE, MetadataFold, MetadataTail
+        from kafka_audit.store import read_table
+
+        done = read_table(self.table, "cluster_events", ["event_time"],
+                          where=pc.field("source") == SOURCE)["event_time"]
+        quiet = pc.max(done).as_py() if len(done) else None
+        fold = MetadataFold(min_isr=self.min_isr, excluded=self.excluded, quiet_until=quiet)
+        self.metadata = MetadataTail(dirs, fold, self.settings.watch.metadata_log_stale_seconds)
+        self.metadata.start()
+        log.info("watcher: the KRaft metadata log is the timeline's source (%s)",
+                 ", ".join(map(str, dirs)))
+
+    def stop(self) -> None:
+        if self.metadata is not None:
+            self.metadata.stop()
+
     def poll_once(self) -> list[dict]:
-        """One poll; raises when the cluster cannot be asked (the caller rides it out)."""
+        """One poll; raises when the cluster cannot be asked (the caller rides it out).
+
+        Where the metadata log is tailed and current, partition, broker and controller
+        events come from it (exact); the polls still give split brains, log ends and topic
+        settings, and take over the partition events while the log is not current."""
+        exact_rows = self.metadata.drain() if self.metadata is not None else []
+        self.exact = self.metadata is not None and self.metadata.fresh()
+        if exact_rows:  # written even if this poll fails: the files were read
+            append_rows(self.table, "cluster_events", exact_rows)
+            self.events_written += len(exact_rows)
         views = self._ask_brokers()
         if views:  # every broker's own answer: the newest epoch's view of each partition
             from kafka_audit.jobs.broker_views import freshest
@@ -204,7 +261,8 @@ class ClusterWatcher:
                 rf[t] = min(rf.get(t, len(v.replicas)), len(v.replicas))
             rows += self._topic_configs(topics, rf, now)
             self._next_config = now + timedelta(seconds=self.settings.watch.config_seconds)
-        rows += self._cluster(now)
+        brokers = self._cluster(now)
+        rows += [] if self.exact else brokers  # exact from the log, else polled
         for key in sorted(k for k in parts if k[0] in set(topics)):
             p = parts[key]
             before = self.state.get(key)
@@ -213,6 +271,9 @@ class ClusterWatcher:
                 epoch = max(epoch, before.epoch)  # type: ignore[type-var,union-attr]
             view = PartitionView(p.leader, tuple(sorted(p.isr)), tuple(p.replicas), epoch)
             for kind in diff_partition(before, view, self.min_isr.get(key[0])):
+                changed.append(key)
+                if self.exact:
+                    continue  # the metadata log gave this change, at its exact time
                 rows.append({
                     "event_time": now, "topic": key[0], "partition": key[1], "kind": kind,
                     "leader": view.leader,
@@ -222,8 +283,9 @@ class ClusterWatcher:
                     "leader_epoch": p.leader_epoch if p.leader_epoch >= 0 else None,
                     "source": source,
                 })
-                changed.append(key)
             self.state[key] = view
+        if not self.exact and self.metadata is not None and changed:
+            self.metadata.fold.quiet_until = now  # this span's changes were polled: once
         rows += self._split_brain(views, topics, now)
         sample = now >= self._next_log_end
         asked = sorted(self.state) if sample else sorted(set(changed))
@@ -446,10 +508,14 @@ class ClusterWatcher:
             self.on_events(rows)
 
     def run(self, stop: threading.Event) -> None:
+        """Polls until ``stop``; the metadata log is tailed meanwhile (where it is here)."""
+        if not self._metadata_started:
+            self._start_metadata()
         try:
             while not stop.is_set():
                 stop.wait(self.step())
         finally:
+            self.stop()
             if self._pool is not None:
                 self._pool.shutdown(wait=False)
 

@@ -196,6 +196,14 @@ class WatchSettings(_Section):
                                   "often")
     log_end_seconds: float = Field(2, gt=0, description="every partition's log end asked this "
                                    "often (a drop is a log_end_drop event)")
+    metadata_log_dirs: list[str] | None = Field(
+        None, description="the nodes' KRaft metadata log folders on this machine (each a "
+        "metadata.log.dir or its __cluster_metadata-0): the exact timeline "
+        "(jobs/metadata_log.py). None: the local cluster's, for the local profile; []: off")
+    metadata_log_stale_seconds: float = Field(
+        3, gt=0, description="the metadata log counts as current while its newest record is "
+        "younger than this (the active controller writes one every 500 ms); else the "
+        "watcher's polls give the partition events")
 
 
 class OutageSettings(_Section):

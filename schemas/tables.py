@@ -104,7 +104,7 @@ TABLES: dict[str, list[Column]] = {
                                    "watcher_blind (a gap: nothing was observed from "
                                    "event_time to until; topic '' and partition -1) | "
                                    "log_end_drop | topic_config | broker_fenced | "
-                                   "broker_unfenced | split_brain_enter | "
+                                   "broker_unfenced | controller_change | split_brain_enter | "
                                    "split_brain_exit (two brokers each named themselves "
                                    "leader: leader the newer, previous_leader the older)"),
         C("leader", "int", True),
@@ -112,15 +112,19 @@ TABLES: dict[str, list[Column]] = {
         C("isr", "int_list", True),
         C("previous_isr", "int_list", True),
         C("replicas", "int_list", True),
-        C("leader_epoch", "int", True, "from list_offsets(latest)"),
-        C("source", "string", False, "who observed it, e.g. watcher:metadata"),
+        C("leader_epoch", "int", True, "from list_offsets(latest), the brokers' metadata, or "
+                                      "counted from the KRaft metadata log"),
+        C("source", "string", False, "who observed it, e.g. watcher:metadata, "
+                                     "kraft:metadata_log (exact order and time)"),
         C("until", "timestamp", True, "watcher_blind: the end of the gap (null: still "
                                       "blind when written)"),
         C("log_end", "long", True, "the partition's log end (high watermark) when observed; "
                                    "log_end_drop: the one it went back to"),
         C("detail", "string", True, "JSON: topic_config: replication factor, "
                                     "min.insync.replicas, unclean.leader.election.enable, "
-                                    "flush settings; broker_*: broker; log_end_drop: the log "
+                                    "flush settings; broker_*: broker (registered: true when "
+                                    "it registered again, a restart); controller_change: "
+                                    "controller, previous; log_end_drop: the log "
                                     "end before; split_brain_*: each claimant's leader "
                                     "epoch"),
     ],

@@ -68,8 +68,12 @@ def cluster():
 
 @pytest.fixture
 def settings(tmp_path):
+    # the watcher tails the test cluster's KRaft metadata log, as it does beside the local
+    # cluster (its folders are not under this test's home)
+    meta = [str(CLUSTER_HOME / "kafka" / f"node{n}" / "meta") for n in (1, 2, 3)]
     return Settings(home=tmp_path, cluster=CLUSTER,
                     audit={"settle_seconds": 1, "interval_seconds": 1},
+                    watch={"metadata_log_dirs": meta},
                     api={"port": free_port()})
 
 

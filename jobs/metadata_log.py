@@ -1,0 +1,272 @@
+"""The KRaft metadata log as the cluster's timeline: every change in the controller's
+order, at the controller's time (milliseconds), where the auditor runs beside the nodes.
+
+Kafka's controllers write every partition change, broker registration and fencing into
+``__cluster_metadata``; each node keeps a copy in its ``metadata.log.dir``. A small Java
+program (``kafka_audit/MetadataTail.java``) tails those files read-only and decodes each
+record with Kafka's own metadata serde into one JSON line; :class:`MetadataFold` (pure:
+records in, event rows out) turns them into ``cluster_events`` rows with the source
+``kraft:metadata_log``:
+
+- ``PARTITION_RECORD`` / ``PARTITION_CHANGE_RECORD``: the same event kinds the polling
+  watcher derives (``jobs/watcher.py``, ``diff_partition``), from every change, none
+  missed however short; the leader epoch counted as Kafka counts it (one more each time
+  a change record names a leader);
+- ``REGISTER_BROKER_RECORD`` (a restarted broker registers fenced),
+  ``BROKER_REGISTRATION_CHANGE_RECORD``, ``FENCE_``/``UNFENCE_BROKER_RECORD``:
+  ``broker_fenced`` / ``broker_unfenced``;
+- the Raft ``LEADER_CHANGE`` control record: ``controller_change`` (the active
+  controller), which no client API tells (a KRaft broker answers DescribeCluster with a
+  random live broker as "controller").
+
+What it can miss: nothing in the log, but the log can be late. A node whose files are
+read may be down; the tail takes each offset from whichever node has it, and while no
+record is newer than ``watch.metadata_log_stale_seconds`` (the active controller writes
+a no-op every 500 ms) the watcher falls back to its polls for partition events. Records
+a controller wrote but the quorum never committed can be read from its own file before
+Raft truncates them (a controller failover at that instant).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+
+__all__ = ["MetadataFold", "MetadataTail", "metadata_dirs"]
+
+log = logging.getLogger(__name__)
+
+SOURCE = "kraft:metadata_log"
+#: a change record's leader when the leader does not change (Kafka's NO_LEADER_CHANGE)
+NO_LEADER_CHANGE = -2
+#: a CONFIG_RECORD's resourceType for a topic (ConfigResource.Type.TOPIC)
+TOPIC_RESOURCE = 2
+
+
+def metadata_dirs(paths: list[str]) -> list[Path]:
+    """The ``__cluster_metadata-0`` folders of ``paths`` (each that folder itself or a node's
+    ``metadata.log.dir`` holding it)."""
+    out = []
+    for p in map(Path, paths):
+        out.append(p if p.name.startswith("__cluster_metadata") else p / "__cluster_metadata-0")
+    return out
+
+
+@dataclass
+class _Partition:
+    leader: int
+    isr: tuple[int, ...]
+    replicas: tuple[int, ...]
+    epoch: int
+    elr: tuple[int, ...] = ()
+
+
+@dataclass
+class MetadataFold:
+    """The metadata log folded record by record (pure): topic names, partitions, brokers;
+    :meth:`apply` returns the ``cluster_events`` rows a record makes.
+
+    ``min_isr`` maps a topic to its ``min.insync.replicas`` where known (the watcher's);
+    ``excluded``: topics whose names start with it make no rows (internal topics);
+    ``quiet_until``: records up to this time only fold (a restarted watcher has written
+    their rows before)."""
+
+    min_isr: Mapping[str, int] = field(default_factory=dict)
+    excluded: str = "_"
+    quiet_until: datetime | None = None
+    topics: dict[str, str] = field(default_factory=dict)  # topic id -> name
+    partitions: dict[tuple[str, int], _Partition] = field(default_factory=dict)  # by id
+    fenced: dict[int, bool] = field(default_factory=dict)
+    controller: int | None = None
+    #: a topic's own min.insync.replicas (its CONFIG_RECORD), before ``min_isr`` is asked
+    topic_min_isr: dict[str, int] = field(default_factory=dict)
+
+    def apply(self, rec: dict) -> list[dict]:
+        kind, data = rec.get("type"), rec.get("data") or {}
+        at = datetime.fromtimestamp(rec["time"] / 1000, UTC) if rec.get("time", -1) >= 0 \
+            else None
+        quiet = rec.get("snapshot") or at is None or (
+            self.quiet_until is not None and at <= self.quiet_until)
+        rows = self._apply(kind, data, at)
+        return [] if quiet else rows
+
+    def _apply(self, kind, data: dict, at: datetime | None) -> list[dict]:
+        if kind == "TOPIC_RECORD":
+            self.topics[data["topicId"]] = data["name"]
+        elif kind == "REMOVE_TOPIC_RECORD":
+            tid = data["topicId"]
+            self.topics.pop(tid, None)
+            for key in [k for k in self.partitions if k[0] == tid]:
+                del self.partitions[key]
+        elif kind == "PARTITION_RECORD":
+            new = _Partition(data.get("leader", -1), tuple(data.get("isr") or ()),
+                             tuple(data.get("replicas") or ()), data.get("leaderEpoch", 0),
+                             tuple(data.get("eligibleLeaderReplicas") or ()))
+            return self._partition(data["topicId"], data["partitionId"], None, new, at)
+        elif kind == "PARTITION_CHANGE_RECORD":
+            key = (data["topicId"], data["partitionId"])
+            old = self.partitions.get(key)
+            if old is None:
+                return []  # a change to a partition this fold never saw created
+            new = replace(old)
+            if "isr" in data and data["isr"] is not None:
+                new.isr = tuple(data["isr"])
+            if "replicas" in data and data["replicas"] is not None:
+                new.replicas = tuple(data["replicas"])
+            if data.get("eligibleLeaderReplicas") is not None:
+                new.elr = tuple(data["eligibleLeaderReplicas"])
+            if data.get("leader", NO_LEADER_CHANGE) != NO_LEADER_CHANGE:
+                new.leader, new.epoch = data["leader"], old.epoch + 1
+            return self._partition(*key, old, new, at)
+        elif kind in ("REGISTER_BROKER_RECORD", "BROKER_REGISTRATION_CHANGE_RECORD",
+                      "FENCE_BROKER_RECORD", "UNFENCE_BROKER_RECORD",
+                      "UNREGISTER_BROKER_RECORD"):
+            return self._broker(kind, data, at)
+        elif kind == "CONFIG_RECORD" and data.get("resourceType") == TOPIC_RESOURCE \
+                and data.get("name") == "min.insync.replicas":
+            try:
+                self.topic_min_isr[data["resourceName"]] = int(data["value"])
+            except (TypeError, ValueError):  # removed (null): the cluster's default again
+                self.topic_min_isr.pop(data["resourceName"], None)
+        elif kind == "LEADER_CHANGE":
+            leader = data.get("leaderId", -1)
+            if leader >= 0 and leader != self.controller:
+                before, self.controller = self.controller, leader
+                return [self._row(at, "", -1, "controller_change",
+                                  detail={"controller": leader, "previous": before})]
+        return []
+
+    def _partition(self, tid: str, pid: int, old: _Partition | None, new: _Partition,
+                   at: datetime | None) -> list[dict]:
+        from kafka_audit.jobs.watcher import PartitionView, diff_partition
+
+        self.partitions[(tid, pid)] = new
+        topic = self.topics.get(tid)
+        if topic is None or topic.startswith(self.excluded):
+            return []
+
+        def view(p: _Partition) -> PartitionView:
+            return PartitionView(p.leader, tuple(sorted(p.isr)), p.replicas, p.epoch)
+
+        before = view(old) if old is not None else None
+        kinds = diff_partition(before, view(new),
+                               self.topic_min_isr.get(topic, self.min_isr.get(topic)))
+        detail = {"eligible_leader_replicas": list(new.elr)} if new.elr else None
+        return [self._row(at, topic, pid, k, leader=new.leader,
+                          previous_leader=old.leader if old else None,
+                          isr=sorted(new.isr), previous_isr=sorted(old.isr) if old else None,
+                          replicas=list(new.replicas),
+                          leader_epoch=new.epoch if new.leader >= 0 else None, detail=detail)
+                for k in kinds]
+
+    def _broker(self, kind: str, data: dict, at: datetime | None) -> list[dict]:
+        broker = data.get("brokerId", data.get("id"))
+        if broker is None:
+            return []
+        if kind == "REGISTER_BROKER_RECORD":
+            fenced = bool(data.get("fenced", True))
+        elif kind == "BROKER_REGISTRATION_CHANGE_RECORD":
+            change = data.get("fenced", 0)
+            if change == 0:
+                return []
+            fenced = change > 0
+        elif kind == "UNREGISTER_BROKER_RECORD":
+            fenced = True
+        else:
+            fenced = kind == "FENCE_BROKER_RECORD"
+        was = self.fenced.get(broker)
+        self.fenced[broker] = fenced
+        if was == fenced and kind != "REGISTER_BROKER_RECORD":
+            return []
+        detail = {"broker": broker}
+        if kind == "REGISTER_BROKER_RECORD":
+            detail["registered"] = True  # a (re)start: a new incarnation of the broker
+        return [self._row(at, "", -1, "broker_fenced" if fenced else "broker_unfenced",
+                          detail=detail)]
+
+    @staticmethod
+    def _row(at, topic: str, partition: int, kind: str, detail: dict | None = None,
+             **columns) -> dict:
+        return {"event_time": at, "topic": topic, "partition": partition, "kind": kind,
+                **columns, "detail": json.dumps(detail) if detail is not None else None,
+                "source": SOURCE}
+
+
+class MetadataTail:
+    """The Java tail (``kafka_audit/MetadataTail.java``) of the nodes' metadata logs,
+    folded as its lines arrive: :meth:`drain` hands over the rows made since the last
+    call; :meth:`fresh` says whether the log is current (its newest record younger than
+    ``stale_seconds``, the tail alive)."""
+
+    def __init__(self, dirs: list[Path], fold: MetadataFold, stale_seconds: float,
+                 command: Callable[[list[Path]], list[str]] | None = None) -> None:
+        self.dirs, self.fold, self.stale_seconds = dirs, fold, stale_seconds
+        self._command = command or _java_command
+        self._lock = threading.Lock()
+        self._rows: list[dict] = []
+        self._newest: float = -1.0  # ms, the newest record's time
+        self._proc: subprocess.Popen | None = None
+        self._thread: threading.Thread | None = None
+        self.errors = 0  # lines that could not be read (counted, skipped)
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(self._command(self.dirs), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, bufsize=1)
+        self._thread = threading.Thread(target=self._read, name="metadata-log-tail",
+                                        daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                rec = json.loads(line)
+                if rec.get("type") == "_AT":
+                    continue
+                with self._lock:
+                    self._rows += self.fold.apply(rec)
+                    if not rec.get("snapshot"):
+                        self._newest = max(self._newest, float(rec.get("time", -1)))
+            except (ValueError, KeyError, TypeError) as exc:
+                self.errors += 1
+                log.warning("metadata log: a line skipped (%s): %.200s", exc, line)
+        err = self._proc.stderr.read() if self._proc.stderr else ""
+        log.warning("metadata log tail ended (exit %s)%s", self._proc.wait(),
+                    f": {err.strip().splitlines()[-1]}" if err.strip() else "")
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def fresh(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        with self._lock:
+            newest = self._newest
+        return self.alive() and newest >= 0 and now - newest / 1000 <= self.stale_seconds
+
+    def drain(self) -> list[dict]:
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+
+def _java_command(dirs: list[Path]) -> list[str]:
+    from kafka_audit.deploy.jars import broker_classpath, preflight_jar
+
+    classpath = f"{preflight_jar(quiet=True)}:{broker_classpath()}"
+    return ["java", "-Xmx64m", "-XX:+UseSerialGC", "-cp", classpath,
+            "kafka_audit.preflight.MetadataTail", "200", *map(str, dirs)]

@@ -1,0 +1,104 @@
+"""The KRaft metadata log folded into cluster events (pure: records in, rows out), on
+records shaped as Kafka's own serde prints them (``kafka_audit/MetadataTail.java``)."""
+
+import json
+from datetime import UTC, datetime
+
+from kafka_audit.jobs.metadata_log import SOURCE, MetadataFold, metadata_dirs
+
+T0 = 1_795_474_000_000  # ms
+
+
+def rec(kind: str, ms: int = 0, **data) -> dict:
+    return {"time": T0 + ms, "type": kind, "data": data}
+
+
+def created(fold: MetadataFold, name="orders", tid="T1", leader=1, isr=(1, 2, 3)) -> list:
+    return (fold.apply(rec("TOPIC_RECORD", 0, name=name, topicId=tid))
+            + fold.apply(rec("PARTITION_RECORD", 0, partitionId=0, topicId=tid,
+                             replicas=[1, 2, 3], isr=list(isr), leader=leader,
+                             leaderEpoch=0)))
+
+
+def kinds(rows: list) -> list:
+    return [r["kind"] for r in rows]
+
+
+def test_a_topic_is_first_seen_at_its_creation_time():
+    fold = MetadataFold()
+    rows = created(fold)
+    assert kinds(rows) == ["first_seen"]
+    r = rows[0]
+    assert (r["topic"], r["partition"], r["leader"], r["isr"], r["leader_epoch"]) == \
+        ("orders", 0, 1, [1, 2, 3], 0)
+    assert r["event_time"] == datetime.fromtimestamp(T0 / 1000, UTC)
+    assert r["source"] == SOURCE
+
+
+def test_changes_count_the_leader_epoch_as_kafka_does():
+    fold = MetadataFold(min_isr={"orders": 2})
+    created(fold)
+    # an ISR change names no leader (-2 by default, left out): the epoch stays
+    shrink = fold.apply(rec("PARTITION_CHANGE_RECORD", 10, partitionId=0, topicId="T1",
+                            isr=[1]))
+    assert kinds(shrink) == ["isr_shrink", "under_min_isr_enter", "isr_alone_enter"]
+    assert shrink[0]["leader_epoch"] == 0 and shrink[0]["previous_isr"] == [1, 2, 3]
+    # the leader fenced: no leader (epoch 1), then the same one back (epoch 2)
+    off = fold.apply(rec("PARTITION_CHANGE_RECORD", 20, partitionId=0, topicId="T1", leader=-1))
+    assert kinds(off) == ["offline"] and off[0]["previous_leader"] == 1
+    back = fold.apply(rec("PARTITION_CHANGE_RECORD", 30, partitionId=0, topicId="T1", leader=1))
+    assert kinds(back) == ["leader_change"] and back[0]["leader_epoch"] == 2
+    # a record naming the same leader bumps the epoch: elected again
+    again = fold.apply(rec("PARTITION_CHANGE_RECORD", 40, partitionId=0, topicId="T1", leader=1))
+    assert kinds(again) == ["leader_reelected"] and again[0]["leader_epoch"] == 3
+    # a new leader outside the old ISR, which it replaces: an unclean election
+    unclean = fold.apply(rec("PARTITION_CHANGE_RECORD", 50, partitionId=0, topicId="T1",
+                             leader=2, isr=[2]))
+    assert kinds(unclean)[:2] == ["leader_change", "unclean_election"]
+
+
+def test_the_topics_own_min_isr_comes_from_its_config_record():
+    fold = MetadataFold(min_isr={})  # nothing asked yet
+    fold.apply(rec("CONFIG_RECORD", 0, resourceType=2, resourceName="orders",
+                   name="min.insync.replicas", value="3"))
+    created(fold)
+    rows = fold.apply(rec("PARTITION_CHANGE_RECORD", 5, partitionId=0, topicId="T1",
+                          isr=[1, 2]))
+    assert "under_min_isr_enter" in kinds(rows)
+
+
+def test_brokers_fenced_unfenced_registered_and_the_controller():
+    fold = MetadataFold()
+    reg = fold.apply(rec("REGISTER_BROKER_RECORD", 0, brokerId=2, fenced=True))
+    assert kinds(reg) == ["broker_fenced"] and json.loads(reg[0]["detail"]) == {
+        "broker": 2, "registered": True}
+    up = fold.apply(rec("BROKER_REGISTRATION_CHANGE_RECORD", 1, brokerId=2, fenced=-1))
+    assert kinds(up) == ["broker_unfenced"]
+    assert fold.apply(rec("BROKER_REGISTRATION_CHANGE_RECORD", 2, brokerId=2, fenced=0)) == []
+    assert kinds(fold.apply(rec("FENCE_BROKER_RECORD", 3, id=2))) == ["broker_fenced"]
+    ctl = fold.apply(rec("LEADER_CHANGE", 4, leaderId=3))
+    assert kinds(ctl) == ["controller_change"] and json.loads(ctl[0]["detail"]) == {
+        "controller": 3, "previous": None}
+    assert fold.apply(rec("LEADER_CHANGE", 5, leaderId=3)) == []  # the same one: no change
+
+
+def test_internal_topics_snapshots_and_rows_written_before_make_no_rows():
+    fold = MetadataFold(quiet_until=datetime.fromtimestamp((T0 + 100) / 1000, UTC))
+    assert created(fold, name="__consumer_offsets", tid="C") == []
+    assert created(fold) == []  # at T0: its rows were written by an earlier watcher
+    rows = fold.apply(rec("PARTITION_CHANGE_RECORD", 200, partitionId=0, topicId="T1",
+                          leader=2))
+    assert kinds(rows) == ["leader_change"] and rows[0]["previous_leader"] == 1  # folded
+    snap = {**rec("PARTITION_CHANGE_RECORD", 300, partitionId=0, topicId="T1", leader=3),
+            "snapshot": True}
+    assert fold.apply(snap) == [] and fold.partitions[("T1", 0)].leader == 3
+    # a change to a partition never seen created, a removed topic: nothing, no error
+    assert fold.apply(rec("PARTITION_CHANGE_RECORD", 400, partitionId=9, topicId="X",
+                          leader=1)) == []
+    fold.apply(rec("REMOVE_TOPIC_RECORD", 500, topicId="T1"))
+    assert ("T1", 0) not in fold.partitions
+
+
+def test_metadata_dirs_accepts_a_nodes_metadata_dir_or_the_partition_folder(tmp_path):
+    assert metadata_dirs([str(tmp_path / "meta"), str(tmp_path / "__cluster_metadata-0")]) == [
+        tmp_path / "meta" / "__cluster_metadata-0", tmp_path / "__cluster_metadata-0"]
