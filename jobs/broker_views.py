@@ -8,22 +8,57 @@ still reach it still get acknowledgements. Asking every broker separately shows 
 two brokers each naming itself leader of one partition is a split brain, observed.
 
 This module speaks Kafka's Metadata API (key 3, version 8: the last before the
-flexible encoding; brokers from 4.0 on accept 4 and up) over one TCP connection per
+flexible encoding; brokers from 4.0 on accept 4 and up) over one connection per
 broker: :func:`encode_request` and :func:`decode_response` are pure, :func:`ask` does
-one round trip. PLAINTEXT only: over TLS or SASL the watcher keeps its one view and
-says so once (``jobs/watcher.py``).
+one round trip. Over the profile's security (:class:`Security`): TLS with the
+profile's CA, client certificate and host-name check (Python's ``ssl``), then SASL
+(``SaslHandshake`` v1 and ``SaslAuthenticate`` v1, keys 17 and 36): PLAIN, or
+SCRAM-SHA-256/512 with the ``scramp`` library's client. A connection per question: the
+watcher asks each broker once a poll, within its lookup budget.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import struct
 from dataclasses import dataclass
 
-__all__ = ["BrokerView", "encode_request", "decode_response", "ask", "freshest", "claimants"]
+__all__ = ["BrokerView", "Security", "security_for", "encode_request", "decode_response",
+           "ask", "freshest", "claimants", "encode_sasl_handshake", "decode_sasl_handshake",
+           "encode_sasl_authenticate", "decode_sasl_authenticate"]
 
 API_METADATA = 3
 VERSION = 8
+API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = 17, 36
+CLIENT_ID = "kafka-audit-watcher"
+
+
+@dataclass(frozen=True)
+class Security:
+    """How a connection to one broker is made: ``tls`` wraps it (None: plain TCP);
+    ``sasl`` is (mechanism, user, password) to authenticate with (None: none)."""
+
+    tls: ssl.SSLContext | None = None
+    sasl: tuple[str, str, str] | None = None
+
+    def __repr__(self) -> str:  # never the password
+        return f"Security(tls={self.tls is not None}, sasl={self.sasl and self.sasl[:2]})"
+
+
+def security_for(profile) -> Security:
+    """The profile's security as :class:`Security` (reads its secrets: files, variables)."""
+    tls = None
+    if profile.uses_tls:
+        t = profile.tls
+        tls = ssl.create_default_context(cafile=str(t.ca_file) if t.ca_file else None)
+        tls.check_hostname = t.verify_hostname
+        if t.cert_file is not None:
+            tls.load_cert_chain(str(t.cert_file), str(t.key_file), password=t.key_secret())
+    sasl = None
+    if profile.sasl is not None:
+        sasl = (profile.sasl.mechanism, profile.sasl.username, profile.sasl.secret())
+    return Security(tls, sasl)
 
 
 @dataclass(frozen=True)
@@ -43,15 +78,57 @@ def _string(s: str | None) -> bytes:
     return struct.pack(">h", len(b)) + b
 
 
+def _bytes(b: bytes) -> bytes:
+    return struct.pack(">i", len(b)) + b
+
+
+def _framed(api_key: int, version: int, correlation_id: int, client_id: str,
+            body: bytes) -> bytes:
+    """A size-framed request with header v1 (key, version, correlation id, client id)."""
+    out = struct.pack(">hhi", api_key, version, correlation_id) + _string(client_id) + body
+    return struct.pack(">i", len(out)) + out
+
+
 def encode_request(correlation_id: int, client_id: str, topics: list[str] | None) -> bytes:
     """A size-framed Metadata v8 request for ``topics`` (None: every topic; header v1)."""
-    body = struct.pack(">hhi", API_METADATA, VERSION, correlation_id) + _string(client_id)
     if topics is None:
-        body += struct.pack(">i", -1)
+        body = struct.pack(">i", -1)
     else:
-        body += struct.pack(">i", len(topics)) + b"".join(_string(t) for t in topics)
+        body = struct.pack(">i", len(topics)) + b"".join(_string(t) for t in topics)
     body += struct.pack(">bbb", 0, 0, 0)  # no auto-creation, no authorized operations
-    return struct.pack(">i", len(body)) + body
+    return _framed(API_METADATA, VERSION, correlation_id, client_id, body)
+
+
+def encode_sasl_handshake(correlation_id: int, client_id: str, mechanism: str) -> bytes:
+    """A size-framed SaslHandshake v1 request (then SaslAuthenticate carries the tokens)."""
+    return _framed(API_SASL_HANDSHAKE, 1, correlation_id, client_id, _string(mechanism))
+
+
+def decode_sasl_handshake(data: bytes, correlation_id: int) -> tuple[int, list[str]]:
+    """(error code, the mechanisms the broker has enabled) of a SaslHandshake v1 answer."""
+    r = _Reader(data)
+    if r.take(">i") != correlation_id:
+        raise ValueError("SASL handshake response to another request")
+    return r.take(">h"), [m or "" for m in r.array(r.string)]
+
+
+def encode_sasl_authenticate(correlation_id: int, client_id: str, token: bytes) -> bytes:
+    """A size-framed SaslAuthenticate v1 request carrying ``token``."""
+    return _framed(API_SASL_AUTHENTICATE, 1, correlation_id, client_id, _bytes(token))
+
+
+def decode_sasl_authenticate(data: bytes, correlation_id: int
+                             ) -> tuple[int, str | None, bytes]:
+    """(error code, error message, the server's token) of a SaslAuthenticate v1 answer."""
+    r = _Reader(data)
+    if r.take(">i") != correlation_id:
+        raise ValueError("SASL authenticate response to another request")
+    error, message = r.take(">h"), r.string()
+    n = r.take(">i")
+    token = r.data[r.at:r.at + max(n, 0)]
+    if len(token) < max(n, 0):
+        raise ValueError("SASL authenticate response ends early")
+    return error, message, token
 
 
 class _Reader:
@@ -110,14 +187,52 @@ def decode_response(data: bytes, correlation_id: int
 
 
 def ask(host: str, port: int, topics: list[str] | None, timeout: float,
-        correlation_id: int = 1
+        correlation_id: int = 1, security: Security | None = None
         ) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], BrokerView]]:
-    """One broker's metadata for ``topics``, in ``timeout`` seconds or an ``OSError``."""
-    with socket.create_connection((host, port), timeout=timeout) as s:
-        s.settimeout(timeout)
-        s.sendall(encode_request(correlation_id, "kafka-audit-watcher", topics))
-        size = struct.unpack(">i", _recv(s, 4))[0]
-        return decode_response(_recv(s, size), correlation_id)
+    """One broker's metadata for ``topics``, in ``timeout`` seconds or an ``OSError``
+    (``PermissionError`` when SASL is refused), over ``security`` (None: plain TCP)."""
+    security = security or Security()
+    with socket.create_connection((host, port), timeout=timeout) as raw:
+        raw.settimeout(timeout)
+        s = security.tls.wrap_socket(raw, server_hostname=host) if security.tls else raw
+        try:
+            if security.sasl is not None:
+                _authenticate(s, *security.sasl)
+            s.sendall(encode_request(correlation_id, CLIENT_ID, topics))
+            return decode_response(_answer(s), correlation_id)
+        finally:
+            if s is not raw:
+                s.close()
+
+
+def _answer(s: socket.socket) -> bytes:
+    size = struct.unpack(">i", _recv(s, 4))[0]
+    return _recv(s, size)
+
+
+def _authenticate(s: socket.socket, mechanism: str, user: str, password: str) -> None:
+    """SASL on a fresh connection: the handshake, then the mechanism's exchange."""
+    s.sendall(encode_sasl_handshake(101, CLIENT_ID, mechanism))
+    error, enabled = decode_sasl_handshake(_answer(s), 101)
+    if error:
+        raise PermissionError(f"SASL handshake refused (error {error}): the broker offers "
+                              f"{', '.join(enabled) or 'no mechanism'}")
+
+    def exchange(cid: int, token: bytes) -> bytes:
+        s.sendall(encode_sasl_authenticate(cid, CLIENT_ID, token))
+        error, message, answer = decode_sasl_authenticate(_answer(s), cid)
+        if error:
+            raise PermissionError(f"SASL {mechanism} refused (error {error}): {message}")
+        return answer
+
+    if mechanism == "PLAIN":
+        exchange(102, b"\0" + user.encode() + b"\0" + password.encode())
+        return
+    from scramp import ScramClient
+
+    c = ScramClient([mechanism], user, password)
+    c.set_server_first(exchange(102, c.get_client_first().encode()).decode())
+    c.set_server_final(exchange(103, c.get_client_final().encode()).decode())
 
 
 def _recv(s: socket.socket, n: int) -> bytes:

@@ -173,11 +173,7 @@ class ClusterWatcher:
         self.metadata = None
         self._metadata_started = False
         self.exact = False  # the last poll took partition events from the metadata log
-        protocol = str(cluster_config(settings).get("security.protocol", "plaintext")).lower()
-        self.broker_views = protocol == "plaintext"
-        if not self.broker_views:
-            log.info("per-broker views need a PLAINTEXT listener; over %s the watcher sees "
-                     "one view and cannot observe two leaders at once", protocol.upper())
+        self._security = None  # how each broker is asked (the profile's TLS and SASL)
         self._pool = None
         self.outage = Outage("watcher", StatusWriter(settings.home_dir, "watcher"), log,
                              settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
@@ -372,15 +368,17 @@ class ClusterWatcher:
         at once within the lookup budget: broker -> {partition: view}; the brokers each
         answer names are known from then on. Empty without per-broker views (a secured
         profile, no broker known yet) or when none answered in time."""
-        if not self.broker_views or not self.known_brokers:
+        if not self.known_brokers:
             return {}
         from concurrent.futures import ThreadPoolExecutor
 
-        from kafka_audit.jobs.broker_views import ask
+        from kafka_audit.jobs.broker_views import ask, security_for
 
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="broker-view")
-        futures = {b: self._pool.submit(ask, host, port, None, LOOKUP_BUDGET_SECONDS)
+            self._security = security_for(self.settings.profile)
+        futures = {b: self._pool.submit(ask, host, port, None, LOOKUP_BUDGET_SECONDS,
+                                        security=self._security)
                    for b, (host, port) in sorted(self.known_brokers.items())}
         views = {}
         for b, (brokers, answer) in answered(futures).items():

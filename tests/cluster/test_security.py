@@ -184,3 +184,39 @@ def test_certificates_verify_against_the_ca_and_stay_private(cluster, tmp_path):
     assert {sec.password_file(u) for u in sec.users.values()} <= set(files)
     modes = {p.name: oct(stat.S_IMODE(p.stat().st_mode)) for p in files}
     assert set(modes.values()) == {"0o600"}, modes
+
+
+def test_each_broker_answers_its_own_view_over_sasl_ssl_as_over_plaintext(cluster):
+    """The watcher's per-broker views through the secured listener (TLS with the CA and
+    the host-name check, SCRAM-SHA-512): each broker's answer equals its PLAINTEXT one."""
+    from kafka_audit.jobs.broker_views import ask, security_for
+
+    topic = new_topic(cluster)
+    profile = cluster.secure_profile("auditor")
+    security = security_for(profile)
+    assert security.tls is not None and security.tls.check_hostname
+    assert profile.sasl.secret() not in repr(security)
+    host = cluster.cfg.host
+    for n in cluster.nodes:
+        brokers, secured = ask(host, cluster.cfg.secure_port(n), [topic], 10,
+                               security=security)
+        _plain_brokers, plain = ask(host, cluster.cfg.broker_port(n), [topic], 10)
+        assert secured == plain and len(secured) == 2, (n, secured, plain)
+        # it names each broker at its secured listener: the next poll asks there
+        assert {port for _h, port in brokers.values()} == {
+            cluster.cfg.secure_port(m) for m in cluster.nodes}
+    wrong = profile.model_copy(update={"sasl": SaslSettings(
+        mechanism=profile.sasl.mechanism, username=profile.sasl.username,
+        password=SecretStr(secrets.token_urlsafe(24)))})
+    try:
+        ask(host, cluster.cfg.secure_port(1), [topic], 10, security=security_for(wrong))
+        refused = None
+    except PermissionError as exc:
+        refused = str(exc)
+    assert refused is not None and "SCRAM-SHA-512 refused" in refused, refused
+    plain_ask = None
+    try:  # TLS to a PLAINTEXT listener: no answer, an error (never a view)
+        ask(host, cluster.cfg.broker_port(1), [topic], 5, security=security)
+    except (OSError, ValueError) as exc:
+        plain_ask = exc
+    assert plain_ask is not None

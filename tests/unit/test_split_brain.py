@@ -6,7 +6,16 @@ import struct
 
 import pytest
 
-from kafka_audit.jobs.broker_views import BrokerView, claimants, decode_response, encode_request
+from kafka_audit.jobs.broker_views import (
+    BrokerView,
+    claimants,
+    decode_response,
+    decode_sasl_authenticate,
+    decode_sasl_handshake,
+    encode_request,
+    encode_sasl_authenticate,
+    encode_sasl_handshake,
+)
 from kafka_audit.jobs.model import ClusterEvent, Finding
 from kafka_audit.jobs.rules import likely_cause, split_brain_spans
 from kafka_audit.jobs.windows import partition_windows, two_leader_windows
@@ -130,3 +139,25 @@ def test_two_leaders_seen_make_a_split_brain_window_with_the_acks_and_losses_ins
     counted = [w for w in partition_windows("t", 0, events, None, placed, lost)
                if w.kind == "split_brain"]
     assert [(w.start, w.acks, w.losses) for w in counted] == [(at(10), 3, 2), (at(30), 0, 0)]
+
+
+def test_the_sasl_handshake_and_authenticate_codec():
+    # requests: size, key, version, correlation id, client id, then the body (protocol docs)
+    hs = encode_sasl_handshake(7, "c", "SCRAM-SHA-512")
+    assert hs == struct.pack(">ihhih", 26, 17, 1, 7, 1) + b"c" + struct.pack(">h", 13) + \
+        b"SCRAM-SHA-512"
+    au = encode_sasl_authenticate(8, "c", b"\0u\0p")
+    assert au == struct.pack(">ihhih", 19, 36, 1, 8, 1) + b"c" + struct.pack(">i", 4) + \
+        b"\0u\0p"
+    # answers: correlation id, error, then the mechanisms / message, token, session lifetime
+    answer = struct.pack(">ihi", 7, 0, 2) + struct.pack(">h", 5) + b"PLAIN" + \
+        struct.pack(">h", 13) + b"SCRAM-SHA-512"
+    assert decode_sasl_handshake(answer, 7) == (0, ["PLAIN", "SCRAM-SHA-512"])
+    ok = struct.pack(">ihh", 8, 0, -1) + struct.pack(">i", 3) + b"v=x" + struct.pack(">q", 0)
+    assert decode_sasl_authenticate(ok, 8) == (0, None, b"v=x")
+    bad = struct.pack(">ihh", 8, 58, 4) + b"nope" + struct.pack(">i", 0)
+    assert decode_sasl_authenticate(bad, 8) == (58, "nope", b"")
+    with pytest.raises(ValueError):
+        decode_sasl_handshake(answer, 9)  # another request's answer
+    with pytest.raises(ValueError):
+        decode_sasl_authenticate(struct.pack(">ihh", 8, 0, -1) + struct.pack(">i", 9) + b"ab", 8)
