@@ -65,10 +65,12 @@ def test_a_leader_kill_at_the_controllers_times(cluster, settings):
               if r["topic"] == topic and r["source"] != SOURCE
               and r["kind"] in ("leader_change", "offline", "isr_shrink", "isr_expand")]
     assert not polled, polled
-    brokers = [(r["kind"], json.loads(r["detail"])) for r in read_table(
-        settings.table_path("cluster_events"), "cluster_events").to_pylist()
+    brokers = [(r["kind"], json.loads(r["detail"])) for r in sorted(read_table(
+        settings.table_path("cluster_events"), "cluster_events").to_pylist(),
+        key=lambda r: r["event_time"])
         if r["source"] == SOURCE and r["kind"].startswith("broker_")
         and r["event_time"] >= killed_at]
+    print(brokers)
     # fenced when its session expired or when it registered again, then unfenced
     assert ("broker_fenced", {"broker": leader, "registered": True}) in brokers
     assert brokers[-1] == ("broker_unfenced", {"broker": leader})
