@@ -215,6 +215,7 @@ class MetadataTail:
         self._proc: subprocess.Popen | None = None
         self._thread: threading.Thread | None = None
         self.errors = 0  # lines that could not be read (counted, skipped)
+        self._stopping = False
 
     def start(self) -> None:
         self._proc = subprocess.Popen(self._command(self.dirs), stdout=subprocess.PIPE,
@@ -224,6 +225,7 @@ class MetadataTail:
         self._thread.start()
 
     def stop(self) -> None:
+        self._stopping = True
         if self._proc is not None and self._proc.poll() is None:
             self._proc.terminate()
             try:
@@ -246,8 +248,9 @@ class MetadataTail:
                 self.errors += 1
                 log.warning("metadata log: a line skipped (%s): %.200s", exc, line)
         err = self._proc.stderr.read() if self._proc.stderr else ""
-        log.warning("metadata log tail ended (exit %s)%s", self._proc.wait(),
-                    f": {err.strip().splitlines()[-1]}" if err.strip() else "")
+        (log.debug if self._stopping else log.warning)(
+            "metadata log tail ended (exit %s)%s; partition events come from the polls",
+            self._proc.wait(), f": {err.strip().splitlines()[-1]}" if err.strip() else "")
 
     def alive(self) -> bool:
         return self._proc is not None and self._proc.poll() is None
