@@ -508,7 +508,12 @@ class ClusterWatcher:
     def run(self, stop: threading.Event) -> None:
         """Polls until ``stop``; the metadata log is tailed meanwhile (where it is here)."""
         if not self._metadata_started:
-            self._start_metadata()
+            try:
+                self._start_metadata()
+            except Exception as exc:  # noqa: BLE001 - the polls are the fallback source
+                log.warning("watcher: cannot tail the KRaft metadata log (%s); partition "
+                            "events come from the polls", str(exc).splitlines()[0])
+                self.metadata = None
         try:
             while not stop.is_set():
                 stop.wait(self.step())
