@@ -172,6 +172,25 @@ def window_of(windows: Sequence[Window], t: datetime | None,
     return None
 
 
+#: the cluster's own windows, the most telling first (a rejection is a producer's error)
+_CLUSTER_KINDS = ("split_brain", "exposure", "reduced_redundancy")
+
+
+def loss_window(windows: Sequence[Window], acked: datetime | None,
+                detected: datetime | None = None) -> Window | None:
+    """The window a lost write fell in: the one its ack fell in (:func:`window_of`); else
+    the first of the cluster's windows that opened after the ack and before the loss was
+    found, the disturbance that destroyed a write acknowledged while all was well (a
+    simultaneous crash's exposure, the reduced redundancy of an ``acks=1`` fail-over);
+    None when there is none (an ``acks=1`` write truncated at a clean leader change)."""
+    inside = window_of(windows, acked)
+    if inside is not None or acked is None:
+        return inside
+    later = [w for w in windows if w.kind in _CLUSTER_KINDS and w.start >= acked
+             and (detected is None or w.start <= detected)]
+    return min(later, key=lambda w: (w.start, _CLUSTER_KINDS.index(w.kind)), default=None)
+
+
 def two_leader_windows(events: Sequence[ClusterEvent], topic: str, partition: int,
                        ) -> list[Window]:
     """Where two brokers each named themselves leader, as the watcher's per-broker views

@@ -52,6 +52,8 @@ class Report:
     truth_lost: list = field(default_factory=list)
     found_lost: list = field(default_factory=list)
     causes: set = field(default_factory=set)
+    #: lost writes by the kind of window each fell in over REST (None: in none)
+    lost_in: dict = field(default_factory=dict)
     windows: list = field(default_factory=list)  # (kind, start, end, acks, losses)
     faults: list = field(default_factory=list)  # (at, kind, detail)
     problems: list = field(default_factory=list)
@@ -68,6 +70,10 @@ class Report:
                  f"  lost according to the auditor (REST): {len(self.found_lost)}",
                  f"  acked but absent from a full read   : {len(self.truth_lost)}",
                  f"  causes: {', '.join(sorted(self.causes)) or '-'}"]
+        if self.lost_in:
+            lines.append("  lost writes by window: " + ", ".join(
+                f"{k or 'none'} {n}" for k, n in sorted(self.lost_in.items(),
+                                                        key=lambda kv: str(kv[0]))))
         lines += [f"  {line}" for line in self.secondary.lines()] if self.secondary else []
         lines.append("  faults:")
         lines += [f"    {at:%H:%M:%S.%f}"[:-3] + f" {kind} {detail}"
@@ -190,6 +196,9 @@ def run_scenario(name: str, settings: Settings, cluster, spark, seed: int = 0,
         items = fetch_lost(api.base_url, topic)
     report.found_lost = lost_messages(items)
     report.causes = {cause_name(i["cause"] or "") for i in items}
+    for i in items:
+        kind = i["window_id"].split(":", 1)[0] if i.get("window_id") else None
+        report.lost_in[kind] = report.lost_in.get(kind, 0) + i["count"]
     report.secondary = secondaries(settings, cluster.bootstrap, topic, [p])
     report.windows = [(r["kind"], r["start"], r["end"], r["acks"], r["losses"]) for r in
                       read_table(settings.table_path("windows"), "windows").to_pylist()

@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.params import Instant, Partition
 from kafka_audit.auditor_api.problems import bad_parameters
-from kafka_audit.jobs.windows import Window, window_of
+from kafka_audit.jobs.windows import Window, loss_window, window_of
+from kafka_audit.schemas.verdicts import LOSSES
 
 __all__ = ["router", "WindowRow", "window_ids", "partition_windows_of"]
 
@@ -90,11 +91,15 @@ def partition_windows_of(reader) -> dict[tuple[str, int], list[Window]]:
 
 def window_ids(reader, rows: list[dict]) -> None:
     """Set ``window_id`` on finding rows: the window the first write's ack fell in, the
-    most telling kind first (split brain, exposure, rejection, reduced redundancy); null
-    when it fell in none (or windows are not computed yet)."""
+    most telling kind first (split brain, exposure, rejection, reduced redundancy); for a
+    loss acknowledged in none, the first window of the cluster's that opened between its
+    ack and its detection (:func:`~kafka_audit.jobs.windows.loss_window`); null when
+    there is none (or windows are not computed yet)."""
     windows = partition_windows_of(reader)
     for row in rows:
-        w = window_of(windows.get((row["topic"], row["partition"]), ()), row.get("ack_time"))
+        mine = windows.get((row["topic"], row["partition"]), ())
+        w = (loss_window(mine, row.get("ack_time"), row.get("detected_at"))
+             if row.get("kind") in LOSSES else window_of(mine, row.get("ack_time")))
         row["window_id"] = w.window_id if w is not None else None
 
 

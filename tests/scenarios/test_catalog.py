@@ -28,3 +28,6 @@ def test_scenario(name, cluster, spark, settings, tmp_path):
         assert not report.found_lost and not report.secondary.found_duplicates
     if name in ("simultaneous-crash", "disk-loss"):  # every loss carries the one cause
         assert report.found_lost and report.causes == {name.replace("-", " ")}
+        # and names the window it fell in: the crash's, or the sole replica's exposure
+        assert None not in report.lost_in and sum(report.lost_in.values()) == \
+            len(report.found_lost), report.lost_in

@@ -6,7 +6,9 @@ from datetime import timedelta
 from kafka_audit.jobs.model import ClusterEvent, Finding
 from kafka_audit.jobs.rules import likely_cause
 from kafka_audit.jobs.windows import (
+    Window,
     exposure_windows,
+    loss_window,
     partition_windows,
     reduced_redundancy_windows,
     rejection_windows,
@@ -104,6 +106,23 @@ def test_a_loss_falls_in_the_most_telling_window_and_windows_count_acks_and_loss
     assert (exposure.acks, exposure.losses) == (14, 3)  # open: every later ack is inside
     assert window_of(ws, at(15)).kind == "exposure"
     assert window_of(ws, at(5)) is None
+
+
+def test_a_loss_acknowledged_in_no_window_falls_in_the_one_that_destroyed_it():
+    def w(kind, start, end=None):
+        return Window(kind, "t", 0, at(start), None if end is None else at(end), "x")
+
+    rejection, crash, later = w("rejection", 12, 14), w("exposure", 20, 22), w("exposure", 50)
+    reduced = w("reduced_redundancy", 20, 30)
+    ws = [rejection, reduced, crash, later]
+    assert loss_window(ws, at(13)) == rejection  # its ack fell in one: that one
+    # acknowledged while all was well: the first cluster window after it, the most
+    # telling kind at one start; a rejection window is the producer's, never the cause
+    assert loss_window(ws, at(10), detected=at(40)) == crash
+    assert loss_window(ws, at(10), detected=at(15)) is None  # found before any opened
+    assert loss_window(ws, at(31), detected=at(60)) == later
+    assert loss_window(ws, at(31), detected=at(45)) is None
+    assert loss_window(ws, None) is None
 
 
 def test_each_cause_from_its_evidence():
