@@ -15,6 +15,9 @@ records in, event rows out) turns them into ``cluster_events`` rows with the sou
 - ``REGISTER_BROKER_RECORD`` (a restarted broker registers fenced),
   ``BROKER_REGISTRATION_CHANGE_RECORD``, ``FENCE_``/``UNFENCE_BROKER_RECORD``:
   ``broker_fenced`` / ``broker_unfenced``;
+- ``CONFIG_RECORD`` of a topic's durability setting changed after its creation:
+  ``topic_config_change`` (name, value, the one before; the watcher then asks for the
+  effective settings at once);
 - the Raft ``LEADER_CHANGE`` control record: ``controller_change`` (the active
   controller), which no client API tells (a KRaft broker answers DescribeCluster with a
   random live broker as "controller").
@@ -48,6 +51,9 @@ SOURCE = "kraft:metadata_log"
 NO_LEADER_CHANGE = -2
 #: a CONFIG_RECORD's resourceType for a topic (ConfigResource.Type.TOPIC)
 TOPIC_RESOURCE = 2
+#: the topic settings the timeline follows (the watcher's topic_config rows hold them too)
+DURABILITY = ("min.insync.replicas", "unclean.leader.election.enable", "flush.messages",
+              "flush.ms", "cleanup.policy", "retention.ms")
 
 
 def metadata_dirs(paths: list[str]) -> list[Path]:
@@ -87,6 +93,9 @@ class MetadataFold:
     controller: int | None = None
     #: a topic's own min.insync.replicas (its CONFIG_RECORD), before ``min_isr`` is asked
     topic_min_isr: dict[str, int] = field(default_factory=dict)
+    #: each topic's durability settings of its own (CONFIG_RECORDs): name -> value
+    configs: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    created: dict[str, datetime | None] = field(default_factory=dict)  # name -> creation
 
     def apply(self, rec: dict) -> list[dict]:
         kind, data = rec.get("type"), rec.get("data") or {}
@@ -100,6 +109,7 @@ class MetadataFold:
     def _apply(self, kind, data: dict, at: datetime | None) -> list[dict]:
         if kind == "TOPIC_RECORD":
             self.topics[data["topicId"]] = data["name"]
+            self.created[data["name"]] = at
         elif kind == "REMOVE_TOPIC_RECORD":
             tid = data["topicId"]
             self.topics.pop(tid, None)
@@ -130,11 +140,8 @@ class MetadataFold:
                       "UNREGISTER_BROKER_RECORD"):
             return self._broker(kind, data, at)
         elif kind == "CONFIG_RECORD" and data.get("resourceType") == TOPIC_RESOURCE \
-                and data.get("name") == "min.insync.replicas":
-            try:
-                self.topic_min_isr[data["resourceName"]] = int(data["value"])
-            except (TypeError, ValueError):  # removed (null): the cluster's default again
-                self.topic_min_isr.pop(data["resourceName"], None)
+                and data.get("name") in DURABILITY:
+            return self._config(data["resourceName"], data["name"], data.get("value"), at)
         elif kind == "LEADER_CHANGE":
             leader = data.get("leaderId", -1)
             if leader >= 0 and leader != self.controller:
@@ -165,6 +172,24 @@ class MetadataFold:
                           replicas=list(new.replicas),
                           leader_epoch=new.epoch if new.leader >= 0 else None, detail=detail)
                 for k in kinds]
+
+    def _config(self, topic: str, name: str, value: str | None, at: datetime | None
+                ) -> list[dict]:
+        """A topic's durability setting set or removed (None: back to the cluster's default):
+        a ``topic_config_change`` row with the name, the value and the one before (the
+        polls' ``topic_config`` rows hold the effective values, defaults included)."""
+        if name == "min.insync.replicas":
+            try:
+                self.topic_min_isr[topic] = int(value)  # type: ignore[arg-type]
+            except (TypeError, ValueError):  # removed (null): the cluster's default again
+                self.topic_min_isr.pop(topic, None)
+        before = self.configs.setdefault(topic, {}).get(name)
+        self.configs[topic][name] = value
+        if before == value or topic.startswith(self.excluded) or (
+                before is None and at == self.created.get(topic)):
+            return []  # unchanged, internal, or set with the topic (in its creation's batch)
+        return [self._row(at, topic, -1, "topic_config_change",
+                          detail={"name": name, "value": value, "previous": before})]
 
     def _broker(self, kind: str, data: dict, at: datetime | None) -> list[dict]:
         broker = data.get("brokerId", data.get("id"))

@@ -44,6 +44,7 @@ from pathlib import Path
 
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.errors import ClusterError
+from kafka_audit.jobs.metadata_log import DURABILITY as _DURABILITY
 from kafka_audit.jobs.rules import (
     BLIND,
     LEADER_REELECTED,
@@ -240,6 +241,8 @@ class ClusterWatcher:
         if exact_rows:  # written even if this poll fails: the files were read
             append_rows(self.table, "cluster_events", exact_rows)
             self.events_written += len(exact_rows)
+            if any(r["kind"] == "topic_config_change" for r in exact_rows):
+                self._next_config = datetime.min.replace(tzinfo=UTC)  # effective ones now
         views = self._ask_brokers()
         if views:  # every broker's own answer: the newest epoch's view of each partition
             from kafka_audit.jobs.broker_views import freshest
@@ -527,8 +530,3 @@ class ClusterWatcher:
         t = threading.Thread(target=self.run, args=(stop,), name="cluster-watcher", daemon=True)
         t.start()
         return t, stop
-
-
-#: the topic settings that decide durability, followed in the timeline
-_DURABILITY = ("min.insync.replicas", "unclean.leader.election.enable", "flush.messages",
-               "flush.ms", "cleanup.policy", "retention.ms")

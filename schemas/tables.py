@@ -103,7 +103,8 @@ TABLES: dict[str, list[Column]] = {
                                    "under_min_isr_enter | under_min_isr_exit | first_seen | "
                                    "watcher_blind (a gap: nothing was observed from "
                                    "event_time to until; topic '' and partition -1) | "
-                                   "log_end_drop | topic_config | broker_fenced | "
+                                   "log_end_drop | topic_config | topic_config_change | "
+                                   "broker_fenced | "
                                    "broker_unfenced | controller_change | split_brain_enter | "
                                    "split_brain_exit (two brokers each named themselves "
                                    "leader: leader the newer, previous_leader the older)"),
@@ -122,7 +123,8 @@ TABLES: dict[str, list[Column]] = {
                                    "log_end_drop: the one it went back to"),
         C("detail", "string", True, "JSON: topic_config: replication factor, "
                                     "min.insync.replicas, unclean.leader.election.enable, "
-                                    "flush settings; broker_*: broker (registered: true when "
+                                    "flush settings; topic_config_change: name, value, "
+                                    "previous; broker_*: broker (registered: true when "
                                     "it registered again, a restart); controller_change: "
                                     "controller, previous; log_end_drop: the log "
                                     "end before; split_brain_*: each claimant's leader "

@@ -102,3 +102,23 @@ def test_internal_topics_snapshots_and_rows_written_before_make_no_rows():
 def test_metadata_dirs_accepts_a_nodes_metadata_dir_or_the_partition_folder(tmp_path):
     assert metadata_dirs([str(tmp_path / "meta"), str(tmp_path / "__cluster_metadata-0")]) == [
         tmp_path / "meta" / "__cluster_metadata-0", tmp_path / "__cluster_metadata-0"]
+
+
+def test_a_durability_setting_changed_after_creation_is_a_timed_event():
+    fold = MetadataFold()
+    setting = {"resourceType": 2, "resourceName": "orders", "name": "min.insync.replicas"}
+    # as Kafka writes a creation, in one batch: the topic, its settings, its partitions
+    assert fold.apply(rec("TOPIC_RECORD", 0, name="orders", topicId="T1")) == []
+    assert fold.apply(rec("CONFIG_RECORD", 0, **setting, value="2")) == []
+    fold.apply(rec("PARTITION_RECORD", 0, partitionId=0, topicId="T1", replicas=[1, 2, 3],
+                   isr=[1, 2, 3], leader=1, leaderEpoch=0))
+    rows = fold.apply(rec("CONFIG_RECORD", 50, **setting, value="1"))
+    assert kinds(rows) == ["topic_config_change"] and rows[0]["partition"] == -1
+    assert json.loads(rows[0]["detail"]) == {"name": "min.insync.replicas", "value": "1",
+                                             "previous": "2"}
+    assert fold.apply(rec("CONFIG_RECORD", 60, **setting, value="1")) == []  # unchanged
+    removed = fold.apply(rec("CONFIG_RECORD", 70, **setting, value=None))
+    assert json.loads(removed[0]["detail"])["value"] is None and "orders" not in \
+        fold.topic_min_isr
+    other = {**setting, "name": "segment.bytes"}  # not a durability setting: no row
+    assert fold.apply(rec("CONFIG_RECORD", 80, **other, value="1024")) == []
