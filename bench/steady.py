@@ -233,6 +233,8 @@ def _name(pid: int) -> str:
     text = b" ".join(args).decode(errors="replace")
     if "pyspark.daemon" in text or "pyspark/daemon" in text or "pyspark.worker" in text:
         return "python worker"
+    if "MetadataTail" in text:  # the watcher's tail of the KRaft metadata log
+        return "metadata-log tail (JVM)"
     if args and args[0].endswith(b"java"):
         return "spark driver (JVM)"
     if "kafka_audit.api_process" in text:
