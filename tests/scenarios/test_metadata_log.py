@@ -37,9 +37,10 @@ def test_a_leader_kill_at_the_controllers_times(cluster, settings):
         epoch = next(iter(answer.values())).result(10).leader_epoch
 
         def caught_up() -> list[dict]:
-            rows = [r for r in read_table(settings.table_path("cluster_events"),
-                                          "cluster_events").to_pylist()
-                    if r["topic"] == topic and r["source"] == SOURCE]
+            rows = sorted((r for r in read_table(settings.table_path("cluster_events"),
+                                                 "cluster_events").to_pylist()
+                           if r["topic"] == topic and r["source"] == SOURCE),
+                          key=lambda r: r["event_time"])
             return rows if rows and max(r["leader_epoch"] or -1 for r in rows) == epoch \
                 and any(r["kind"] == "isr_expand" and len(r["isr"]) == 3
                         and r["event_time"] > restarted_at for r in rows) else None
