@@ -60,9 +60,22 @@ def test_an_acks1_leader_kill_audited_through_a_sasl_ssl_profile(cluster, settin
     assert code == 0, err
     assert json.loads(out)["security_protocol"] == "SASL_SSL"
     with Component(secured, "run") as service:
-        # the producer writes through the same profile (SCRAM over TLS)
-        p, _killed = produce_with_leader_kill(secured, cluster, topic, acks="1",
-                                              before_kill=3, after_kill=3, progress=print)
+        # the producer writes through the same profile (SCRAM over TLS). Whether the fault
+        # loses writes is the cluster's to decide (in CI a 0.5 s lag window once
+        # acknowledged nothing the new leader lacked): only the fault is retried, on a
+        # fresh topic, each time with the followers frozen longer (inside
+        # replica.lag.time.max.ms), until a plain full read misses an acknowledged write
+        for attempt, lag in enumerate((0.5, 1.5, 3.0)):
+            if attempt:
+                topic = f"{topic}-{attempt}"
+                cluster.create_topic(topic, partitions=3, replication=3)
+            p, _killed = produce_with_leader_kill(secured, cluster, topic, acks="1",
+                                                  before_kill=3, after_kill=3,
+                                                  lag_seconds=lag, progress=print)
+            truth = acked_but_missing(p.record, p.producer_id, p.run_id,
+                                      full_read_stamps(cluster.bootstrap, topic))
+            if truth:
+                break
 
         def judged():
             s = api(secured, "/v1/summary", topic=topic)
@@ -71,9 +84,8 @@ def test_an_acks1_leader_kill_audited_through_a_sasl_ssl_profile(cluster, settin
         summary = wait_until(judged, 300, "every write judged over REST", every=2)
         lost = fetch_lost(f"http://{secured.api.host}:{secured.api.port}", topic)
         log = service.output()
-    truth = acked_but_missing(p.record, p.producer_id, p.run_id,
-                              full_read_stamps(cluster.bootstrap, topic))
-    assert truth and summary["lost"] == len(truth)
+    assert truth, f"acks=1 with {attempt + 1} leader SIGKILLs mid-stream lost no write"
+    assert summary["lost"] == len(truth)
     assert lost_messages(lost) == truth
     # (a loaded machine may leave the watcher blind a few seconds: the cause then names it)
     assert {cause_name(r["cause"]) for r in lost} == {Cause.acks1_failover}
