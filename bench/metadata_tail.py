@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from kafka_audit.jobs.metadata_log import _java_command, metadata_dirs
+from kafka_audit.jobs.metadata_log import local_metadata_dirs, tail_command
 from kafka_audit.settings import get_settings
 
 
@@ -24,13 +24,12 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=60, help="seconds measured")
     args = ap.parse_args()
     s = get_settings()
-    dirs = [d for d in metadata_dirs([str(s.home_dir / "kafka" / f"node{n}" / "meta")
-                                      for n in range(1, s.cluster.nodes + 1)]) if d.is_dir()]
+    dirs = local_metadata_dirs(s)
     if not dirs:
         print(f"no metadata log under {s.home_dir / 'kafka'}: is the local cluster there?",
               file=sys.stderr)
         return 2
-    proc = subprocess.Popen(_java_command(dirs), stdout=subprocess.DEVNULL)
+    proc = subprocess.Popen(tail_command(dirs), stdout=subprocess.DEVNULL)
 
     def cpu() -> float:  # utime + stime, clock ticks of 1/100 s
         fields = open(f"/proc/{proc.pid}/stat").read().rsplit(")", 1)[1].split()

@@ -37,12 +37,17 @@ import logging
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-__all__ = ["MetadataFold", "MetadataTail", "metadata_dirs"]
+if TYPE_CHECKING:
+    from kafka_audit.jobs.watcher import PartitionView
+
+__all__ = ["MetadataFold", "MetadataTail", "metadata_dirs", "local_metadata_dirs",
+           "tail_command"]
 
 log = logging.getLogger(__name__)
 
@@ -59,19 +64,16 @@ DURABILITY = ("min.insync.replicas", "unclean.leader.election.enable", "flush.me
 def metadata_dirs(paths: list[str]) -> list[Path]:
     """The ``__cluster_metadata-0`` folders of ``paths`` (each that folder itself or a node's
     ``metadata.log.dir`` holding it)."""
-    out = []
-    for p in map(Path, paths):
-        out.append(p if p.name.startswith("__cluster_metadata") else p / "__cluster_metadata-0")
-    return out
+    return [p if p.name.startswith("__cluster_metadata") else p / "__cluster_metadata-0"
+            for p in map(Path, paths)]
 
 
-@dataclass
-class _Partition:
-    leader: int
-    isr: tuple[int, ...]
-    replicas: tuple[int, ...]
-    epoch: int
-    elr: tuple[int, ...] = ()
+def local_metadata_dirs(settings) -> list[Path]:
+    """The local cluster's nodes' metadata log folders that exist on this machine."""
+    root = settings.home_dir / "kafka"
+    return [d for d in metadata_dirs([str(root / f"node{n}" / "meta")
+                                      for n in range(1, settings.cluster.nodes + 1)])
+            if d.is_dir()]
 
 
 @dataclass
@@ -88,7 +90,9 @@ class MetadataFold:
     excluded: str = "_"
     quiet_until: datetime | None = None
     topics: dict[str, str] = field(default_factory=dict)  # topic id -> name
-    partitions: dict[tuple[str, int], _Partition] = field(default_factory=dict)  # by id
+    #: (topic id, partition) -> its state, and its eligible leader replicas where kept
+    partitions: dict[tuple[str, int], PartitionView] = field(default_factory=dict)
+    elr: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     fenced: dict[int, bool] = field(default_factory=dict)
     controller: int | None = None
     #: a topic's own min.insync.replicas (its CONFIG_RECORD), before ``min_isr`` is asked
@@ -115,26 +119,26 @@ class MetadataFold:
             self.topics.pop(tid, None)
             for key in [k for k in self.partitions if k[0] == tid]:
                 del self.partitions[key]
+                self.elr.pop(key, None)
         elif kind == "PARTITION_RECORD":
-            new = _Partition(data.get("leader", -1), tuple(data.get("isr") or ()),
-                             tuple(data.get("replicas") or ()), data.get("leaderEpoch", 0),
-                             tuple(data.get("eligibleLeaderReplicas") or ()))
-            return self._partition(data["topicId"], data["partitionId"], None, new, at)
+            from kafka_audit.jobs.watcher import PartitionView
+
+            new = PartitionView(data.get("leader", -1), tuple(sorted(data.get("isr") or ())),
+                                tuple(data.get("replicas") or ()), data.get("leaderEpoch", 0))
+            return self._partition(data["topicId"], data["partitionId"], new, data, at)
         elif kind == "PARTITION_CHANGE_RECORD":
             key = (data["topicId"], data["partitionId"])
             old = self.partitions.get(key)
             if old is None:
                 return []  # a change to a partition this fold never saw created
-            new = replace(old)
-            if "isr" in data and data["isr"] is not None:
-                new.isr = tuple(data["isr"])
-            if "replicas" in data and data["replicas"] is not None:
-                new.replicas = tuple(data["replicas"])
-            if data.get("eligibleLeaderReplicas") is not None:
-                new.elr = tuple(data["eligibleLeaderReplicas"])
+            changes: dict = {}
+            if data.get("isr") is not None:
+                changes["isr"] = tuple(sorted(data["isr"]))
+            if data.get("replicas") is not None:
+                changes["replicas"] = tuple(data["replicas"])
             if data.get("leader", NO_LEADER_CHANGE) != NO_LEADER_CHANGE:
-                new.leader, new.epoch = data["leader"], old.epoch + 1
-            return self._partition(*key, old, new, at)
+                changes["leader"], changes["epoch"] = data["leader"], old.epoch + 1  # type: ignore[operator]
+            return self._partition(*key, replace(old, **changes), data, at)
         elif kind in ("REGISTER_BROKER_RECORD", "BROKER_REGISTRATION_CHANGE_RECORD",
                       "FENCE_BROKER_RECORD", "UNFENCE_BROKER_RECORD",
                       "UNREGISTER_BROKER_RECORD"):
@@ -150,25 +154,26 @@ class MetadataFold:
                                   detail={"controller": leader, "previous": before})]
         return []
 
-    def _partition(self, tid: str, pid: int, old: _Partition | None, new: _Partition,
+    def _partition(self, tid: str, pid: int, new: PartitionView, data: dict,
                    at: datetime | None) -> list[dict]:
-        from kafka_audit.jobs.watcher import PartitionView, diff_partition
+        """``new`` in place of what the partition was; its rows (those of ``diff_partition``,
+        the polls' own rules)."""
+        from kafka_audit.jobs.watcher import diff_partition
 
-        self.partitions[(tid, pid)] = new
+        key = (tid, pid)
+        old = self.partitions.get(key)
+        self.partitions[key] = new
+        if data.get("eligibleLeaderReplicas") is not None:
+            self.elr[key] = tuple(data["eligibleLeaderReplicas"])
         topic = self.topics.get(tid)
         if topic is None or topic.startswith(self.excluded):
             return []
-
-        def view(p: _Partition) -> PartitionView:
-            return PartitionView(p.leader, tuple(sorted(p.isr)), p.replicas, p.epoch)
-
-        before = view(old) if old is not None else None
-        kinds = diff_partition(before, view(new),
-                               self.topic_min_isr.get(topic, self.min_isr.get(topic)))
-        detail = {"eligible_leader_replicas": list(new.elr)} if new.elr else None
+        kinds = diff_partition(old, new, self.topic_min_isr.get(topic, self.min_isr.get(topic)))
+        elr = self.elr.get(key)
+        detail = {"eligible_leader_replicas": list(elr)} if elr else None
         return [self._row(at, topic, pid, k, leader=new.leader,
                           previous_leader=old.leader if old else None,
-                          isr=sorted(new.isr), previous_isr=sorted(old.isr) if old else None,
+                          isr=list(new.isr), previous_isr=list(old.isr) if old else None,
                           replicas=list(new.replicas),
                           leader_epoch=new.epoch if new.leader >= 0 else None, detail=detail)
                 for k in kinds]
@@ -230,24 +235,19 @@ class MetadataTail:
     call; :meth:`fresh` says whether the log is current (its newest record younger than
     ``stale_seconds``, the tail alive)."""
 
-    def __init__(self, dirs: list[Path], fold: MetadataFold, stale_seconds: float,
-                 command: Callable[[list[Path]], list[str]] | None = None) -> None:
+    def __init__(self, dirs: list[Path], fold: MetadataFold, stale_seconds: float) -> None:
         self.dirs, self.fold, self.stale_seconds = dirs, fold, stale_seconds
-        self._command = command or _java_command
         self._lock = threading.Lock()
         self._rows: list[dict] = []
         self._newest: float = -1.0  # ms, the newest record's time
         self._proc: subprocess.Popen | None = None
-        self._thread: threading.Thread | None = None
         self.errors = 0  # lines that could not be read (counted, skipped)
         self._stopping = False
 
     def start(self) -> None:
-        self._proc = subprocess.Popen(self._command(self.dirs), stdout=subprocess.PIPE,
+        self._proc = subprocess.Popen(tail_command(self.dirs), stdout=subprocess.PIPE,
                                       stderr=subprocess.PIPE, text=True, bufsize=1)
-        self._thread = threading.Thread(target=self._read, name="metadata-log-tail",
-                                        daemon=True)
-        self._thread.start()
+        threading.Thread(target=self._read, name="metadata-log-tail", daemon=True).start()
 
     def stop(self) -> None:
         self._stopping = True
@@ -292,7 +292,8 @@ class MetadataTail:
         return rows
 
 
-def _java_command(dirs: list[Path]) -> list[str]:
+def tail_command(dirs: list[Path]) -> list[str]:
+    """The Java tail of ``dirs`` (a look every 200 ms), on the pinned Kafka jars."""
     from kafka_audit.deploy.jars import broker_classpath, preflight_jar
 
     classpath = f"{preflight_jar(quiet=True)}:{broker_classpath()}"

@@ -189,7 +189,7 @@ class ClusterWatcher:
                 "until": until, "source": "watcher:gap"}
 
     def _metadata_dirs(self) -> list[Path]:
-        from kafka_audit.jobs.metadata_log import metadata_dirs
+        from kafka_audit.jobs.metadata_log import local_metadata_dirs, metadata_dirs
 
         w = self.settings.watch
         if w.metadata_log_dirs is not None:
@@ -200,10 +200,7 @@ class ClusterWatcher:
             return [d for d in dirs if d.is_dir()]
         if self.settings.profile.bootstrap is not None:
             return []  # a remote cluster: its files are not here
-        root = self.settings.home_dir / "kafka"
-        return [d for d in metadata_dirs([str(root / f"node{n}" / "meta")
-                                          for n in range(1, self.settings.cluster.nodes + 1)])
-                if d.is_dir()]
+        return local_metadata_dirs(self.settings)
 
     def _start_metadata(self) -> None:
         """The metadata log's tail, once, if its folders are here; events of it already in

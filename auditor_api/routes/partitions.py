@@ -48,7 +48,6 @@ from kafka_audit.schemas.verdicts import CAUSE_SLACK
 __all__ = ["router", "latest_partitions", "PartitionOut", "Timeline"]
 
 PartitionOut = row_model("partition_state", "PartitionOut")
-LEADER_KINDS = LEADER_CHANGES
 _US = 1_000_000
 
 
@@ -251,7 +250,7 @@ def _index(reader, topic: str, partition: int) -> _Index:
         leaders = [{"time": r["event_time"], "kind": r["kind"], "leader": r["leader"],
                     "previous_leader": r["previous_leader"], "leader_epoch": r["leader_epoch"],
                     "isr": r["isr"], "previous_isr": r["previous_isr"]}
-                   for r in rows if r["kind"] in LEADER_KINDS]
+                   for r in rows if r["kind"] in LEADER_CHANGES]
         with_isr = [r for r in rows if r["isr"] is not None]
         ti = np.array([int(r["event_time"].timestamp() * _US) for r in with_isr], np.int64)
         size = np.array([len(r["isr"]) for r in with_isr], np.int64)

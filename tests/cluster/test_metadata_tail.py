@@ -7,7 +7,7 @@ import json
 import shutil
 import subprocess
 
-from kafka_audit.jobs.metadata_log import MetadataFold, _java_command
+from kafka_audit.jobs.metadata_log import MetadataFold, tail_command
 
 
 def digests(folder) -> dict:
@@ -19,7 +19,7 @@ def test_the_tail_reads_every_record_once_and_writes_nothing(cluster, tmp_path):
     copy = tmp_path / "__cluster_metadata-0"
     shutil.copytree(source, copy)
     before = digests(copy)
-    proc = subprocess.Popen(_java_command([copy, copy]), stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(tail_command([copy, copy]), stdout=subprocess.PIPE, text=True)
     lines = []
     try:
         for line in proc.stdout:  # read until the first look says where it stands
