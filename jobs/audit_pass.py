@@ -38,6 +38,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -59,7 +60,7 @@ from kafka_audit.jobs.hot_state import (
 )
 from kafka_audit.jobs.lookups import ClusterLookups
 from kafka_audit.jobs.model import ClusterEvent, ReadRun, Reread
-from kafka_audit.jobs.rules import BLIND
+from kafka_audit.jobs.rules import BLIND, BROKER_FENCED, BROKER_UNFENCED
 from kafka_audit.jobs.sink import release, write_delta
 from kafka_audit.schemas.tables import arrow_schema, column_names, spark_schema
 from kafka_audit.settings import Settings
@@ -233,10 +234,12 @@ class EventLog:
         self.version = -1
         self.by_partition: dict[tuple[str, int], list[ClusterEvent]] = {}
         self.gaps: dict[datetime, datetime | None] = {}  # the watcher's blind gaps: start -> end
+        self.brokers: list[ClusterEvent] = []  # brokers fenced and unfenced, cluster-wide
 
     def refresh(self, settings: Settings) -> _Broadcast:
         """Every cluster event, by partition: leader changes for the re-read gates, ISR sizes
-        for the exposure gate, the watcher's gaps in every partition's list."""
+        for the exposure gate, the watcher's gaps and the brokers' fencing in every
+        partition's list (:func:`~kafka_audit.jobs.rules.partition_events`)."""
         import pyarrow.dataset as ds
 
         path = settings.table_path("cluster_events")
@@ -248,7 +251,7 @@ class EventLog:
             self.version = current
         blind = [ClusterEvent(start, "", -1, BLIND, until=until)
                  for start, until in self.gaps.items()]
-        return _Broadcast(self.by_partition, blind)
+        return _Broadcast(self.by_partition, [*blind, *self.brokers])
 
     def _add(self, rows: list[dict]) -> None:
         def opt(v):
@@ -261,11 +264,25 @@ class EventLog:
                 self.gaps[start] = max(filter(None, [self.gaps.get(start), until]),
                                        default=None)
                 continue
+            if r["kind"] in (BROKER_FENCED, BROKER_UNFENCED):
+                self.brokers.append(_broker_event(r))
+                continue
             extra = {"log_end": r.get("log_end")} if _LOG_END else {}
             self.by_partition.setdefault((r["topic"], r["partition"]), []).append(ClusterEvent(
                 r["event_time"].astimezone(UTC), r["topic"], r["partition"], r["kind"],
                 r["leader"], r["previous_leader"], opt(r["isr"]), opt(r["previous_isr"]),
                 opt(r["replicas"]), **extra))
+
+
+def _broker_event(r: dict) -> ClusterEvent:
+    """A ``broker_*`` row as a cluster-wide event; its broker from the row's detail (a row
+    without one still counts as the event, naming no broker)."""
+    try:
+        broker = json.loads(r["detail"] or "{}").get("broker")
+    except (TypeError, ValueError, AttributeError):
+        broker = None
+    return ClusterEvent(r["event_time"].astimezone(UTC), "", -1, r["kind"],
+                        broker=broker if isinstance(broker, int) else None)
 
 
 @dataclass

@@ -113,7 +113,7 @@ class InMemoryAuditor:
         self.events.extend(events)
         new: list[Finding] = []
         for key in sorted(self.hot):
-            evs = [e for e in self.events if (e.topic, e.partition) == key]
+            evs = rules.partition_events(self.events, key)
             res = step_partition(key[0], self.hot[key], evs, now, self.cfg,
                                  (log_ends or {}).get(key))
             self.hot[key] = res.hot

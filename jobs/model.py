@@ -110,6 +110,7 @@ class ClusterEvent:
     replicas: tuple[int, ...] | None = None  # None: unknown, taken as replicated
     until: datetime | None = None  # watcher_blind: the end of the gap (None: still blind)
     log_end: int | None = None  # log_end_drop: the log end it went back to
+    broker: int | None = None  # broker_fenced / broker_unfenced: which (cluster-wide rows)
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
         for key in parts:
             p_reads = [r for r in reads if (r.topic, r.partition) == key]
             at_offsets = rules._Intervals(p_reads, lambda r: r.offset, lambda r: r.count)
-            p_events = [e for e in events if (e.topic, e.partition) == key]
+            p_events = rules.partition_events(events, key)
             stream = [r.end for r in p_reads if r.source == "stream"]
             if stream:
                 observations[key].append((max(stream), now))

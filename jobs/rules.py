@@ -96,6 +96,12 @@ LEADER_REELECTED = "leader_reelected"
 LEADER_CHANGES = ("leader_change", "offline", LEADER_REELECTED)
 #: a gap in the watcher's observation (``jobs/watcher.py``): nothing was seen in it
 BLIND = "watcher_blind"
+#: a broker left the cluster's live set (fenced, or registered anew: a restart); with
+#: ``broker_unfenced``, rows of the whole cluster (topic '', partition -1, ``broker``),
+#: given to every partition's events like :data:`BLIND` gaps
+BROKER_FENCED, BROKER_UNFENCED = "broker_fenced", "broker_unfenced"
+#: the cluster-wide rows every partition's evidence includes
+CLUSTER_WIDE = (BLIND, BROKER_FENCED, BROKER_UNFENCED)
 #: a partition's log end (high watermark) went back: acknowledged data left the log
 LOG_END_DROP = "log_end_drop"
 #: two brokers each named themselves leader of the partition (the watcher's per-broker
@@ -109,6 +115,14 @@ NO_OFFSET = "NO_OFFSET"
 #: why a copy of a write is read again: it was read before a leader change that may have
 #: truncated it, so it may sit nowhere now
 COPY_CHANGED = "copy read before a leader change"
+
+
+def partition_events(events: Iterable[ClusterEvent], key: tuple[str, int]
+                     ) -> list[ClusterEvent]:
+    """One partition's evidence: its own events and the cluster-wide ones
+    (:data:`CLUSTER_WIDE`: the watcher's gaps, brokers going down and up)."""
+    return [e for e in events if (e.topic, e.partition) == key
+            or (e.partition == -1 and e.topic == "" and e.kind in CLUSTER_WIDE)]
 
 
 def settled_frontier(observations: Iterable[tuple[int, datetime]], now: datetime,
@@ -213,6 +227,10 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
     if any(len(isr) <= 1 for isr in before):
         if successor is not None and successor in left and all(
                 isr <= {successor} for isr in before):
+            elected = next(e.event_time for e in changes
+                           if e.leader is not None and e.leader >= 0)
+            if _every_replica_down(ack.first_ack - CAUSE_SLACK, elected, events):
+                return Cause.simultaneous_crash  # the ISR shrank as the others went down too
             return Cause.disk_loss  # the sole in-sync replica leads again, without it
         return Cause.isr_shrunk
     if any(e.previous_isr is not None and e.leader is not None and e.leader >= 0
@@ -222,6 +240,23 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
             successor is not None and before and all(successor in isr for isr in before)):
         return Cause.simultaneous_crash  # elected from the ISR that had it, back without it
     return Cause.unknown
+
+
+def _every_replica_down(since: datetime, until: datetime,
+                        events: Sequence[ClusterEvent]) -> bool:
+    """Whether every replica of the partition was fenced (went down, or registered anew: a
+    restart) between ``since`` and ``until``, from the cluster-wide ``broker_fenced`` rows
+    (:data:`BROKER_FENCED`). A power cut takes them all; a lost disk under a sole in-sync
+    replica takes that one broker while the others, cut off or lagging, stay up."""
+    replicas = next((set(e.replicas) for e in sorted(
+        events, key=lambda e: e.event_time, reverse=True)
+        if e.replicas and e.event_time <= until), None)
+    if replicas is None:  # unknown: every broker the partition's ISRs named until then
+        replicas = {b for e in events if e.event_time <= until
+                    for b in (*(e.previous_isr or ()), *(e.isr or ()))}
+    down = {e.broker for e in events if e.kind == BROKER_FENCED and e.broker is not None
+            and since <= e.event_time <= until}
+    return len(replicas) > 1 and replicas <= down
 
 
 @dataclass(frozen=True)

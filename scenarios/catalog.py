@@ -353,11 +353,11 @@ scenario(Scenario(
     "simultaneous-crash", "acks=all, every broker killed at once, each losing the writes "
     "its OS had not written back (a power cut), then restarted: loss of unflushed writes",
     _simultaneous_crash, expect_loss=True,
-    # known misattribution: on the metadata log's exact timeline the nodes re-register one
-    # by one, the ISR shrinks to the leader, it goes offline and the same leader returns,
-    # which the rules cannot yet tell from a lost disk under a sole in-sync replica (the
-    # brokers' registrations are not among a partition's events): issue 13
-    causes=frozenset({"simultaneous crash", "disk loss"})))
+    # on the metadata log's exact timeline the nodes may be fenced one by one, the ISR
+    # shrink to the leader and the same leader return: a lost disk's shape, told apart by
+    # every replica having gone down (the cluster-wide broker rows in every partition's
+    # evidence)
+    causes=frozenset({"simultaneous crash"})))
 scenario(Scenario(
     "disk-loss", "acks=all, min.insync.replicas=1, the ISR shrunk to the leader, the "
     "leader killed and its data folder removed, then restarted: it leads, empty; loss",

@@ -26,10 +26,9 @@ def test_scenario(name, cluster, spark, settings, tmp_path):
                                                                              "exposure"}
     if name == "rolling-restart":
         assert not report.found_lost and not report.secondary.found_duplicates
-    if name == "disk-loss":  # every loss carries the one cause
-        assert report.causes == {"disk loss"}
-    if name in ("simultaneous-crash", "disk-loss"):  # (the crash's: see its catalog entry)
-        assert report.found_lost and report.causes <= {"simultaneous crash", "disk loss"}
+    if name in ("simultaneous-crash", "disk-loss"):  # every loss carries the one cause
+        assert report.found_lost and report.causes == {
+            "simultaneous-crash": {"simultaneous crash"}, "disk-loss": {"disk loss"}}[name]
         # and names the window it fell in: the crash's, or the sole replica's exposure
         assert None not in report.lost_in and sum(report.lost_in.values()) == \
             len(report.found_lost), report.lost_in

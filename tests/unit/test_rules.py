@@ -3,7 +3,7 @@ exact findings expected (in the manner of Jepsen's kafka checker tests)."""
 
 from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
 from kafka_audit.jobs.model import ClusterEvent
-from kafka_audit.jobs.rules import likely_cause, settled_frontier
+from kafka_audit.jobs.rules import likely_cause, partition_events, settled_frontier
 
 from ..support.histories import ack, at, leader_change, read
 
@@ -278,6 +278,41 @@ def test_likely_cause_from_the_events_after_the_ack():
     assert cause(lost, [everyone]) == "simultaneous crash"
     assert cause(lost, [leader_change(-9, leader=3, previous_isr=(1, 2))]) == "unknown"
     assert cause(ack(0, 0, acks="1"), [leader_change(1)]) == "acks=1 fail-over"
+
+
+def fenced(t: float, broker: int) -> ClusterEvent:
+    return ClusterEvent(at(t), "", -1, "broker_fenced", broker=broker)
+
+
+def test_a_power_cut_is_told_from_a_lost_disk_by_who_went_down():
+    """The exact timeline of a power cut: the restarted nodes are fenced one by one, the
+    ISR shrinks to the leader, it goes offline and the same leader returns. That shape is
+    a lost disk under a sole in-sync replica too; who went down tells them apart."""
+    lost = ack(0, 0, acks="all", t=0)
+    replicas = (1, 2, 3)
+    shrink = ClusterEvent(at(5), "t", 0, "isr_shrink", 1, 1, (1,), (1, 2, 3), replicas)
+    offline = ClusterEvent(at(6), "t", 0, "offline", -1, 1, (1,), (1,), replicas)
+    back = ClusterEvent(at(8), "t", 0, "leader_change", 1, -1, (1,), (1,), replicas)
+    shape = [shrink, offline, back]
+    everyone = [fenced(5, 2), fenced(5, 3), fenced(6, 1)]
+    assert likely_cause(lost, [*shape, *everyone], at(100)) == "simultaneous crash"
+    # only the leader went down (its followers were cut off, not down): its disk
+    assert likely_cause(lost, [*shape, fenced(6, 1)], at(100)) == "disk loss"
+    # the others went down only after the leader was back: not part of it
+    late = [fenced(6, 1), fenced(9, 2), fenced(9, 3)]
+    assert likely_cause(lost, [*shape, *late], at(100)) == "disk loss"
+    # or before the write was acknowledged
+    early = [fenced(-20, 2), fenced(-20, 3), fenced(6, 1)]
+    assert likely_cause(ack(0, 0, acks="all", t=0), [*shape, *early], at(100)) == "disk loss"
+    # the replicas unknown: the brokers the partition's changes named
+    bare = [ClusterEvent(e.event_time, "t", 0, e.kind, e.leader, e.previous_leader, e.isr,
+                         e.previous_isr) for e in shape]
+    assert likely_cause(lost, [*bare, *everyone], at(100)) == "simultaneous crash"
+    # the in-memory audit gives every partition the cluster-wide rows
+    key = ("t", 0)
+    assert partition_events([*shape, *everyone, blind(1, 2),
+                             ClusterEvent(at(1), "u", 0, "offline")], key) == \
+        [*shape, *everyone, blind(1, 2)]
 
 
 def blind(start: float, until: float | None) -> ClusterEvent:
