@@ -10,6 +10,12 @@ events that opened and closed it, and the acknowledged writes and losses inside 
   ``acks=all`` with ``min.insync.replicas=1``), and losing that replica loses it;
 * **reduced_redundancy** (:func:`reduced_redundancy_windows`): a replica out of the
   ISR; nothing at risk yet unless exposure follows;
+* **leader_change** (:func:`leader_change_windows`): the partition's leader changed
+  (a fail-over, a hand-over, the same leader elected anew) or it had none, until a leader
+  is named again (an instant for a clean hand-over): what the old leader acknowledged
+  and the new one never had (``acks=0``/``1`` writes not yet replicated) is cut there.
+  The window of an ``acks=1`` write truncated at a clean preferred-replica election,
+  which opens no other;
 * **rejection** (:func:`rejection_windows`): producers were refused
   (``NOT_ENOUGH_REPLICAS`` and kin): availability lost, data kept;
 * **split_brain**: two brokers both acted as leader. Observed (:func:`two_leader_windows`):
@@ -30,9 +36,10 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
-from kafka_audit.jobs.rules import split_brain_pairs
+from kafka_audit.jobs.rules import LEADER_CHANGES, split_brain_pairs
 
 __all__ = ["Window", "exposure_windows", "reduced_redundancy_windows", "rejection_windows",
+           "leader_change_windows",
            "split_brain_windows", "two_leader_windows", "partition_windows", "REJECTION_GAP",
            "window_of"]
 
@@ -114,6 +121,32 @@ def reduced_redundancy_windows(events: Sequence[ClusterEvent], topic: str,
                       partition)
 
 
+def leader_change_windows(events: Sequence[ClusterEvent], topic: str, partition: int
+                          ) -> list[Window]:
+    """From an instant at which the leader changed (a view names a leader the instant
+    before did not name, or none, or the event is itself a change: the same leader at a
+    newer epoch) to the first instant at which every view names a leader; the same
+    instant when it names one at once."""
+    out: list[Window] = []
+    opened: tuple[datetime, str] | None = None
+    before: set[int] | None = None
+    for t, group in _instants(events):
+        named = [(e, -1 if e.leader is None else e.leader) for e in group]
+        leaders = {b for _, b in named}
+        changed = [e for e, b in named if e.kind in LEADER_CHANGES or b < 0
+                   or (before is not None and b not in before)]
+        if changed and opened is None and before is not None:
+            opened = (t, _describe(changed[0]))
+        if opened is not None and all(b >= 0 for b in leaders):
+            out.append(Window("leader_change", topic, partition, opened[0], t, opened[1],
+                              _describe(group[0])))
+            opened = None
+        before = leaders
+    if opened is not None:
+        out.append(Window("leader_change", topic, partition, opened[0], None, opened[1]))
+    return out
+
+
 def rejection_windows(acks: Sequence[AckRun], topic: str, partition: int) -> list[Window]:
     """Refused writes (``NOT_ENOUGH_REPLICAS`` and kin), refusals closer than
     :data:`REJECTION_GAP` in one window."""
@@ -160,7 +193,8 @@ def split_brain_windows(losses: Sequence[Finding], confirmed: Sequence[Finding],
 
 
 def window_of(windows: Sequence[Window], t: datetime | None,
-              order=("split_brain", "exposure", "rejection", "reduced_redundancy")
+              order=("split_brain", "exposure", "rejection", "reduced_redundancy",
+                     "leader_change")
               ) -> Window | None:
     """The window a write acknowledged at ``t`` fell in, the most telling kind first."""
     if t is None:
@@ -173,7 +207,7 @@ def window_of(windows: Sequence[Window], t: datetime | None,
 
 
 #: the cluster's own windows, the most telling first (a rejection is a producer's error)
-_CLUSTER_KINDS = ("split_brain", "exposure", "reduced_redundancy")
+_CLUSTER_KINDS = ("split_brain", "exposure", "reduced_redundancy", "leader_change")
 
 
 def loss_window(windows: Sequence[Window], acked: datetime | None,
@@ -181,8 +215,8 @@ def loss_window(windows: Sequence[Window], acked: datetime | None,
     """The window a lost write fell in: the one its ack fell in (:func:`window_of`); else
     the first of the cluster's windows that opened after the ack and before the loss was
     found, the disturbance that destroyed a write acknowledged while all was well (a
-    simultaneous crash's exposure, the reduced redundancy of an ``acks=1`` fail-over);
-    None when there is none (an ``acks=1`` write truncated at a clean leader change)."""
+    simultaneous crash's exposure, the reduced redundancy of an ``acks=1`` fail-over, the
+    leader change of a clean hand-over that truncated one); None when there is none."""
     inside = window_of(windows, acked)
     if inside is not None or acked is None:
         return inside
@@ -214,6 +248,7 @@ def partition_windows(topic: str, partition: int, events: Sequence[ClusterEvent]
     the ``confirmed`` findings) and the losses inside each."""
     ws = [*exposure_windows(events, min_isr, topic, partition),
           *reduced_redundancy_windows(events, topic, partition),
+          *leader_change_windows(events, topic, partition),
           *rejection_windows(acks, topic, partition),
           *split_brain_windows(losses, confirmed, topic, partition),
           *two_leader_windows(events, topic, partition)]

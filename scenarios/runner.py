@@ -268,12 +268,19 @@ def _picture(settings: Settings, report: Report, producer, folder: Path) -> Path
                 [o for t, o in marks if t is not None], s=14, color="#cc3311", marker="x",
                 label="lost (full read)")
     colors = {"exposure": "#ee7733", "rejection": "#bbbbbb", "split_brain": "#aa3377",
-              "reduced_redundancy": "#ccddaa"}
+              "reduced_redundancy": "#ccddaa", "leader_change": "#4477aa"}
     now = datetime.now(UTC)
+    labelled = set()
     for kind, start, end, *_ in report.windows:
         for ax in (top, bottom):
-            ax.axvspan(start, end or now, color=colors.get(kind, "#dddddd"), alpha=0.3,
-                       label=kind if ax is top else None)
+            label = kind if ax is top and kind not in labelled else None
+            if end is not None and end == start:  # an instant (a clean hand-over): a line
+                ax.axvline(start, color=colors.get(kind, "#dddddd"), alpha=0.6,
+                           linewidth=1.5, label=label)
+            else:
+                ax.axvspan(start, end or now, color=colors.get(kind, "#dddddd"), alpha=0.3,
+                           label=label)
+        labelled.add(kind)
     for at, kind, _detail in report.faults:
         for ax in (top, bottom):
             ax.axvline(at, color="black", linewidth=0.8, linestyle="--")

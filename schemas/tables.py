@@ -186,7 +186,8 @@ TABLES: dict[str, list[Column]] = {
     ],
     "windows": [
         C("window_id", "string", False, "kind:topic:partition:start"),
-        C("kind", "string", False, "exposure | reduced_redundancy | rejection | split_brain"),
+        C("kind", "string", False, "exposure | reduced_redundancy | rejection | split_brain | "
+                                   "leader_change"),
         C("topic", "string", False),
         C("partition", "int", False),
         C("start", "timestamp", False),

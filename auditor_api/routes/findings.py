@@ -45,9 +45,10 @@ FindingOut = create_model(
         "evidence": (dict, "the rows that prove the verdict")}),
     window_id=(str | None, Field(None, description=(
         "the window (GET /v1/windows) the first write's ack fell in, the most telling kind "
-        "first: split_brain, exposure, rejection, reduced_redundancy; for a loss "
-        "acknowledged in none, the first split_brain, exposure or reduced_redundancy "
-        "window that opened between its ack and its detection (what destroyed it); null: "
+        "first: split_brain, exposure, rejection, reduced_redundancy, leader_change; for "
+        "a loss acknowledged in none, the first split_brain, exposure, reduced_redundancy "
+        "or leader_change window that opened between its ack and its detection (what "
+        "destroyed it); null: "
         "none (or the audit loop has not computed windows yet)"))))
 
 #: the verdict each write gets exactly once; the annotations are counted apart

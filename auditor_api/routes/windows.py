@@ -2,8 +2,10 @@
 
 A window is an interval of one partition (``end`` null while it lasts): *exposure*
 (the ISR below ``min.insync.replicas``, or the leader alone), *rejection* (producers
-refused for want of replicas), *split_brain* (two leaders acknowledged writes) and
-*reduced_redundancy* (a replica out of the ISR). The audit loop computes them
+refused for want of replicas), *split_brain* (two leaders acknowledged writes),
+*reduced_redundancy* (a replica out of the ISR) and *leader_change* (the leader changed or
+there was none, until one is named again: an instant for a clean hand-over, where
+unreplicated ``acks=1`` writes are cut). The audit loop computes them
 (``jobs/windows_job.py``); each loss finding names the window its write fell in
 (``window_id`` in ``/v1/findings``), found with :func:`window_ids`.
 """
@@ -26,7 +28,8 @@ __all__ = ["router", "WindowRow", "window_ids", "partition_windows_of"]
 
 router = APIRouter(prefix="/v1", tags=["windows"])
 
-WindowKind = Literal["exposure", "rejection", "split_brain", "reduced_redundancy"]
+WindowKind = Literal["exposure", "rejection", "split_brain", "reduced_redundancy",
+                     "leader_change"]
 
 
 class WindowRow(BaseModel):

@@ -5,7 +5,8 @@
 const TOKEN_KEY = "kafka-audit-token";
 const LOSS = new Set(["lost", "lost_after_seen"]);
 const WINDOW_COLORS = { exposure: "rgba(214,39,40,0.13)", split_brain: "rgba(148,103,189,0.18)",
-  rejection: "rgba(255,127,14,0.15)", reduced_redundancy: "rgba(255,215,0,0.15)" };
+  rejection: "rgba(255,127,14,0.15)", reduced_redundancy: "rgba(255,215,0,0.15)",
+  leader_change: "rgba(31,119,180,0.15)" };
 
 function tokenFromFragment() {
   const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
@@ -127,9 +128,12 @@ function drawTimeline(container, tl) {
   }
   const shapes = [], annotations = [];
   for (const w of tl.windows || []) {
+    // a leader change is often an instant (a clean hand-over): an edged band, no label (the
+    // leader line shows who took over)
+    const edge = w.kind === "leader_change" ? { width: 1, color: "rgba(31,119,180,0.6)" } : { width: 0 };
     shapes.push({ type: "rect", xref: "x", yref: "paper", x0: ms(w.start), x1: w.end ? ms(w.end) : ms(tl.until),
-      y0: 0, y1: 1, fillcolor: WINDOW_COLORS[w.kind] || "rgba(127,127,127,0.15)", line: { width: 0 }, layer: "below" });
-    annotations.push({ x: ms(w.start), y: 0.02, xref: "x", yref: "paper", text: w.kind, showarrow: false,
+      y0: 0, y1: 1, fillcolor: WINDOW_COLORS[w.kind] || "rgba(127,127,127,0.15)", line: edge, layer: "below" });
+    if (w.kind !== "leader_change") annotations.push({ x: ms(w.start), y: 0.02, xref: "x", yref: "paper", text: w.kind, showarrow: false,
       xanchor: "left", font: { size: 11, color: "#555" } });
   }
   for (const g of tl.gaps) {

@@ -232,3 +232,52 @@ def test_kafka_audit_windows_computes_and_prints_them(tmp_path, monkeypatch, cap
     assert out[0].startswith("exposure t/0 2026-01-01 00:00:10 .. open: opened by isr_shrink")
     assert out[0].endswith("7 acks, 0 lost") and out[1].startswith("reduced_redundancy t/0")
     assert len(read_table(Settings(home=tmp_path).table_path("windows"), "windows")) == 2
+
+
+def test_the_pass_gives_every_partition_the_brokers_fencing(tmp_path):
+    """The audit pass's event log over a real ``cluster_events`` table: a broker row is
+    cluster-wide, in every partition's evidence (one it has never seen too), read once."""
+    from kafka_audit.jobs.audit_pass import EventLog
+
+    s = Settings(home=tmp_path)
+    path = s.table_path("cluster_events")
+
+    def broker(t, kind, detail):
+        return {"event_time": at(t), "topic": "", "partition": -1, "kind": kind,
+                "detail": detail, "source": "test"}
+
+    append_rows(path, "cluster_events", [
+        _event(0, (1, 2, 3), "first_seen"), broker(5, "broker_fenced", '{"broker": 2}'),
+        broker(6, "broker_fenced", "not json")])
+    log = EventLog()
+    events = log.refresh(s)
+    fenced = [(e.broker, e.event_time) for e in events[("t", 0)] if e.kind == "broker_fenced"]
+    assert fenced == [(2, at(5)), (None, at(6))]  # a row without a broker still counts
+    assert [e.broker for e in events.get(("u", 9))] == [2, None]
+    append_rows(path, "cluster_events", [broker(7, "broker_unfenced", '{"broker": 2}')])
+    events = log.refresh(s)
+    assert [(e.kind, e.broker) for e in events[("t", 0)] if e.topic == ""] == [
+        ("broker_fenced", 2), ("broker_fenced", None), ("broker_unfenced", 2)]
+
+
+def test_a_leader_change_is_a_window_and_holds_a_clean_hand_overs_loss():
+    """A clean preferred-replica hand-over (the ISR full throughout) opens no exposure or
+    reduced redundancy; the acks=1 write it truncated falls in its leader_change window."""
+    from kafka_audit.jobs.windows import leader_change_windows
+
+    full = (0, 1, 2)
+
+    def view(t, leader, kind="isr_change", isr_=full):
+        return ClusterEvent(at(t), "t", 0, kind, leader, None, isr_, None, full)
+
+    events = [view(0, 0, "first_seen"), view(10, 0), view(20, 1),  # hand-over 0 -> 1
+              view(30, -1, "offline", (1,)), view(35, -1, isr_=(1,)), view(40, 1),
+              view(50, 1, "leader_reelected"), view(60, 1)]
+    assert spans(leader_change_windows(events, "t", 0)) == [
+        ("leader_change", 20, 20), ("leader_change", 30, 40), ("leader_change", 50, 50)]
+    assert leader_change_windows(events[:5], "t", 0)[-1].end is None  # offline: lasts
+    # broker 0 is a broker like any other: a steady leader 0 opens nothing
+    assert leader_change_windows(events[:2], "t", 0) == []
+    ws = partition_windows("t", 0, events[:3], 1, [], [])
+    assert [w.kind for w in ws] == ["leader_change"]  # nothing else saw the hand-over
+    assert loss_window(ws, at(15), detected=at(45)).start == at(20)
