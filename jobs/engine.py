@@ -70,8 +70,13 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
         a if a.placed or a.horizon is not None else replace(a, horizon=log_end)
         for a in hot.acks]
     observed = max((f for f, _ in hot.observations), default=0)
-    frontier = max([observed, *(r.end for r in hot.reads if r.source == "stream")])
-    observations = [*hot.observations, (frontier, now)] if frontier else list(hot.observations)
+    stream = [r for r in hot.reads if r.source == "stream"]
+    frontier = max([observed, *(r.end for r in stream)])
+    # the frontier as the consume job saw it when it read (``read_time``), not when this
+    # pass first saw the rows: the settle period runs from the read
+    observations = [*hot.observations, *rules.read_observations(stream)]
+    if frontier:
+        observations.append((frontier, now))
     settled, settled_at = rules.settled_frontier(observations, now, cfg.settle_seconds)
     compacted = (None if topic in cfg.unknown_policy_topics
                  else topic in cfg.compacted_topics)

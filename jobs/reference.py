@@ -56,6 +56,8 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
             stream = [r.end for r in p_reads if r.source == "stream"]
             if stream:
                 observations[key].append((max(stream), now))
+            observations[key].extend(rules.read_observations(
+                r for r in p_reads if r.source == "stream"))
             settled, _at = rules.settled_frontier(observations[key], now, cfg.settle_seconds)
             msgs = sorted(((a.offset + i if a.offset is not None else -1, a.seq + i, a)
                            for a in acks if (a.topic, a.partition) == key

@@ -125,6 +125,12 @@ def partition_events(events: Iterable[ClusterEvent], key: tuple[str, int]
             or (e.partition == -1 and e.topic == "" and e.kind in CLUSTER_WIDE)]
 
 
+def read_observations(stream: Iterable[ReadRun]) -> list[tuple[int, datetime]]:
+    """Frontier observations from the stream's reads themselves: when the consume job read
+    a run (``read_time``), the partition's frontier stood at least at its end."""
+    return [(r.end, r.read_time) for r in stream]
+
+
 def settled_frontier(observations: Iterable[tuple[int, datetime]], now: datetime,
                      settle_seconds: float) -> tuple[int, datetime | None]:
     """The highest frontier observed at least ``settle_seconds`` before ``now``, and when.

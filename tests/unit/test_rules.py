@@ -44,6 +44,21 @@ def test_nothing_is_judged_before_it_settles():
     assert a.status[("t", 0)].pending == 3
 
 
+def test_the_settle_period_runs_from_the_read_not_from_the_pass_that_saw_it():
+    """The consume job read the run at 1 s; the first pass to see it ran at 6 s (a slow
+    commit, a pass in between). The frontier stood past it from 1 s: settled at 11 s."""
+    early = audit((0, [ack(0, 0, count=3)], [], []), (6, [], [read(0, 0, count=3, t=1)], []),
+                  (10.5, [], [], []))
+    assert early.findings == []  # 9.5 s after the read: not yet
+    early.run_pass(at(11.5), [], [], [])
+    assert table(early.findings) == [("confirmed", None, 0, 0, 3)]
+    # a read stamped after the pass that sees it (clocks, a batch folded during the
+    # pass) counts from the pass, never from the future
+    late = audit((0, [ack(0, 0, count=3)], [read(0, 0, count=3, t=30)], []),
+                 (10.5, [], [], []))
+    assert table(late.findings) == [("confirmed", None, 0, 0, 3)]
+
+
 def test_overwritten_needs_a_reread_then_is_lost():
     a = audit((0, [ack(0, 0, count=2, acks="1")], [read(0, 0), read(1, 7, producer="q")],
                [leader_change(0.5)]),
