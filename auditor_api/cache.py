@@ -4,7 +4,8 @@ Every ``/v1`` answer is a function of the request (path and query) and of the
 tables' versions, nothing else (no clock: health and ``/metrics`` are not cached).
 This ASGI middleware keeps each 200 answer with the versions of every table it was
 computed against; the same request is answered from memory while none of them
-changed (the version check is the snapshots' two ``stat`` calls per table). It sits
+changed (the version check is the snapshots' two ``stat`` calls per table). An answer
+computed from a version held while a newer one was being read is sent, not kept. It sits
 inside the token check, so nothing is served to a request that would be refused.
 """
 
@@ -15,6 +16,7 @@ from collections import OrderedDict
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kafka_audit.auditor_api.snapshots import answering_stale
 from kafka_audit.schemas.tables import TABLES
 
 __all__ = ["ResponseCache"]
@@ -55,6 +57,7 @@ class ResponseCache:
             await send({"type": "http.response.body", "body": hit[2]})
             return
         self.misses += 1
+        stale = answering_stale()  # answered from a version older than ``versions``: not kept
         start: dict = {}
         chunks: list[bytes] = []
 
@@ -63,7 +66,8 @@ class ResponseCache:
                 start.update(message)
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
-                if not message.get("more_body") and start.get("status") == 200:
+                if not message.get("more_body") and start.get("status") == 200 \
+                        and not stale[0]:
                     body = b"".join(chunks)
                     if len(body) <= MAX_BODY:
                         with self.lock:

@@ -20,11 +20,16 @@ per table, each tagged with the Delta version it stands for:
   costs a dictionary lookup and the filter of an in-memory table.
 
 Readers get immutable values (an Arrow table and its version): a reload swaps
-them under a lock, requests running meanwhile keep the ones they took.
+them under a lock, requests running meanwhile keep the ones they took. **Nobody waits
+on a reload:** while one request reads a table's new version (or computes a derived
+value anew), the others answer from the version held, never older than one they
+were given before; such an answer is marked (:func:`answering_stale`) so that the
+response cache does not keep it under the newer version.
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import threading
 from bisect import bisect_right
@@ -37,7 +42,26 @@ import pyarrow as pa
 from kafka_audit.schemas.tables import TABLES, arrow_schema
 from kafka_audit.store import appends_by_commit, check_table, table_exists
 
-__all__ = ["Fold", "Snapshot", "Snapshots"]
+__all__ = ["Fold", "Snapshot", "Snapshots", "answering_stale"]
+
+#: per request (the response cache sets it): a list that gets True when an answer was
+#: computed from a version held while a newer one was being read
+_STALE: contextvars.ContextVar[list[bool] | None] = contextvars.ContextVar(
+    "kafka_audit_stale", default=None)
+
+
+def answering_stale() -> list[bool]:
+    """Start watching the current request: the returned flag turns True when it is
+    answered from a table version held while a newer one was being read."""
+    flag = [False]
+    _STALE.set(flag)
+    return flag
+
+
+def _stale() -> None:
+    flag = _STALE.get()
+    if flag is not None:
+        flag[0] = True
 
 #: versions whose rows :meth:`Snapshots.as_of` finds without reading (a prefix each)
 _MAX_MARKS = 4096
@@ -108,6 +132,7 @@ class _Held:
     def __init__(self, name: str, folds: tuple[Fold, ...]) -> None:
         self.lock = threading.Lock()
         self.snapshot = _absent(name, folds)
+        self.loaded = False  # read at least once: until then there is nothing to serve
 
 
 def _absent(name: str, folds: tuple[Fold, ...] = ()) -> Snapshot:
@@ -163,11 +188,17 @@ class Snapshots:
         v = latest_version(self._path(name), current.version)
         if (v is None and current.version < 0) or v == current.version:
             return current
-        with held.lock:
+        if not held.lock.acquire(blocking=not held.loaded):
+            _stale()  # another request is reading the new version: answer from this one
+            return held.snapshot
+        try:
             if held.snapshot.version == v:  # another request loaded it meanwhile
                 return held.snapshot
             held.snapshot = self._load(name, held.snapshot, v)
+            held.loaded = True
             return held.snapshot
+        finally:
+            held.lock.release()
 
     def fold(self, name: str) -> Any:
         """The state of the fold ``name`` as of its table's latest version."""
@@ -260,11 +291,18 @@ class Snapshots:
             return hit[1]
         with self._memo_lock:
             computing = self._computing.setdefault(key, threading.Lock())
-        with computing:  # one request computes it; the others wait for its answer
+        # one request computes it; the others answer from the value held (the one for
+        # older versions), or wait when there is none
+        if not computing.acquire(blocking=hit is None):
+            _stale()
+            return hit[1]  # type: ignore[index]
+        try:
             hit = self._memo.get(key)
             if hit is not None and hit[0] == versions:
                 return hit[1]
             value = compute(*snaps)
+        finally:
+            computing.release()
         with self._memo_lock:
             if len(self._computing) > _MAX_MEMO:
                 self._computing.clear()

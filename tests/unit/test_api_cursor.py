@@ -97,3 +97,33 @@ def test_pages_keep_the_order_topic_partition_kind_offset(tmp_path):
     missing = c.get("/v1/findings/nope")
     assert missing.status_code == 404 and missing.headers["content-type"] == \
         "application/problem+json"
+
+
+def test_a_request_never_waits_on_another_reading_a_new_version(tmp_path):
+    """While one request reads a table's new version (its lock held here, as a slow read
+    holds it), another is answered at once from the version held, never older than one
+    already served, and that answer is not kept by the response cache: once the read is
+    done, the same request gets the new version."""
+    import threading
+
+    from kafka_audit.auditor_api.deps import snapshots_for
+
+    s = Settings(home=tmp_path)
+    commit(s, 1, [finding("a", 0, o, 1) for o in range(10)])
+    app = create_app(s)
+    c = TestClient(app)
+    assert c.get("/v1/findings").json()["as_of_pass"] == 1
+    commit(s, 2, [finding("a", 0, o, 2) for o in range(10, 15)])
+    held = snapshots_for(app, s)._entry("audit_hot")
+    held.lock.acquire()  # a request reading pass 2's progress, slowly
+    try:
+        answers: list = []
+        t = threading.Thread(target=lambda: answers.append(c.get("/v1/findings").json()))
+        t.start()
+        t.join(30)
+        assert not t.is_alive(), "a request waited on another's read"
+        assert answers[0]["as_of_pass"] == 1 and answers[0]["total"] == 10
+    finally:
+        held.lock.release()
+    body = c.get("/v1/findings").json()  # not the stale answer from the cache
+    assert body["as_of_pass"] == 2 and body["total"] == 15
