@@ -53,11 +53,10 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
             p_reads = [r for r in reads if (r.topic, r.partition) == key]
             at_offsets = rules._Intervals(p_reads, lambda r: r.offset, lambda r: r.count)
             p_events = rules.partition_events(events, key)
-            stream = [r.end for r in p_reads if r.source == "stream"]
+            stream = [r for r in p_reads if r.source == "stream"]
             if stream:
-                observations[key].append((max(stream), now))
-            observations[key].extend(rules.read_observations(
-                r for r in p_reads if r.source == "stream"))
+                observations[key].append((max(r.end for r in stream), now))
+            observations[key].extend(rules.read_observations(stream))
             settled, _at = rules.settled_frontier(observations[key], now, cfg.settle_seconds)
             msgs = sorted(((a.offset + i if a.offset is not None else -1, a.seq + i, a)
                            for a in acks if (a.topic, a.partition) == key

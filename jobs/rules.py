@@ -228,14 +228,12 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
         return Cause.disk_loss  # a replica came back empty and leads
     left = {e.previous_leader for e in first if e.previous_leader is not None}
     before = [set(e.previous_isr) for e in first if e.previous_isr is not None]
-    successor = next((e.leader for e in changes
-                      if e.leader is not None and e.leader >= 0), None)
+    elected = next((e for e in changes if e.leader is not None and e.leader >= 0), None)
+    successor = elected.leader if elected is not None else None
     if any(len(isr) <= 1 for isr in before):
-        if successor is not None and successor in left and all(
+        if elected is not None and successor in left and all(
                 isr <= {successor} for isr in before):
-            elected = next(e.event_time for e in changes
-                           if e.leader is not None and e.leader >= 0)
-            if _every_replica_down(ack.first_ack - CAUSE_SLACK, elected, events):
+            if _every_replica_down(ack.first_ack - CAUSE_SLACK, elected.event_time, events):
                 return Cause.simultaneous_crash  # the ISR shrank as the others went down too
             return Cause.disk_loss  # the sole in-sync replica leads again, without it
         return Cause.isr_shrunk

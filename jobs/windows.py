@@ -38,11 +38,12 @@ from datetime import datetime, timedelta
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
 from kafka_audit.jobs.rules import LEADER_CHANGES, split_brain_pairs
 
-__all__ = ["Window", "exposure_windows", "reduced_redundancy_windows", "rejection_windows",
-           "leader_change_windows",
-           "split_brain_windows", "two_leader_windows", "partition_windows", "REJECTION_GAP",
-           "window_of"]
+__all__ = ["Window", "WINDOW_KINDS", "exposure_windows", "reduced_redundancy_windows",
+           "rejection_windows", "leader_change_windows", "split_brain_windows",
+           "two_leader_windows", "partition_windows", "REJECTION_GAP", "window_of"]
 
+#: every kind of window, the most telling first: the order a write's window is chosen in
+WINDOW_KINDS = ("split_brain", "exposure", "rejection", "reduced_redundancy", "leader_change")
 #: refusals closer together than this belong to one rejection window
 REJECTION_GAP = timedelta(seconds=5)
 #: errors with which the cluster refused a write for want of in-sync replicas
@@ -193,9 +194,7 @@ def split_brain_windows(losses: Sequence[Finding], confirmed: Sequence[Finding],
 
 
 def window_of(windows: Sequence[Window], t: datetime | None,
-              order=("split_brain", "exposure", "rejection", "reduced_redundancy",
-                     "leader_change")
-              ) -> Window | None:
+              order=WINDOW_KINDS) -> Window | None:
     """The window a write acknowledged at ``t`` fell in, the most telling kind first."""
     if t is None:
         return None
@@ -207,7 +206,7 @@ def window_of(windows: Sequence[Window], t: datetime | None,
 
 
 #: the cluster's own windows, the most telling first (a rejection is a producer's error)
-_CLUSTER_KINDS = ("split_brain", "exposure", "reduced_redundancy", "leader_change")
+_CLUSTER_KINDS = tuple(k for k in WINDOW_KINDS if k != "rejection")
 
 
 def loss_window(windows: Sequence[Window], acked: datetime | None,

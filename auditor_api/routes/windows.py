@@ -21,15 +21,14 @@ from pydantic import BaseModel, Field
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.params import Instant, Partition
 from kafka_audit.auditor_api.problems import bad_parameters
-from kafka_audit.jobs.windows import Window, loss_window, window_of
+from kafka_audit.jobs.windows import WINDOW_KINDS, Window, loss_window, window_of
 from kafka_audit.schemas.verdicts import LOSSES
 
 __all__ = ["router", "WindowRow", "window_ids", "partition_windows_of"]
 
 router = APIRouter(prefix="/v1", tags=["windows"])
 
-WindowKind = Literal["exposure", "rejection", "split_brain", "reduced_redundancy",
-                     "leader_change"]
+WindowKind = Literal[WINDOW_KINDS]  # type: ignore[valid-type]
 
 
 class WindowRow(BaseModel):
