@@ -10,6 +10,7 @@ Kept warm across the passes of one loop: one admin client, and one re-read consu
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import time
 
@@ -17,7 +18,8 @@ from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.jobs.model import ReadRun, Reread
 from kafka_audit.settings import Settings
 
-__all__ = ["ClusterLookups", "POLICY_FRESH_SECONDS", "POLICY_STALE_SECONDS"]
+__all__ = ["ClusterLookups", "POLICY_FRESH_SECONDS", "POLICY_STALE_SECONDS",
+           "POLICY_WAIT_SECONDS", "POLICY_RETRY_SECONDS"]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,10 @@ log = logging.getLogger(__name__)
 POLICY_FRESH_SECONDS = 30.0
 #: ... and, while it cannot be asked, the last answer serves until it is this old
 POLICY_STALE_SECONDS = 300.0
+#: a pass waits this long for a topic's first answer (the ask's own timeout too)
+POLICY_WAIT_SECONDS = 10.0
+#: an ask that failed is made again this much later
+POLICY_RETRY_SECONDS = 5.0
 
 
 class ClusterLookups:
@@ -40,7 +46,9 @@ class ClusterLookups:
         self.settings = settings
         self._client = None
         self._consumer = None
-        self._policies: dict[str, tuple[bool, float]] = {}  # topic -> (compacted, asked at)
+        self._policies: dict[str, tuple[bool, float]] = {}  # topic -> (compacted, answered at)
+        self._asking: dict[str, concurrent.futures.Future] = {}  # topic -> its ask in flight
+        self._asked: dict[str, float] = {}  # topic -> when it was last asked
 
     def _admin(self):
         """One admin client for every pass that shares these lookups (kept referenced while
@@ -53,27 +61,31 @@ class ClusterLookups:
         """(compacted topics, topics whose policy is unknown).
 
         A topic's ``cleanup.policy`` is asked again once its last answer is
-        :data:`POLICY_FRESH_SECONDS` old, not every pass: right after a broker dies the
-        admin client may wait out a request to it, and that wait would delay the very
-        pass that judges the losses. While the cluster cannot answer, an answer up to
-        :data:`POLICY_STALE_SECONDS` old still serves; older, the topic is unknown."""
+        :data:`POLICY_FRESH_SECONDS` old, and the pass does not wait for that answer: it
+        uses the last one, and the new one serves a later pass. Right after a broker dies
+        the admin client may wait out a request to it (10 s), and that wait would delay the
+        very passes that judge the losses. While the cluster cannot answer, an answer up to
+        :data:`POLICY_STALE_SECONDS` old still serves; older, the topic is unknown. Only a
+        topic never answered yet makes the pass wait, up to :data:`POLICY_WAIT_SECONDS`; an
+        ask that failed is made again :data:`POLICY_RETRY_SECONDS` later."""
         from confluent_kafka.admin import ConfigResource
 
         if not topics:
             return frozenset(), frozenset()
+        self._harvest()
         now = time.monotonic()
-        ask = sorted(t for t in topics if now - self._policies.get(t, (None, -1e18))[1]
-                     >= POLICY_FRESH_SECONDS)
+        ask = sorted(t for t in topics if t not in self._asking
+                     and now - self._policies.get(t, (None, -1e18))[1] >= POLICY_FRESH_SECONDS
+                     and now - self._asked.get(t, -1e18) >= POLICY_RETRY_SECONDS)
         if ask:
-            futures = self._admin().describe_configs([ConfigResource("topic", t) for t in ask])
+            futures = self._admin().describe_configs([ConfigResource("topic", t) for t in ask],
+                                                     request_timeout=POLICY_WAIT_SECONDS)
             for res, fut in futures.items():
-                try:
-                    policy = fut.result(timeout=10).get("cleanup.policy")
-                except Exception as exc:  # noqa: BLE001 - an older answer, or unknown
-                    log.warning("cleanup.policy of %s unknown: %s", res.name, exc)
-                    continue
-                compacted = policy is not None and "compact" in (policy.value or "")
-                self._policies[res.name] = (compacted, time.monotonic())
+                self._asking[res.name], self._asked[res.name] = fut, now
+        first = [self._asking[t] for t in topics if t in self._asking and t not in self._policies]
+        if first:
+            concurrent.futures.wait(first, timeout=POLICY_WAIT_SECONDS)
+            self._harvest()
         compacted, unknown = set(), set()
         for t in topics:
             known = self._policies.get(t)
@@ -82,6 +94,20 @@ class ClusterLookups:
             elif known[0]:
                 compacted.add(t)
         return frozenset(compacted), frozenset(unknown)
+
+    def _harvest(self) -> None:
+        """Take the answers of the policy asks that finished."""
+        for topic, fut in list(self._asking.items()):
+            if not fut.done():
+                continue
+            del self._asking[topic]
+            try:
+                policy = fut.result(timeout=0).get("cleanup.policy")
+            except Exception as exc:  # noqa: BLE001 - an older answer, or unknown
+                log.warning("cleanup.policy of %s unknown: %s", topic, exc)
+                continue
+            compacted = policy is not None and "compact" in (policy.value or "")
+            self._policies[topic] = (compacted, time.monotonic())
 
     def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         """The high watermark of each partition that answers."""
