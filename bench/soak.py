@@ -182,6 +182,9 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=30)
     ap.add_argument("--plot", type=Path, default=Path("bench/soak.png"))
     ap.add_argument("--replot", type=Path, help="a samples.jsonl to plot again")
+    ap.add_argument("--memory-log", type=float, default=60,
+                    help="seconds between the service's memory lines in its log "
+                         "(kafka_audit/memstats.py; 0: none)")
     args = ap.parse_args()
     if args.replot:
         samples = [json.loads(x) for x in args.replot.read_text().splitlines() if x.strip()]
@@ -190,6 +193,8 @@ def main() -> None:
         return
 
     base = bench_settings(args.settle)
+    base = base.model_copy(update={"service": base.service.model_copy(
+        update={"memory_log_seconds": args.memory_log})})
     home = base.home_dir / f"soak-{time.strftime('%m%d-%H%M%S')}"
     settings = base.model_copy(update={"home": home})
     home.mkdir(parents=True, exist_ok=True)

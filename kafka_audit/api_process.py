@@ -80,6 +80,7 @@ def main() -> int:
     import uvicorn
 
     from kafka_audit.auditor_api.main import create_app
+    from kafka_audit.memstats import watch_memory
 
     settings, formatter = pickle.load(sys.stdin.buffer)
     handler = logging.StreamHandler()
@@ -87,8 +88,11 @@ def main() -> int:
         handler.setFormatter(formatter)
     logging.getLogger().handlers[:] = [handler]
     logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("kafka_audit.memory").setLevel(logging.INFO)
     for noisy in ("uvicorn.error", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.ERROR)
+    watch_memory(settings.steady.trim_every_seconds, settings.service.memory_log_seconds,
+                 threading.Event(), "api")
     server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.api.host,
                                            port=settings.api.port, log_config=None,
                                            access_log=False))

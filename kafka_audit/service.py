@@ -30,6 +30,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kafka_audit.memstats import watch_memory
 from kafka_audit.settings import Settings
 
 __all__ = ["Service", "Component", "LONG_RUNNING_SPARK"]
@@ -99,6 +100,8 @@ class Service:
                 signal.signal(sig, lambda *_: self.stop.set())
         for c in self.components:
             self._start(c)
+        watch_memory(self.settings.steady.trim_every_seconds,
+                     self.settings.service.memory_log_seconds, self.stop)
         log.info("running: %s", ", ".join(c.name for c in self.components))
         cap = self.settings.outage.max_backoff_seconds
         while not self.stop.wait(0.5):

@@ -218,6 +218,9 @@ class ServiceSettings(_Section):
 
     stop_timeout_seconds: float = Field(30, gt=0, description="SIGTERM stops every component "
                                         "within this long")
+    memory_log_seconds: float = Field(0, ge=0, description="log where the service's memory is "
+                                      "(RSS, C heap, Arrow pool, Python objects) this often; "
+                                      "0: never")
 
 
 class HealthSettings(_Section):
@@ -305,6 +308,10 @@ class SteadySettings(_Section):
         "longer than any reader holds an older version (an audit pass: seconds)")
     hot_keep_versions: int = Field(5, ge=1, description="audit_hot's vacuum (half-way between "
                                    "two rewrites) keeps the files of this many latest versions")
+    trim_every_seconds: float = Field(
+        60, ge=0, description="in `kafka-audit run` (its service and API processes), the C "
+        "heap's free memory is given back to the system this often (glibc's malloc_trim: "
+        "freed memory otherwise stays in the process's arenas); 0: never")
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:

@@ -1,0 +1,131 @@
+"""Where a long-running process's memory is: a log line now and then
+(``service.memory_log_seconds``).
+
+RSS alone cannot tell a leak of Python objects from native buffers or from a fragmented C heap,
+and each wants a different fix. The line gives: RSS; glibc's heap (``mallinfo2``: bytes in use
+and bytes free but held, the fragmentation); Arrow's memory pool; the number of Python objects
+the collector tracks, and, when ``tracemalloc`` runs (``PYTHONTRACEMALLOC=1``), the bytes
+Python allocated and the source lines whose allocations grew most since the first line.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import gc
+import logging
+import threading
+import time
+import tracemalloc
+from collections import Counter
+
+__all__ = ["memory_line", "release_free_memory", "watch_memory"]
+
+log = logging.getLogger("kafka_audit.memory")
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+def _glibc_heap() -> tuple[int, int, int] | None:
+    """(in use, free but held, mmapped) bytes of glibc's malloc, or None off glibc."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        fn = libc.mallinfo2
+    except (OSError, AttributeError):
+        return None
+    fn.restype = _MallInfo2
+    m = fn()
+    return m.uordblks, m.fordblks, m.hblkhd
+
+
+def release_free_memory() -> float | None:
+    """Give the C heap's free memory back to the system (glibc's ``malloc_trim(0)``, every
+    arena); the MB of RSS that released, or None off glibc.
+
+    glibc keeps memory freed in its arenas for reuse, and with a dozen threads allocating
+    (py4j, librdkafka, pandas) the free part only grows: in a long run it was most of the
+    service's RSS growth (``bench/soak.py``'s memory lines)."""
+    try:
+        trim = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    before = _rss_mb()
+    trim(0)
+    return before - _rss_mb()
+
+
+def _rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+    except OSError:
+        return float("nan")
+    import resource
+
+    return pages * resource.getpagesize() / 2**20
+
+
+def _top_types(n: int = 6) -> list[tuple[str, int]]:
+    return Counter(type(o).__name__ for o in gc.get_objects()).most_common(n)
+
+
+def memory_line(first: tracemalloc.Snapshot | None = None) -> str:
+    """One line: RSS, the C heap, Arrow's pool, Python objects (and tracemalloc's growth)."""
+    parts = [f"rss {_rss_mb():.0f} MB"]
+    heap = _glibc_heap()
+    if heap is not None:
+        used, free, mapped = heap
+        parts.append(f"malloc in use {used / 2**20:.0f} MB, free held {free / 2**20:.0f} MB, "
+                     f"mmapped {mapped / 2**20:.0f} MB")
+    try:
+        import pyarrow as pa
+
+        parts.append(f"arrow pool {pa.total_allocated_bytes() / 2**20:.0f} MB "
+                     f"({pa.default_memory_pool().backend_name})")
+    except ImportError:
+        pass
+    parts.append(f"threads {threading.active_count()}")
+    parts.append("objects " + ", ".join(f"{k} {v}" for k, v in _top_types()))
+    if tracemalloc.is_tracing():
+        current, _peak = tracemalloc.get_traced_memory()
+        parts.append(f"python allocated {current / 2**20:.0f} MB")
+        if first is not None:
+            grown = tracemalloc.take_snapshot().compare_to(first, "lineno")[:5]
+            parts.append("grown " + "; ".join(
+                f"{s.traceback[0].filename.rsplit('/', 2)[-1]}:{s.traceback[0].lineno} "
+                f"{s.size_diff / 2**20:+.1f} MB" for s in grown))
+    return "; ".join(parts)
+
+
+def watch_memory(trim_every: float, log_every: float, stop: threading.Event,
+                 who: str = "service") -> threading.Thread | None:
+    """A daemon thread that calls :func:`release_free_memory` every ``trim_every`` seconds and
+    logs :func:`memory_line` every ``log_every`` (0: never), until ``stop``."""
+    if not trim_every and not log_every:
+        return None
+
+    def body() -> None:
+        first = tracemalloc.take_snapshot() if tracemalloc.is_tracing() else None
+        now = time.monotonic()
+        due_trim, due_log = now + trim_every, now + log_every
+        released: float | None = None
+        while not stop.wait(1.0):
+            now = time.monotonic()
+            try:
+                if trim_every and now >= due_trim:
+                    due_trim = now + trim_every
+                    released = release_free_memory()
+                if log_every and now >= due_log:
+                    due_log = now + log_every
+                    trimmed = "" if released is None else f"; the last trim gave back " \
+                        f"{released:.0f} MB"
+                    log.info("memory (%s): %s%s", who, memory_line(first), trimmed)
+            except Exception as exc:  # noqa: BLE001 - a diagnostic must never stop the process
+                log.warning("memory upkeep failed: %s", exc)
+
+    t = threading.Thread(target=body, name=f"kafka-audit-memory-{who}", daemon=True)
+    t.start()
+    return t
