@@ -24,7 +24,7 @@ from kafka_audit.jobs.engine import AuditConfig, PartitionHot, step_partition
 from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.schemas.tables import arrow_schema, spark_schema
 
-__all__ = ["hot_from_rows", "hot_from_arrow", "hot_rows", "step_fn", "arrow_step_fn",
+__all__ = ["hot_from_rows", "hot_from_arrow", "hot_rows", "hot_blocks", "step_fn", "arrow_step_fn",
            "step_schema", "step_arrow_schema", "consumed_row", "STEP_COLUMNS"]
 
 #: what a judge step returns besides the ``audit_hot`` columns: name -> Spark SQL type
@@ -144,25 +144,65 @@ def _row(kind: str, topic: str, partition: int, **kw) -> dict:
     return {"kind": kind, "topic": topic, "partition": partition, **kw}
 
 
+#: rows of one kind as columns: (how many, column -> values; a column left out is null)
+_Block = tuple[int, dict[str, list]]
+
+
+def _block(kind: str, topic: str, partition: int, row: str, n: int, **columns: list) -> _Block:
+    return n, {"kind": [kind] * n, "topic": [topic] * n, "partition": [partition] * n,
+               "row": [row] * n, **columns}
+
+
+def hot_blocks(topic: str, partition: int, hot: PartitionHot) -> list[_Block]:
+    """One partition's state as ``audit_hot`` columns, a block per kind (``row = hot``)."""
+    acks, reads, judged = hot.acks, hot.reads, hot.judged
+    return [
+        _block("ack", topic, partition, "hot", len(acks),
+               producer_id=[a.producer_id for a in acks], run_id=[a.run_id for a in acks],
+               seq=[a.seq for a in acks], count=[a.count for a in acks],
+               offset=[a.offset for a in acks],
+               first_ack=[_naive(a.first_ack) for a in acks],
+               last_ack=[_naive(a.last_ack) for a in acks],
+               error_name=[a.error for a in acks], acks=[a.acks for a in acks],
+               horizon=[a.horizon for a in acks]),
+        _block("read", topic, partition, "hot", len(reads),
+               producer_id=[r.producer_id for r in reads], run_id=[r.run_id for r in reads],
+               seq=[r.seq for r in reads], count=[r.count for r in reads],
+               offset=[r.offset for r in reads],
+               read_time=[_naive(r.read_time) for r in reads],
+               source=[r.source for r in reads], status=[r.status for r in reads],
+               leader_epoch=[r.leader_epoch for r in reads]),
+        _block("judged", topic, partition, "hot", len(judged),
+               producer_id=[a.producer_id for a, _ in judged],
+               run_id=[a.run_id for a, _ in judged], seq=[a.seq for a, _ in judged],
+               count=[a.count for a, _ in judged], offset=[a.offset for a, _ in judged],
+               judged_at=[_naive(t) for _, t in judged]),
+        _block("observation", topic, partition, "hot", len(hot.observations),
+               offset=[f for f, _ in hot.observations],
+               observed_at=[_naive(t) for _, t in hot.observations]),
+    ]
+
+
+def _rows_of(blocks: list[_Block]) -> list[dict]:
+    return [{name: values[i] for name, values in cols.items()}
+            for n, cols in blocks for i in range(n)]
+
+
+def _table_of(blocks: list[_Block], schema: pa.Schema) -> pa.Table:
+    """Blocks as one table, column by column, each typed at once (a table built row by row
+    costs seconds for a large state)."""
+    arrays = []
+    for f in schema:
+        values: list = []
+        for n, cols in blocks:
+            values.extend(cols.get(f.name) or [None] * n)
+        arrays.append(pa.array(values, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
 def hot_rows(topic: str, partition: int, hot: PartitionHot) -> list[dict]:
     """The ``audit_hot`` rows that hold one partition's state (tagged ``row = hot``)."""
-    rows = [_row("ack", topic, partition, producer_id=a.producer_id, run_id=a.run_id,
-                 seq=a.seq, count=a.count, offset=a.offset, first_ack=_naive(a.first_ack),
-                 last_ack=_naive(a.last_ack), error_name=a.error, acks=a.acks,
-                 horizon=a.horizon)
-            for a in hot.acks]
-    rows += [_row("read", topic, partition, producer_id=r.producer_id, run_id=r.run_id,
-                  seq=r.seq, count=r.count, offset=r.offset, read_time=_naive(r.read_time),
-                  source=r.source, status=r.status, leader_epoch=r.leader_epoch)
-             for r in hot.reads]
-    rows += [_row("judged", topic, partition, producer_id=a.producer_id, run_id=a.run_id,
-                  seq=a.seq, count=a.count, offset=a.offset, judged_at=_naive(t))
-             for a, t in hot.judged]
-    rows += [_row("observation", topic, partition, offset=f, observed_at=_naive(t))
-             for f, t in hot.observations]
-    for r in rows:
-        r["row"] = "hot"
-    return rows
+    return _rows_of(hot_blocks(topic, partition, hot))
 
 
 def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_ends,
@@ -172,25 +212,21 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
     topic, partition = key[0], int(key[1])
     res = step_partition(topic, hot, events.get((topic, partition), []), now, cfg,
                          log_ends.get((topic, partition)))
-    rows = hot_rows(topic, partition, res.hot)
-    for f in res.findings:
-        rows.append(_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
-                         producer_id=f.producer_id, run_id=f.run_id, seq=f.seq,
-                         count=f.count, offset=f.offset, ack_time=_naive(f.ack_time),
-                         subkind=f.subkind, cause=f.cause,
-                         evidence=json.dumps(f.evidence, default=str)))
-    for q in res.rereads:
-        rows.append(_row("reread", topic, partition, row="reread", offset=q.offset,
-                         count=q.end - q.offset, reason=q.reason))
-    rows.append(_row("status", topic, partition, row="status",
-                     frontier=res.clock.stream_frontier,
-                     settled_frontier=res.clock.settled_frontier, pending=res.pending,
-                     unseen=res.unseen, oldest_unseen=_naive(res.oldest_unseen)))
-    # column by column, each typed at once: a pandas frame built from these rows costs
-    # seconds for a large state (naive datetimes are read as UTC)
+    blocks = hot_blocks(topic, partition, res.hot)
+    found = [_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
+                  producer_id=f.producer_id, run_id=f.run_id, seq=f.seq, count=f.count,
+                  offset=f.offset, ack_time=_naive(f.ack_time), subkind=f.subkind,
+                  cause=f.cause, evidence=json.dumps(f.evidence, default=str))
+             for f in res.findings]
+    found += [_row("reread", topic, partition, row="reread", offset=q.offset,
+                   count=q.end - q.offset, reason=q.reason) for q in res.rereads]
+    found.append(_row("status", topic, partition, row="status",
+                      frontier=res.clock.stream_frontier,
+                      settled_frontier=res.clock.settled_frontier, pending=res.pending,
+                      unseen=res.unseen, oldest_unseen=_naive(res.oldest_unseen)))
     schema = step_arrow_schema(tz)
-    return pa.Table.from_arrays([pa.array([r.get(f.name) for r in rows], f.type)
-                                 for f in schema], schema=schema)
+    blocks.append((len(found), {f.name: [r.get(f.name) for r in found] for f in schema}))
+    return _table_of(blocks, schema)
 
 
 def step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,

@@ -59,7 +59,7 @@ against the first applied message by message (:mod:`kafka_audit.jobs.reference`)
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
@@ -452,6 +452,31 @@ class _Intervals:
         return [r for _, r in sorted(hits, key=lambda h: h[0])]
 
 
+class _Cover:
+    """The union of half-open spans ``[lo, hi)``: ``touches(lo, hi)`` is ``any(lo < h and
+    hi > l for l, h in spans)``, answered by bisection over the merged spans (a pass asks
+    it once per retained read, against every pending run: a scan was their product)."""
+
+    def __init__(self, spans: Sequence[tuple[int, int]]) -> None:
+        self._spans = list(spans)
+        self._empty = [s for s in self._spans if s[1] <= s[0]]  # merging would lose them
+        merged: list[list[int]] = []
+        for lo, hi in sorted(s for s in spans if s[1] > s[0]):
+            if merged and lo <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], hi)
+            else:
+                merged.append([lo, hi])
+        self._los = [m[0] for m in merged]
+        self._his = [m[1] for m in merged]
+
+    def touches(self, lo: int, hi: int) -> bool:
+        if hi <= lo:  # an empty query: strictly inside a span (merged ones would differ)
+            return any(lo < e and hi > s for s, e in self._spans)
+        i = bisect_right(self._his, lo)  # the first merged span ending past lo
+        return (i < len(self._los) and self._los[i] < hi) or any(
+            lo < e and hi > s for s, e in self._empty)
+
+
 class _Written:
     """One producer run's successful ack runs, for reorder witnesses and holds.
 
@@ -761,10 +786,12 @@ def retained_reads(reads: Sequence[ReadRun], pending: Sequence[AckRun], clock: C
     delay a verdict, never change it while the log still holds the offsets.
     """
     cutoff = clock.now - timedelta(seconds=retention_seconds)
-    copies = [r for r in reads if r.stamped and any(
-        a.producer_id == r.producer_id and a.run_id == r.run_id
-        and a.seq < r.seq + r.count and r.seq < a.seq + a.count for a in pending)]
-    needed = [(a.offset, a.end) for a in pending if a.placed] + [(r.offset, r.end)
-                                                                for r in copies]
-    return [r for r in reads if r.read_time >= cutoff
-            or any(r.offset < hi and r.end > lo for lo, hi in needed)]
+    by_run: dict[tuple, list[tuple[int, int]]] = {}
+    for a in pending:
+        by_run.setdefault((a.producer_id, a.run_id), []).append((a.seq, a.seq + a.count))
+    seqs = {run: _Cover(spans) for run, spans in by_run.items()}
+    copies = [r for r in reads if r.stamped and (r.producer_id, r.run_id) in seqs
+              and seqs[(r.producer_id, r.run_id)].touches(r.seq, r.seq + r.count)]
+    needed = _Cover([(a.offset, a.end) for a in pending if a.placed]
+                    + [(r.offset, r.end) for r in copies])
+    return [r for r in reads if r.read_time >= cutoff or needed.touches(r.offset, r.end)]

@@ -1,9 +1,12 @@
 """One tiny hand-made history per verdict kind, consistent and violating, with the
 exact findings expected (in the manner of Jepsen's kafka checker tests)."""
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
 from kafka_audit.jobs.model import ClusterEvent
-from kafka_audit.jobs.rules import likely_cause, partition_events, settled_frontier
+from kafka_audit.jobs.rules import _Cover, likely_cause, partition_events, settled_frontier
 
 from ..support.histories import ack, at, leader_change, read
 
@@ -470,3 +473,14 @@ def test_a_copy_read_before_a_leader_change_is_read_again_first():
     assert a.findings == [] and [(r.offset, r.end) for r in a.rereads] == [(4, 5)]
     a.run_pass(at(12), [], [read(4, 3, t=12, source="reread")], [])
     assert table(a.findings) == [("confirmed", None, 7, 3, 1), ("duplicate", None, 7, 3, 1)]
+
+_span = st.tuples(st.integers(0, 40), st.integers(0, 40))
+
+
+@given(st.lists(_span, max_size=12), st.lists(_span, min_size=1, max_size=12))
+def test_a_cover_answers_as_the_scan_it_replaces(spans, queries):
+    """Merged and bisected, the same answer as scanning every span, empty ones and
+    touching ones included (a query is empty when hi <= lo)."""
+    cover = _Cover(spans)
+    for lo, hi in queries:
+        assert cover.touches(lo, hi) == any(lo < e and hi > s for s, e in spans)
