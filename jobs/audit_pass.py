@@ -77,7 +77,8 @@ from kafka_audit.store import (
     write_arrow,
 )
 
-__all__ = ["AuditSummary", "run_audit_pass", "audit_config", "Warm", "EventLog"]
+__all__ = ["AuditSummary", "run_audit_pass", "audit_config", "Warm", "EventLog", "judge_on_driver",
+           "widen"]
 
 log = logging.getLogger(__name__)
 REREAD_APP = "kafka_audit_reread"
@@ -577,7 +578,7 @@ class _Driver(_Backend):
         if progress.generation is not None:
             state = read_table(settings.table_path("audit_hot"), "audit_hot",
                                where=_generation(progress) & (pc.field("kind") != "progress"))
-            parts.append(_widen(state))
+            parts.append(widen(state))
         for table, src in sources.items():
             if src.files:
                 self.new[table] = ds.dataset(src.files, format="parquet",
@@ -587,18 +588,8 @@ class _Driver(_Backend):
         self.empty = not parts
 
     def judge(self, events, now, cfg, log_ends) -> None:
-        step = arrow_step_fn(events, now, cfg, log_ends)
         t, self.rows = self.rows, None
-        t = t.take(pc.sort_indices(t, [("topic", "ascending"), ("partition", "ascending")]))
-        keys = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
-                        strict=True))
-        outs, start = [], 0
-        for i in range(1, len(keys) + 1):
-            if i == len(keys) or keys[i] != keys[start]:
-                outs.append(step(keys[start], t.slice(start, i - start)))
-                start = i
-        self.out = self.first = (pa.concat_tables(outs) if outs
-                                 else step_arrow_schema().empty_table())
+        self.out = self.first = judge_on_driver(t, arrow_step_fn(events, now, cfg, log_ends))
 
     def collect(self):
         counts, rows, status = _summed(self.out)
@@ -644,7 +635,22 @@ class _Driver(_Backend):
         self.out = self.first = None
 
 
-def _widen(state: pa.Table) -> pa.Table:
+def judge_on_driver(t: pa.Table, step) -> pa.Table:
+    """``step`` (:func:`~kafka_audit.jobs.hot_state.arrow_step_fn`) over each partition's
+    rows of ``t`` (:func:`step_arrow_schema`), its outputs as one table."""
+    t = t.take(pc.sort_indices(t, [("topic", "ascending"), ("partition", "ascending")]))
+    keys = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
+                    strict=True))
+    outs, start = [], 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            outs.append(step(keys[start], t.slice(start, i - start)))
+            start = i
+    return pa.concat_tables(outs) if outs else step_arrow_schema().empty_table()
+
+
+def widen(state: pa.Table) -> pa.Table:
+
     """``audit_hot`` rows with the step's further columns (null)."""
     schema = step_arrow_schema()
     n = state.num_rows
