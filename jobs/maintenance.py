@@ -114,6 +114,8 @@ class Upkeep:
     last: dict = field(default_factory=dict)
     #: the source versions (and committed pass) the windows were last computed from
     windows_from: tuple | None = None
+    #: the acked writes per window, kept between computations (jobs/windows_job.py)
+    window_acks: object = None
     _thread: threading.Thread | None = None
 
     def between_passes(self, pass_id: int) -> None:
@@ -170,7 +172,7 @@ class Upkeep:
 
     def update_windows(self) -> tuple[str, float]:
         """The windows table recomputed, if its sources changed since the last time."""
-        from kafka_audit.jobs.windows_job import update_windows
+        from kafka_audit.jobs.windows_job import AckCounts, update_windows
         from kafka_audit.store import committed_pass, latest_version
 
         t = time.perf_counter()
@@ -179,7 +181,9 @@ class Upkeep:
                          for n in ("cluster_events", "acks")), committed_pass(self.settings))
             if sources == self.windows_from:
                 return "unchanged", round(time.perf_counter() - t, 3)
-            n = len(update_windows(self.settings))
+            if self.window_acks is None:
+                self.window_acks = AckCounts()
+            n = len(update_windows(self.settings, counts=self.window_acks))
             self.windows_from = sources
             what = f"{n} windows"
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round

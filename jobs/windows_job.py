@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+from bisect import bisect_left, bisect_right
 from collections import defaultdict
 from datetime import UTC, datetime
 
@@ -25,9 +26,15 @@ from kafka_audit.jobs.windows import Window, partition_windows
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.schemas.verdicts import LOSSES
 from kafka_audit.settings import Settings
-from kafka_audit.store import committed_pass, read_table, table_exists, write_arrow
+from kafka_audit.store import (
+    _add_actions,
+    committed_pass,
+    read_table,
+    table_exists,
+    write_arrow,
+)
 
-__all__ = ["compute_windows", "update_windows"]
+__all__ = ["compute_windows", "update_windows", "AckCounts"]
 
 log = logging.getLogger(__name__)
 
@@ -102,39 +109,112 @@ def _confirmed_over(settings: Settings, key: tuple[str, int], lost: list[Finding
             and c.offset + c.count > lo]
 
 
-def _acked_inside(settings: Settings, w: Window, now: datetime) -> int:
-    """Writes acknowledged inside the window (successes: the ledger's placed runs)."""
+_Key = tuple[str, str, int, datetime, datetime | None]  # kind, topic, partition, start, end
+
+
+class AckCounts:
+    """The acknowledged writes inside each window, kept from one computation to the next.
+
+    A window's count is the ledger's successful, placed writes acked in ``[start, end]``
+    (``end``: now, while open). Counted again only when it could have changed: the window
+    is new, still open or its end moved, or the ledger gained a file holding acks from
+    before its end (a ledger shipped late, a compaction's rewrite; the files' own
+    statistics say so). Everything to count is read in one scan of ``acks``: a scan per
+    window cost a table open each, every computation, and the windows only accumulate.
+    """
+
+    def __init__(self) -> None:
+        self._counts: dict[_Key, int] = {}
+        self._files: set[str] = set()
+
+    def count(self, settings: Settings, windows: list[Window], now: datetime) -> list[int]:
+        path = settings.table_path("acks")
+        if not table_exists(path):
+            return [0] * len(windows)
+        from deltalake import DeltaTable
+
+        adds = _add_actions(DeltaTable(path))
+        paths = adds.column("path").to_pylist()
+        fresh = [t for p, t in zip(paths, adds.column("min.ack_time").to_pylist(), strict=True)
+                 if p not in self._files]
+        self._files = set(paths)
+        if fresh:  # a new file holding acks from before a window's end may change its count
+            oldest = None if None in fresh else min(fresh)
+            self._counts = {k: n for k, n in self._counts.items()
+                            if oldest is not None and k[4] is not None and k[4] < oldest}
+        keys = [(w.kind, w.topic, w.partition, w.start, w.end) for w in windows]
+        todo = [i for i, k in enumerate(keys) if k[4] is None or k not in self._counts]
+        counted = dict(zip(todo, _acked_inside(settings, [windows[i] for i in todo], now),
+                           strict=True))
+        self._counts = {k: counted.get(i, self._counts.get(k, 0))
+                        for i, k in enumerate(keys) if k[4] is not None}
+        return [counted[i] if i in counted else self._counts[k] for i, k in enumerate(keys)]
+
+
+def _acked_inside(settings: Settings, windows: list[Window], now: datetime) -> list[int]:
+    """Writes acknowledged inside each window (successes: the ledger's placed runs), from
+    one scan of ``acks`` over the windows' topics and span."""
+    if not windows:
+        return []
     ts = pa.timestamp("us", tz="UTC")
-    t = read_table(settings.table_path("acks"), "acks", columns=["count"],
-                   where=(pc.field("topic") == w.topic)
-                   & (pc.field("partition") == pa.scalar(w.partition, pa.int32()))
+    t = read_table(settings.table_path("acks"), "acks",
+                   columns=["topic", "partition", "ack_time", "count"],
+                   where=pc.field("topic").isin(sorted({w.topic for w in windows}))
                    & pc.field("error_name").is_null()
-                   & (pc.field("ack_time") >= pa.scalar(w.start, ts))
-                   & (pc.field("ack_time") <= pa.scalar(w.end or now, ts)))
-    return int(pc.sum(t.column("count")).as_py() or 0)
-
-
-def compute_windows(settings: Settings, now: datetime | None = None) -> list[Window]:
-    """Every window, from the tables as they are now."""
-    now = now or datetime.now(UTC)
-    events, min_isr = _events(settings)
-    refused, losses = _refused(settings), _findings(settings, sorted(LOSSES))
-    out: list[Window] = []
-    for key in sorted(set(events) | set(refused) | set(losses)):
-        lost = losses.get(key, [])
-        over = _confirmed_over(settings, key, lost)
-        for w in partition_windows(key[0], key[1], events.get(key, []), min_isr.get(key[0]),
-                                   refused.get(key, []), lost, over):
-            out.append(Window(w.kind, w.topic, w.partition, w.start, w.end, w.opened_by,
-                              w.closed_by, _acked_inside(settings, w, now), w.losses,
-                              w.detail))
+                   & (pc.field("ack_time") >= pa.scalar(min(w.start for w in windows), ts))
+                   & (pc.field("ack_time") <= pa.scalar(max(w.end or now for w in windows),
+                                                        ts)))
+    t = t.sort_by([("topic", "ascending"), ("partition", "ascending"),
+                   ("ack_time", "ascending")])
+    by_partition: dict[tuple[str, int], tuple[list[datetime], list[int]]] = {}
+    for key, part in _groups(t):
+        running = [0]
+        for n in part.column("count").to_pylist():
+            running.append(running[-1] + (n or 0))
+        by_partition[key] = ([x.astimezone(UTC) for x in part.column("ack_time").to_pylist()],
+                             running)
+    out = []
+    for w in windows:
+        times, running = by_partition.get((w.topic, w.partition), ([], [0]))
+        out.append(running[bisect_right(times, w.end or now)]
+                   - running[bisect_left(times, w.start)])
     return out
 
 
-def update_windows(settings: Settings, now: datetime | None = None) -> list[Window]:
+def _groups(t: pa.Table):
+    """``((topic, partition), rows)`` of a table sorted by topic and partition."""
+    keys = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
+                    strict=True))
+    start = 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            yield keys[start], t.slice(start, i - start)
+            start = i
+
+
+def compute_windows(settings: Settings, now: datetime | None = None,
+                    counts: AckCounts | None = None) -> list[Window]:
+    """Every window, from the tables as they are now (``counts``: the acked writes counted
+    by an earlier computation, kept where they cannot have changed)."""
+    now = now or datetime.now(UTC)
+    events, min_isr = _events(settings)
+    refused, losses = _refused(settings), _findings(settings, sorted(LOSSES))
+    found: list[Window] = []
+    for key in sorted(set(events) | set(refused) | set(losses)):
+        lost = losses.get(key, [])
+        over = _confirmed_over(settings, key, lost)
+        found += partition_windows(key[0], key[1], events.get(key, []), min_isr.get(key[0]),
+                                   refused.get(key, []), lost, over)
+    acked = (counts or AckCounts()).count(settings, found, now)
+    return [Window(w.kind, w.topic, w.partition, w.start, w.end, w.opened_by, w.closed_by,
+                   n, w.losses, w.detail) for w, n in zip(found, acked, strict=True)]
+
+
+def update_windows(settings: Settings, now: datetime | None = None,
+                   counts: AckCounts | None = None) -> list[Window]:
     """Rewrite the ``windows`` table when the windows changed; return them."""
     now = now or datetime.now(UTC)
-    windows = compute_windows(settings, now)
+    windows = compute_windows(settings, now, counts)
     path = settings.table_path("windows")
     rows = [{"window_id": w.window_id, "kind": w.kind, "topic": w.topic,
              "partition": w.partition, "start": w.start, "end": w.end,

@@ -281,3 +281,50 @@ def test_a_leader_change_is_a_window_and_holds_a_clean_hand_overs_loss():
     ws = partition_windows("t", 0, events[:3], 1, [], [])
     assert [w.kind for w in ws] == ["leader_change"]  # nothing else saw the hand-over
     assert loss_window(ws, at(15), detected=at(45)).start == at(20)
+
+
+def _acks_at(s: Settings, *seconds: float, count: int = 5) -> None:
+    append_rows(s.table_path("acks"), "acks", [
+        {"run_id": "r", "producer_id": "p", "seq": int(sec * 100), "count": count,
+         "topic": "t", "partition": 0, "offset": int(sec * 100),
+         "send_time": at(sec), "ack_time": at(sec), "last_ack_time": at(sec),
+         "error_code": None, "error_name": None, "acks": "1", "idempotence": False,
+         "retries": 2, "max_in_flight": 5, "leader_epoch": None} for sec in seconds])
+
+
+def test_window_counts_are_kept_until_the_ledger_gains_acks_from_before_their_end(
+        tmp_path, monkeypatch):
+    """Closed windows are not counted again on every computation (the scans grew with the
+    windows); a file of acks from before a window's end (a late ledger, a compaction) has
+    it counted again, so the kept counts always equal a fresh computation's."""
+    from kafka_audit.jobs import windows_job
+    from kafka_audit.jobs.windows_job import AckCounts, compute_windows
+
+    s = _shrunk_warehouse(tmp_path)  # 7 writes acked at 12 s, the ISR shrunk at 10 s
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _event(30, (1, 2, 3), "isr_expand"), _event(40, (1,))])  # closed; open from 40 s
+    asked: list[list[tuple]] = []
+    scan = windows_job._acked_inside
+
+    def spy(settings, windows, now):
+        asked.append([(w.kind, w.start, w.end) for w in windows])
+        return scan(settings, windows, now)
+
+    monkeypatch.setattr(windows_job, "_acked_inside", spy)
+    counts = AckCounts()
+
+    def both(now):
+        kept = sorted((w.kind, w.start, w.acks) for w in compute_windows(s, now, counts))
+        fresh = sorted((w.kind, w.start, w.acks) for w in compute_windows(s, now))
+        assert kept == fresh
+        return kept
+
+    assert both(at(60)) == [("exposure", at(10), 7), ("exposure", at(40), 0),
+                            ("reduced_redundancy", at(10), 7),
+                            ("reduced_redundancy", at(40), 0)]
+    _acks_at(s, 45)  # new acks after the closed windows: only the open ones are counted
+    asked.clear()
+    assert [n for *_, n in both(at(61))] == [7, 5, 7, 5]
+    assert {end for end in (w[2] for w in asked[0])} == {None}
+    _acks_at(s, 20, count=3)  # shipped late, acked inside the closed windows
+    assert [n for *_, n in both(at(62))] == [10, 5, 10, 5]
