@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
-from kafka_audit.jobs.rules import LEADER_CHANGES, split_brain_pairs
+from kafka_audit.jobs.rules import LEADER_CHANGES, _Intervals, split_brain_pairs
 
 __all__ = ["Window", "WINDOW_KINDS", "exposure_windows", "reduced_redundancy_windows",
            "rejection_windows", "leader_change_windows", "split_brain_windows",
@@ -175,11 +175,11 @@ def split_brain_windows(losses: Sequence[Finding], confirmed: Sequence[Finding],
 
     A plain fail-over acknowledges every lost write before the new leader's writes at
     those offsets, so it opens no window; nor does a hand-over's truncated tail."""
-    pairs = [(c, f) for f in losses for c in confirmed
-             if f.offset is not None and c.offset is not None
-             and f.ack_time is not None and c.ack_time is not None
-             and f.offset < c.offset + c.count and c.offset < f.offset + f.count
-             and f.ack_time > c.ack_time]
+    at = _Intervals([c for c in confirmed if c.offset is not None and c.ack_time is not None],
+                    lambda c: c.offset, lambda c: c.count)  # a scan of every pair grew square
+    pairs = [(c, f) for f in losses if f.offset is not None and f.ack_time is not None
+             for c in at.overlapping(f.offset, f.offset + f.count)
+             if f.ack_time > c.ack_time]
     if not pairs:
         return []
     first = min(c.ack_time for c, _ in pairs)  # type: ignore[type-var]

@@ -3,6 +3,9 @@ causes of a loss per cause; the windows job over real Delta tables."""
 
 from datetime import timedelta
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from kafka_audit.jobs.model import ClusterEvent, Finding
 from kafka_audit.jobs.rules import likely_cause
 from kafka_audit.jobs.windows import (
@@ -328,3 +331,30 @@ def test_window_counts_are_kept_until_the_ledger_gains_acks_from_before_their_en
     assert {end for end in (w[2] for w in asked[0])} == {None}
     _acks_at(s, 20, count=3)  # shipped late, acked inside the closed windows
     assert [n for *_, n in both(at(62))] == [10, 5, 10, 5]
+
+
+def _split_brain_by_every_pair(losses, confirmed):
+    """The window's first and last ack and its lost-write count by the definition: every
+    (confirmed, lost) pair at shared offsets with the lost write acked later."""
+    pairs = [(c, f) for f in losses for c in confirmed
+             if f.offset < c.offset + c.count and c.offset < f.offset + f.count
+             and f.ack_time > c.ack_time]
+    if not pairs:
+        return None
+    return (min(c.ack_time for c, _ in pairs), max(f.ack_time for _, f in pairs),
+            sum(f.count for f in {id(f): f for _, f in pairs}.values()))
+
+
+_finding = st.tuples(st.integers(0, 30), st.integers(1, 6), st.integers(0, 40))
+
+
+@given(st.lists(_finding, max_size=10), st.lists(_finding, max_size=10))
+def test_split_brain_windows_equal_the_pairwise_definition(lost_at, there):
+    """Found through an offset index rather than every pair (which grew square with the
+    losses of a long run), the window is the definition's."""
+    losses = [lost(o, i, t=t, count=n) for i, (o, n, t) in enumerate(lost_at)]
+    now_there = [sits(o, i, t=t, count=n) for i, (o, n, t) in enumerate(there)]
+    ws = split_brain_windows(losses, now_there, "t", 0)
+    want = _split_brain_by_every_pair(losses, now_there)
+    got = (ws[0].start, ws[0].end, ws[0].detail["writes_lost_in_it"]) if ws else None
+    assert got == want
