@@ -53,7 +53,7 @@ from kafka_audit.jobs.engine import AuditConfig, PartitionHot
 from kafka_audit.jobs.hot_state import (
     arrow_step_fn,
     consumed_row,
-    hot_rows,
+    hot_table,
     step_arrow_schema,
     step_fn,
     step_schema,
@@ -71,14 +71,15 @@ from kafka_audit.store import (
     committed_progress,
     files_added_since,
     max_in_files,
+    partition_slices,
     read_table,
     rows_in_files,
     table_exists,
     write_arrow,
 )
 
-__all__ = ["AuditSummary", "run_audit_pass", "audit_config", "Warm", "EventLog", "judge_on_driver",
-           "widen"]
+__all__ = ["AuditSummary", "run_audit_pass", "audit_config", "Warm", "EventLog",
+           "judge_on_driver", "widen"]
 
 log = logging.getLogger(__name__)
 REREAD_APP = "kafka_audit_reread"
@@ -513,8 +514,7 @@ def _step_again(held: pa.Table, answers: list[ReadRun], events, now: datetime, c
         answered = [a for a in answers if (a.topic, a.partition) == key]
         kept = held.filter(pa.array([(t, p) == key for t, p in zip(topics, parts,
                                                                    strict=True)]))
-        fresh = pa.Table.from_pylist(hot_rows(*key, PartitionHot(reads=answered)),
-                                     schema=schema)
+        fresh = hot_table(*key, PartitionHot(reads=answered), schema)
         results.append(step(key, pa.concat_tables([kept, fresh])))
     return pa.concat_tables(results)
 
@@ -639,18 +639,11 @@ def judge_on_driver(t: pa.Table, step) -> pa.Table:
     """``step`` (:func:`~kafka_audit.jobs.hot_state.arrow_step_fn`) over each partition's
     rows of ``t`` (:func:`step_arrow_schema`), its outputs as one table."""
     t = t.take(pc.sort_indices(t, [("topic", "ascending"), ("partition", "ascending")]))
-    keys = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
-                    strict=True))
-    outs, start = [], 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[start]:
-            outs.append(step(keys[start], t.slice(start, i - start)))
-            start = i
+    outs = [step(key, rows) for key, rows in partition_slices(t)]
     return pa.concat_tables(outs) if outs else step_arrow_schema().empty_table()
 
 
 def widen(state: pa.Table) -> pa.Table:
-
     """``audit_hot`` rows with the step's further columns (null)."""
     schema = step_arrow_schema()
     n = state.num_rows

@@ -24,7 +24,7 @@ from kafka_audit.jobs.engine import AuditConfig, PartitionHot, step_partition
 from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.schemas.tables import arrow_schema, spark_schema
 
-__all__ = ["hot_from_rows", "hot_from_arrow", "hot_rows", "hot_blocks", "step_fn", "arrow_step_fn",
+__all__ = ["hot_from_rows", "hot_from_arrow", "hot_table", "step_fn", "arrow_step_fn",
            "step_schema", "step_arrow_schema", "consumed_row", "STEP_COLUMNS"]
 
 #: what a judge step returns besides the ``audit_hot`` columns: name -> Spark SQL type
@@ -153,7 +153,7 @@ def _block(kind: str, topic: str, partition: int, row: str, n: int, **columns: l
                "row": [row] * n, **columns}
 
 
-def hot_blocks(topic: str, partition: int, hot: PartitionHot) -> list[_Block]:
+def _hot_blocks(topic: str, partition: int, hot: PartitionHot) -> list[_Block]:
     """One partition's state as ``audit_hot`` columns, a block per kind (``row = hot``)."""
     acks, reads, judged = hot.acks, hot.reads, hot.judged
     return [
@@ -183,11 +183,6 @@ def hot_blocks(topic: str, partition: int, hot: PartitionHot) -> list[_Block]:
     ]
 
 
-def _rows_of(blocks: list[_Block]) -> list[dict]:
-    return [{name: values[i] for name, values in cols.items()}
-            for n, cols in blocks for i in range(n)]
-
-
 def _table_of(blocks: list[_Block], schema: pa.Schema) -> pa.Table:
     """Blocks as one table, column by column, each typed at once (a table built row by row
     costs seconds for a large state)."""
@@ -200,9 +195,10 @@ def _table_of(blocks: list[_Block], schema: pa.Schema) -> pa.Table:
     return pa.Table.from_arrays(arrays, schema=schema)
 
 
-def hot_rows(topic: str, partition: int, hot: PartitionHot) -> list[dict]:
-    """The ``audit_hot`` rows that hold one partition's state (tagged ``row = hot``)."""
-    return _rows_of(hot_blocks(topic, partition, hot))
+def hot_table(topic: str, partition: int, hot: PartitionHot, schema: pa.Schema) -> pa.Table:
+    """The ``audit_hot`` rows that hold one partition's state (tagged ``row = hot``), as a
+    table of ``schema`` (:func:`step_arrow_schema`)."""
+    return _table_of(_hot_blocks(topic, partition, hot), schema)
 
 
 def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_ends,
@@ -212,7 +208,7 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
     topic, partition = key[0], int(key[1])
     res = step_partition(topic, hot, events.get((topic, partition), []), now, cfg,
                          log_ends.get((topic, partition)))
-    blocks = hot_blocks(topic, partition, res.hot)
+    blocks = _hot_blocks(topic, partition, res.hot)
     found = [_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
                   producer_id=f.producer_id, run_id=f.run_id, seq=f.seq, count=f.count,
                   offset=f.offset, ack_time=_naive(f.ack_time), subkind=f.subkind,

@@ -45,9 +45,13 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from kafka_audit.settings import Settings
 from kafka_audit.store import checkpoint, compact, footprint, vacuum
+
+if TYPE_CHECKING:
+    from kafka_audit.jobs.windows_job import AckCounts
 
 __all__ = ["COMPACTED", "Plan", "plan", "Upkeep"]
 
@@ -115,7 +119,7 @@ class Upkeep:
     #: the source versions (and committed pass) the windows were last computed from
     windows_from: tuple | None = None
     #: the acked writes per window, kept between computations (jobs/windows_job.py)
-    window_acks: object = None
+    window_acks: AckCounts | None = None
     _thread: threading.Thread | None = None
 
     def between_passes(self, pass_id: int) -> None:

@@ -29,6 +29,7 @@ from kafka_audit.settings import Settings
 from kafka_audit.store import (
     _add_actions,
     committed_pass,
+    partition_slices,
     read_table,
     table_exists,
     write_arrow,
@@ -146,9 +147,9 @@ class AckCounts:
         todo = [i for i, k in enumerate(keys) if k[4] is None or k not in self._counts]
         counted = dict(zip(todo, _acked_inside(settings, [windows[i] for i in todo], now),
                            strict=True))
-        self._counts = {k: counted.get(i, self._counts.get(k, 0))
-                        for i, k in enumerate(keys) if k[4] is not None}
-        return [counted[i] if i in counted else self._counts[k] for i, k in enumerate(keys)]
+        out = [counted[i] if i in counted else self._counts[k] for i, k in enumerate(keys)]
+        self._counts = {k: n for k, n in zip(keys, out, strict=True) if k[4] is not None}
+        return out
 
 
 def _acked_inside(settings: Settings, windows: list[Window], now: datetime) -> list[int]:
@@ -167,7 +168,7 @@ def _acked_inside(settings: Settings, windows: list[Window], now: datetime) -> l
     t = t.sort_by([("topic", "ascending"), ("partition", "ascending"),
                    ("ack_time", "ascending")])
     by_partition: dict[tuple[str, int], tuple[list[datetime], list[int]]] = {}
-    for key, part in _groups(t):
+    for key, part in partition_slices(t):
         running = [0]
         for n in part.column("count").to_pylist():
             running.append(running[-1] + (n or 0))
@@ -179,17 +180,6 @@ def _acked_inside(settings: Settings, windows: list[Window], now: datetime) -> l
         out.append(running[bisect_right(times, w.end or now)]
                    - running[bisect_left(times, w.start)])
     return out
-
-
-def _groups(t: pa.Table):
-    """``((topic, partition), rows)`` of a table sorted by topic and partition."""
-    keys = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
-                    strict=True))
-    start = 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[start]:
-            yield keys[start], t.slice(start, i - start)
-            start = i
 
 
 def compute_windows(settings: Settings, now: datetime | None = None,

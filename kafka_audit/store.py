@@ -85,6 +85,18 @@ def read_table(path: str, table: str, columns: list[str] | None = None,
     return dt.to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
 
+def partition_slices(t: pa.Table) -> Iterator[tuple[tuple[str, int], pa.Table]]:
+    """``((topic, partition), rows)`` for each partition of ``t``, which must be sorted
+    by topic and partition."""
+    keys = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
+                    strict=True))
+    start = 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[start]:
+            yield keys[start], t.slice(start, i - start)
+            start = i
+
+
 def _arrow(table: str, rows: list[dict]) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=arrow_schema(table))
 

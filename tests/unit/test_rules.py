@@ -474,6 +474,7 @@ def test_a_copy_read_before_a_leader_change_is_read_again_first():
     a.run_pass(at(12), [], [read(4, 3, t=12, source="reread")], [])
     assert table(a.findings) == [("confirmed", None, 7, 3, 1), ("duplicate", None, 7, 3, 1)]
 
+
 _span = st.tuples(st.integers(0, 40), st.integers(0, 40))
 
 

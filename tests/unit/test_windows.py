@@ -328,7 +328,7 @@ def test_window_counts_are_kept_until_the_ledger_gains_acks_from_before_their_en
     _acks_at(s, 45)  # new acks after the closed windows: only the open ones are counted
     asked.clear()
     assert [n for *_, n in both(at(61))] == [7, 5, 7, 5]
-    assert {end for end in (w[2] for w in asked[0])} == {None}
+    assert {end for _, _, end in asked[0]} == {None}
     _acks_at(s, 20, count=3)  # shipped late, acked inside the closed windows
     assert [n for *_, n in both(at(62))] == [10, 5, 10, 5]
 
