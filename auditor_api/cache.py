@@ -7,10 +7,18 @@ computed against; the same request is answered from memory while none of them
 changed (the version check is the snapshots' two ``stat`` calls per table). An answer
 computed from a version held while a newer one was being read is sent, not kept. It sits
 inside the token check, so nothing is served to a request that would be refused.
+
+**One computation per answer:** requests for the same path and query at the same
+versions that arrive while the first of them is being computed wait for its answer and
+are sent it. Without that, a commit (which makes every kept answer stale) sent every
+request in flight to compute its own copy, each slowing the others down: under
+``bench/api_bench.py --churn`` the slow requests came in bursts of half a second after
+each commit.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections import OrderedDict
 
@@ -32,16 +40,18 @@ class ResponseCache:
         self.fastapi_app = fastapi_app
         self.entries: OrderedDict[tuple, tuple] = OrderedDict()
         self.lock = threading.Lock()
-        self.hits = self.misses = 0
+        #: (request, versions) being computed -> the future of its answer (None: not shared)
+        self.flights: dict[tuple, asyncio.Future] = {}
+        self.hits = self.misses = self.shared = 0
 
     def _versions(self) -> tuple:
-        from kafka_audit.auditor_api.deps import snapshots_for
+        from kafka_audit.auditor_api.deps import snapshots_for, warehouse_of
         from kafka_audit.settings import get_settings
 
         app = self.fastapi_app
         settings = app.dependency_overrides.get(get_settings, get_settings)()
         snaps = snapshots_for(app, settings)
-        return (str(settings.warehouse), *(snaps.version(t) for t in TABLES))
+        return (warehouse_of(settings), *(snaps.version(t) for t in TABLES))
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] != "http" or scope.get("method") != "GET"
@@ -56,7 +66,32 @@ class ResponseCache:
             await send({"type": "http.response.start", "status": 200, "headers": hit[1]})
             await send({"type": "http.response.body", "body": hit[2]})
             return
+        flight = (key, versions)
+        leader = self.flights.get(flight)
+        if leader is not None:
+            answer = await asyncio.shield(leader)
+            if answer is not None:
+                self.shared += 1
+                await send({"type": "http.response.start", "status": 200,
+                            "headers": answer[0]})
+                await send({"type": "http.response.body", "body": answer[1]})
+                return
         self.misses += 1
+        done = asyncio.get_running_loop().create_future()
+        if leader is None:
+            self.flights[flight] = done
+        try:
+            await self._compute(scope, receive, send, key, versions, done)
+        finally:
+            if not done.done():
+                done.set_result(None)
+            if self.flights.get(flight) is done:
+                del self.flights[flight]
+
+    async def _compute(self, scope: Scope, receive: Receive, send: Send, key: tuple,
+                       versions: tuple, done: asyncio.Future) -> None:
+        """The app's answer, sent; kept when it is a 200 from the current versions, and
+        given to the requests waiting on ``done`` when it is a 200."""
         stale = answering_stale()  # answered from a version older than ``versions``: not kept
         start: dict = {}
         chunks: list[bytes] = []
@@ -66,13 +101,14 @@ class ResponseCache:
                 start.update(message)
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
-                if not message.get("more_body") and start.get("status") == 200 \
-                        and not stale[0]:
+                if not message.get("more_body") and start.get("status") == 200:
                     body = b"".join(chunks)
-                    if len(body) <= MAX_BODY:
+                    headers = list(start.get("headers", []))
+                    if not done.done():
+                        done.set_result((headers, body))
+                    if not stale[0] and len(body) <= MAX_BODY:
                         with self.lock:
-                            self.entries[key] = (versions, list(start.get("headers", [])),
-                                                 body)
+                            self.entries[key] = (versions, headers, body)
                             self.entries.move_to_end(key)
                             while len(self.entries) > MAX_ENTRIES:
                                 self.entries.popitem(last=False)

@@ -8,6 +8,7 @@ between requests by the app (``app.state.snapshots``, one per warehouse).
 from __future__ import annotations
 
 import json
+import os
 from typing import Annotated, Any
 
 import pyarrow as pa
@@ -25,12 +26,26 @@ KEEP = {"audit_hot": pc.field("kind") == "progress"}
 COLUMNS = {"audit_hot": ["kind", "pass_id", "progress"]}
 
 
+#: (home as configured, working directory) -> the warehouse's resolved path
+_WAREHOUSES: dict[tuple[str, str], str] = {}
+
+
+def warehouse_of(settings: Settings) -> str:
+    """``settings.warehouse``, resolved once per home: resolving costs a dozen system calls
+    and every request asks for it."""
+    key = (str(settings.home), os.getcwd())
+    found = _WAREHOUSES.get(key)
+    if found is None:
+        found = _WAREHOUSES[key] = str(settings.warehouse)
+    return found
+
+
 def snapshots_for(app, settings: Settings) -> Snapshots:
     """The app's snapshots of the warehouse ``settings`` name (made on first use)."""
     registry: dict[str, Snapshots] | None = getattr(app.state, "snapshots", None)
     if registry is None:
         app.state.snapshots = registry = {}
-    key = str(settings.warehouse)
+    key = warehouse_of(settings)
     found = registry.get(key)
     if found is None:
         found = registry.setdefault(key, Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS,

@@ -150,7 +150,8 @@ class Snapshots:
         never read (``audit_hot``: its progress rows, not the audit's whole state).
         ``folds``: the running aggregates kept per table (:class:`Fold`). ``columns``: per
         table, the only columns read (the others are held as nulls)."""
-        self._path = table_path
+        self._table_path = table_path
+        self._paths: dict[str, str] = {}
         self._keep = keep or {}
         self._columns = columns or {}
         self._folds: dict[str, tuple[Fold, ...]] = {}
@@ -165,6 +166,14 @@ class Snapshots:
         self._computing: dict[Any, threading.Lock] = {}
         self.loads = 0  # full table reads: for tests and the benchmark
         self.appends = 0  # incremental reads of appended files
+
+    def _path(self, name: str) -> str:
+        """The table's directory, asked of ``table_path`` once: it resolves the home, a
+        dozen system calls, and every request asks for every table's version."""
+        path = self._paths.get(name)
+        if path is None:
+            path = self._paths[name] = self._table_path(name)
+        return path
 
     def _entry(self, name: str) -> _Held:
         held = self._held.get(name)

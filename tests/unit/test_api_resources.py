@@ -197,6 +197,37 @@ def test_a_repeated_request_is_answered_from_memory_until_a_table_changes(tmp_pa
     assert off.get("/v1/topics/orders").json()["acked"] == first["acked"] + 5
 
 
+def test_requests_arriving_while_their_answer_is_computed_wait_for_it_and_share_it(tmp_path):
+    import asyncio
+
+    import httpx
+
+    from kafka_audit.auditor_api.cache import ResponseCache
+
+    s = warehouse(tmp_path, runs=10)
+    app = create_app(s)
+    app.middleware_stack = app.build_middleware_stack()
+    stack = app.middleware_stack
+    while not isinstance(stack, ResponseCache):
+        stack = stack.app
+
+    async def burst(n: int) -> list[httpx.Response]:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+            return await asyncio.gather(*[c.get("/v1/topics/orders") for _ in range(n)])
+
+    answers = asyncio.run(burst(20))
+    assert {a.status_code for a in answers} == {200}
+    assert len({a.content for a in answers}) == 1
+    # the first computed it, the 19 that came while it ran were sent its answer
+    assert (stack.misses, stack.shared, stack.hits) == (1, 19, 0)
+    assert stack.flights == {}
+    append_rows(s.table_path("acks"), "acks", [ack(10_000, 5, T, producer="late")])
+    again = asyncio.run(burst(5))
+    assert {a.json()["acked"] for a in again} == {answers[0].json()["acked"] + 5}
+    assert (stack.misses, stack.shared) == (2, 23)
+
+
 def test_the_dashboard_and_its_charting_library_are_served_by_the_app(tmp_path):
     c = TestClient(create_app(Settings(home=tmp_path)))
     page = c.get("/dashboard")
