@@ -3,7 +3,7 @@ timeline, over a warehouse of at least 10,000,000 acknowledged writes with a fau
 findings among them. Run by hand (never by the tests):
 
     .venv/bin/python bench/api_bench.py [--writes 10000000] [--clients 50] [--seconds 30]
-                                        [--churn] [--rebuild]
+                                        [--churn [--live]] [--rebuild]
 
 The warehouse (``var/bench-api/warehouse``, built once, ``--rebuild`` to redo) is written
 with the project's own table layer (``kafka_audit.store``, delta-rs), shaped as the jobs
@@ -22,8 +22,10 @@ The clients are one asyncio process speaking HTTP/1.1 over keep-alive connection
 request as soon as the answer came (closed loop, no think time), cycling through the
 endpoints. ``--no-cache`` turns the API's response cache off (every request computes
 its answer from the table snapshots). ``--churn`` appends an audit pass (findings,
-partition states, progress) every 5 s during the load, as a live audit does, so
-snapshots reload under load.
+partition states, progress) every 5 s during the load, from a process of its own as a
+live audit does, so snapshots reload under load; ``--live`` adds the ledger's and the
+consume job's commits every second (acks and reads of ``orders`` 0-2, the timeline's
+partition among them), as a running ``kafka-audit run`` makes them.
 Prints p50/p99 per endpoint and checks them against the targets (p99 <= 50 ms for
 findings and summaries, <= 250 ms for a timeline).
 """
@@ -174,16 +176,43 @@ def progress(s, pass_id):
                                  "consumed_version": -1})}])
 
 
-def churn(stop: threading.Event, start_pass: int) -> int:
-    """An audit pass every 5 s while the load runs: findings, states, progress."""
+def churn(stop: threading.Event, start_pass: int, live: bool, info: dict) -> int:
+    """An audit pass every 5 s while the load runs: findings, states, progress; with
+    ``live``, also the ledger and the consume job committing every second (the orders
+    producer's acks and their reads, after the warehouse's last offsets)."""
+    import pyarrow.compute as pc
+
     from kafka_audit.settings import Settings
-    from kafka_audit.store import append_rows
+    from kafka_audit.store import append_rows, read_table
 
     s = Settings(home=HOME)
-    pass_id = start_pass
-    while not stop.wait(5):
-        pass_id += 1
+    pass_id, tick, n = start_pass, 0, info["per_second"]
+    held = read_table(s.table_path("acks"), "acks", columns=["offset", "count", "ack_time"],
+                      where=(pc.field("topic") == "orders") & (pc.field("partition") == 0))
+    ends = pc.add(held.column("offset"), held.column("count"))
+    base = pc.max(ends).as_py()  # earlier --live runs appended some: go on after them
+    first = pc.max(held.column("ack_time")).as_py() + timedelta(seconds=1)
+    while not stop.wait(1 if live else 5):
+        tick += 1
         now = datetime.now(UTC)
+        if live:
+            at = first + timedelta(seconds=tick - 1)
+            off = base + n * (tick - 1)
+            append_rows(s.table_path("acks"), "acks", [
+                {"run_id": "run-A", "producer_id": "A", "seq": off, "count": n,
+                 "topic": "orders", "partition": p, "offset": off, "send_time": at,
+                 "ack_time": at, "last_ack_time": at + timedelta(milliseconds=999),
+                 "error_code": None, "error_name": None, "acks": "1", "idempotence": False,
+                 "retries": 2, "max_in_flight": 5, "leader_epoch": None} for p in (0, 1, 2)])
+            append_rows(s.table_path("consumed"), "consumed", [
+                {"topic": "orders", "partition": p, "offset": off, "count": n,
+                 "kafka_timestamp": at, "stamped": True, "stamp_error": None,
+                 "producer_id": "A", "run_id": "run-A", "seq": off, "checksum_ok": True,
+                 "read_time": now, "batch_id": 10_000 + tick, "source": "stream",
+                 "status": "record", "leader_epoch": None} for p in (0, 1, 2)])
+            if tick % 5:
+                continue
+        pass_id += 1
         append_rows(s.table_path("findings"), "findings", [
             finding("confirmed", None, "payments", 5, "D", 10**12 + pass_id, 1, now, now,
                     pass_id, None)])
@@ -193,6 +222,15 @@ def churn(stop: threading.Event, start_pass: int) -> int:
              "pass_id": pass_id}])
         progress(s, pass_id)
     return pass_id - start_pass
+
+
+def churn_process(start_pass: int, live: bool, info: dict) -> None:
+    """The writer of ``--churn`` in a process of its own, as the audit is: the load's
+    clients then share nothing with it but the machine. It stops when its standard input
+    closes and prints the passes it committed."""
+    stop = threading.Event()
+    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    print(churn(stop, start_pass, live, info), flush=True)
 
 
 def free_port() -> int:
@@ -247,6 +285,10 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=50)
     ap.add_argument("--seconds", type=float, default=30)
     ap.add_argument("--churn", action="store_true", help="an audit pass commits every 5 s")
+    ap.add_argument("--live", action="store_true",
+                    help="with --churn: the ledger and the consume job also commit every "
+                         "second (acks and reads of the timeline's partition)")
+    ap.add_argument("--churn-writer", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--rebuild", action="store_true")
     ap.add_argument("--build-only", action="store_true", help="build the warehouse, no load")
     ap.add_argument("--no-cache", action="store_true",
@@ -256,6 +298,9 @@ def main() -> int:
 
     info_path = HOME / "bench.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else None
+    if args.churn_writer is not None:
+        churn_process(args.churn_writer, args.live, info)
+        return 0
     if args.rebuild or info is None or info["writes"] < args.writes:
         print(f"building a warehouse of {args.writes:,} acknowledged writes in {HOME}",
               flush=True)
@@ -318,24 +363,25 @@ def main() -> int:
               f"{lost['total']} findings); first requests (cold): "
               + ", ".join(f"{p.split('?')[0]} {1000 * c:.0f} ms" for p, c in cold.items()),
               flush=True)
-        stop = threading.Event()
         churner = None
-        if args.churn:
-            passes = [0]
-            churner = threading.Thread(target=lambda: passes.__setitem__(
-                0, churn(stop, info["passes"] + 10_000)), daemon=True)
-            churner.start()
+        if args.churn:  # in a process of its own, as the audit is
+            churner = subprocess.Popen(
+                [sys.executable, __file__, "--churn-writer", str(info["passes"] + 10_000)]
+                + (["--live"] if args.live else []), stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, text=True)
         t = time.perf_counter()
         lat, errors = asyncio.run(load("127.0.0.1", port, token, paths, args.clients,
                                        args.seconds))
         elapsed = time.perf_counter() - t
-        stop.set()
+        passes = 0
         if churner is not None:
-            churner.join(30)
+            out, _ = churner.communicate("", timeout=60)
+            passes = int(out.split()[-1])
         n = sum(len(v) for v in lat.values())
         print(f"{args.clients} clients, {elapsed:.0f} s, {n:,} requests ({n / elapsed:,.0f}/s), "
               f"response cache {'off' if args.no_cache else 'on'}"
-              + (f", an audit pass committed every 5 s ({passes[0]})" if args.churn else "")
+              + (f", an audit pass committed every 5 s ({passes})" if args.churn else "")
+              + (", the ledger and the consume job every second" if args.live else "")
               + (f"; {len(errors)} errors {errors[:3]}" if errors else "; no error"))
         ok = True
         for name, values in lat.items():
