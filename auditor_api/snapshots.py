@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_audit.schemas.tables import TABLES, arrow_schema
-from kafka_audit.store import appends_by_commit, check_table, table_exists
+from kafka_audit.store import appends_by_commit, check_table, conform, table_exists
 
 __all__ = ["Fold", "Snapshot", "Snapshots", "answering_stale"]
 
@@ -136,7 +136,8 @@ class _Held:
 
 
 def _absent(name: str, folds: tuple[Fold, ...] = ()) -> Snapshot:
-    data = _nullable(arrow_schema(name)).empty_table() if name in TABLES else pa.table({})
+    data = conform(arrow_schema(name).empty_table(), arrow_schema(name)) if name in TABLES \
+        else pa.table({})
     return Snapshot(name, -1, data, (), {f.name: f.empty() for f in folds})
 
 
@@ -243,7 +244,7 @@ class Snapshots:
         for v, files in commits:
             for f in files:
                 t = pq.read_table(f, columns=self._columns.get(name), filters=keep)
-                t = _conform(t, schema)
+                t = conform(t, schema)
                 if t.num_rows:
                     segments = _merged(segments, t.combine_chunks())
                     rows += t.num_rows
@@ -262,7 +263,7 @@ class Snapshots:
         dt = DeltaTable(path)
         keep = self._keep.get(name)
         data = dt.to_pyarrow_dataset().to_table(columns=self._columns.get(name), filter=keep)
-        data = _conform(data, self._schema(name, data)).combine_chunks()  # the one copy held
+        data = conform(data, self._schema(name, data)).combine_chunks()  # the one copy held
         version = dt.version()
         self.loads += 1
         return Snapshot(name, version, data, ((version, data.num_rows),),
@@ -287,7 +288,7 @@ class Snapshots:
 
             data = DeltaTable(self._path(name), version=version).to_pyarrow_dataset() \
                 .to_table(columns=self._columns.get(name), filter=self._keep.get(name))
-            return _conform(data, self._schema(name, data))
+            return conform(data, self._schema(name, data))
 
         return self.memo(("as_of", name, version), (), read)
 
@@ -333,18 +334,3 @@ def _merged(segments: list[pa.Table], new: pa.Table) -> list[pa.Table]:
         last = out.pop()
         out[-1] = pa.concat_tables([out[-1], last]).combine_chunks()
     return out
-
-
-def _nullable(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([pa.field(f.name, f.type) for f in schema])
-
-
-def _conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``t`` in the declared column order and types, every column nullable (as Spark writes
-    them), so that copies read from files of either engine concatenate."""
-    target = _nullable(schema)
-    if t.schema.equals(target):
-        return t
-    cols = [t.column(f.name).cast(f.type) if f.name in t.column_names
-            else pa.nulls(t.num_rows, f.type) for f in target]
-    return pa.Table.from_arrays(cols, schema=target)

@@ -51,7 +51,7 @@ from kafka_audit.settings import Settings
 from kafka_audit.store import checkpoint, compact, footprint, vacuum
 
 if TYPE_CHECKING:
-    from kafka_audit.jobs.windows_job import AckCounts
+    from kafka_audit.jobs.windows_job import WindowInputs
 
 __all__ = ["COMPACTED", "Plan", "plan", "Upkeep"]
 
@@ -118,8 +118,9 @@ class Upkeep:
     last: dict = field(default_factory=dict)
     #: the source versions (and committed pass) the windows were last computed from
     windows_from: tuple | None = None
-    #: the acked writes per window, kept between computations (jobs/windows_job.py)
-    window_acks: AckCounts | None = None
+    #: what a windows computation keeps for the next: its inputs read incrementally and
+    #: the acked writes counted per window (jobs/windows_job.py)
+    window_inputs: WindowInputs | None = None
     _thread: threading.Thread | None = None
 
     def between_passes(self, pass_id: int) -> None:
@@ -176,7 +177,7 @@ class Upkeep:
 
     def update_windows(self) -> tuple[str, float]:
         """The windows table recomputed, if its sources changed since the last time."""
-        from kafka_audit.jobs.windows_job import AckCounts, update_windows
+        from kafka_audit.jobs.windows_job import WindowInputs, update_windows
         from kafka_audit.store import committed_pass, latest_version
 
         t = time.perf_counter()
@@ -185,9 +186,9 @@ class Upkeep:
                          for n in ("cluster_events", "acks")), committed_pass(self.settings))
             if sources == self.windows_from:
                 return "unchanged", round(time.perf_counter() - t, 3)
-            if self.window_acks is None:
-                self.window_acks = AckCounts()
-            n = len(update_windows(self.settings, counts=self.window_acks))
+            if self.window_inputs is None:
+                self.window_inputs = WindowInputs(self.settings)
+            n = len(update_windows(self.settings, kept=self.window_inputs))
             self.windows_from = sources
             what = f"{n} windows"
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round

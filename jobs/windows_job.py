@@ -27,6 +27,7 @@ from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.schemas.verdicts import LOSSES
 from kafka_audit.settings import Settings
 from kafka_audit.store import (
+    AppendedRows,
     _add_actions,
     committed_pass,
     partition_slices,
@@ -35,7 +36,7 @@ from kafka_audit.store import (
     write_arrow,
 )
 
-__all__ = ["compute_windows", "update_windows", "AckCounts"]
+__all__ = ["compute_windows", "update_windows", "AckCounts", "WindowInputs"]
 
 log = logging.getLogger(__name__)
 
@@ -65,10 +66,12 @@ def _events(settings: Settings) -> tuple[dict[tuple[str, int], list[ClusterEvent
     return by_partition, min_isr
 
 
-def _refused(settings: Settings) -> dict[tuple[str, int], list[AckRun]]:
-    t = read_table(settings.table_path("acks"), "acks",
-                   where=pc.field("error_name").isin(["NOT_ENOUGH_REPLICAS",
-                                                      "NOT_ENOUGH_REPLICAS_AFTER_APPEND"]))
+#: the ledger's refusals that mark a window (a write refused for want of in-sync replicas)
+_REFUSED = pc.field("error_name").isin(["NOT_ENOUGH_REPLICAS",
+                                        "NOT_ENOUGH_REPLICAS_AFTER_APPEND"])
+
+
+def _refused(t: pa.Table) -> dict[tuple[str, int], list[AckRun]]:
     out: dict[tuple[str, int], list[AckRun]] = defaultdict(list)
     for r in t.to_pylist():
         out[(r["topic"], r["partition"])].append(AckRun(
@@ -78,13 +81,9 @@ def _refused(settings: Settings) -> dict[tuple[str, int], list[AckRun]]:
     return out
 
 
-def _findings(settings: Settings, kinds: list[str], where=None
-              ) -> dict[tuple[str, int], list[Finding]]:
-    committed = committed_pass(settings)
-    condition = pc.field("kind").isin(kinds) & (pc.field("pass_id")
-                                               <= pa.scalar(committed, pa.int64()))
-    t = read_table(settings.table_path("findings"), "findings",
-                   where=condition if where is None else condition & where)
+def _findings(t: pa.Table, committed: int) -> dict[tuple[str, int], list[Finding]]:
+    """``t``'s findings of committed passes, per partition."""
+    t = t.filter(pc.field("pass_id") <= pa.scalar(committed, pa.int64()))
     out: dict[tuple[str, int], list[Finding]] = defaultdict(list)
     for r in t.to_pylist():
         out[(r["topic"], r["partition"])].append(Finding(
@@ -94,20 +93,39 @@ def _findings(settings: Settings, kinds: list[str], where=None
     return out
 
 
-def _confirmed_over(settings: Settings, key: tuple[str, int], lost: list[Finding]
-                    ) -> list[Finding]:
-    """The confirmed findings at the offsets of a partition's lost writes (what sits there
-    now), for split-brain windows."""
-    offsets = [(f.offset, f.offset + f.count) for f in lost if f.offset is not None]
-    if not offsets:
-        return []
-    lo, hi = min(a for a, _ in offsets), max(b for _, b in offsets)
-    found = _findings(settings, ["confirmed"],
-                      (pc.field("topic") == key[0])
-                      & (pc.field("partition") == pa.scalar(key[1], pa.int32()))
-                      & (pc.field("offset") < pa.scalar(hi, pa.int64())))
-    return [c for c in found.get(key, []) if c.offset is not None
-            and c.offset + c.count > lo]
+class WindowInputs:
+    """What one computation of the windows keeps for the next (the service holds one):
+    the rows they come from, read incrementally (:class:`~kafka_audit.store.AppendedRows`:
+    the ledger's refusals, the findings of losses, the confirmed findings at lost offsets),
+    and the acked writes counted per window (:class:`AckCounts`). Without it, every
+    computation read these from the whole of ``acks`` and ``findings`` (and the confirmed
+    findings once per partition with losses): a cost that grew with the run."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.counts = AckCounts()
+        self.refused = AppendedRows(settings.table_path("acks"), "acks", where=_REFUSED)
+        self.losses = AppendedRows(settings.table_path("findings"), "findings",
+                                   where=pc.field("kind").isin(sorted(LOSSES)))
+        self._over: tuple[tuple, AppendedRows] | None = None
+
+    def confirmed_over(self, spans: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
+        """The confirmed findings overlapping ``[lo, hi)`` in each partition ``spans`` names
+        (what sits at the lost offsets now, for split-brain windows); read again whole only
+        when the spans change (a new loss), else from the findings appended since."""
+        key = tuple(sorted(spans.items()))
+        if self._over is None or self._over[0] != key:
+            where = pc.scalar(False)
+            for (topic, partition), (lo, hi) in key:
+                where = where | ((pc.field("topic") == topic)
+                                 & (pc.field("partition") == pa.scalar(partition, pa.int32()))
+                                 & (pc.field("offset") < pa.scalar(hi, pa.int64()))
+                                 & (pc.add(pc.field("offset"), pc.field("count"))
+                                    > pa.scalar(lo, pa.int64())))
+            self._over = (key, AppendedRows(
+                self.settings.table_path("findings"), "findings",
+                where=(pc.field("kind") == "confirmed") & where))
+        return self._over[1].read()
 
 
 _Key = tuple[str, str, int, datetime, datetime | None]  # kind, topic, partition, start, end
@@ -183,28 +201,36 @@ def _acked_inside(settings: Settings, windows: list[Window], now: datetime) -> l
 
 
 def compute_windows(settings: Settings, now: datetime | None = None,
-                    counts: AckCounts | None = None) -> list[Window]:
-    """Every window, from the tables as they are now (``counts``: the acked writes counted
-    by an earlier computation, kept where they cannot have changed)."""
+                    kept: WindowInputs | None = None) -> list[Window]:
+    """Every window, from the tables as they are now (``kept``: what an earlier computation
+    read and counted, so that only what changed since is read)."""
     now = now or datetime.now(UTC)
+    kept = kept or WindowInputs(settings)
     events, min_isr = _events(settings)
-    refused, losses = _refused(settings), _findings(settings, sorted(LOSSES))
+    committed = committed_pass(settings)
+    refused = _refused(kept.refused.read())
+    losses = _findings(kept.losses.read(), committed)
+    spans = {}
+    for key, lost in losses.items():
+        offsets = [(f.offset, f.offset + f.count) for f in lost if f.offset is not None]
+        if offsets:
+            spans[key] = (min(a for a, _ in offsets), max(b for _, b in offsets))
+    over = _findings(kept.confirmed_over(spans), committed) if spans else {}
     found: list[Window] = []
     for key in sorted(set(events) | set(refused) | set(losses)):
-        lost = losses.get(key, [])
-        over = _confirmed_over(settings, key, lost)
         found += partition_windows(key[0], key[1], events.get(key, []), min_isr.get(key[0]),
-                                   refused.get(key, []), lost, over)
-    acked = (counts or AckCounts()).count(settings, found, now)
+                                   refused.get(key, []), losses.get(key, []),
+                                   over.get(key, []))
+    acked = kept.counts.count(settings, found, now)
     return [Window(w.kind, w.topic, w.partition, w.start, w.end, w.opened_by, w.closed_by,
                    n, w.losses, w.detail) for w, n in zip(found, acked, strict=True)]
 
 
 def update_windows(settings: Settings, now: datetime | None = None,
-                   counts: AckCounts | None = None) -> list[Window]:
+                   kept: WindowInputs | None = None) -> list[Window]:
     """Rewrite the ``windows`` table when the windows changed; return them."""
     now = now or datetime.now(UTC)
-    windows = compute_windows(settings, now, counts)
+    windows = compute_windows(settings, now, kept)
     path = settings.table_path("windows")
     rows = [{"window_id": w.window_id, "kind": w.kind, "topic": w.topic,
              "partition": w.partition, "start": w.start, "end": w.end,

@@ -22,6 +22,7 @@ from kafka_audit.jobs.maintenance import COMPACTED, Done, Plan, Upkeep, plan
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.settings import Settings
 from kafka_audit.store import (
+    AppendedRows,
     append_once,
     append_rows,
     checkpoint,
@@ -124,6 +125,34 @@ def test_without_the_commit_files_the_snapshots_are_compared(tmp_path, caplog):
     current, files, rows = files_added_since(path, v)
     assert seqs_in(files) == [5, 6, 7] and rows == 3 and current == v + 3
     assert "commit files after version" in caplog.text
+
+
+def test_a_kept_read_reads_only_appended_files_and_again_whole_after_a_rewrite(tmp_path):
+    path = str(tmp_path / "acks")
+    odd = pc.field("seq").isin([1, 3, 5, 7, 9, 11])
+    kept = AppendedRows(path, "acks", where=odd, columns=["seq", "offset"])
+    assert kept.read().num_rows == 0  # no table yet: empty, typed
+
+    def same() -> list[int]:
+        got = kept.read()
+        assert got.column_names == ["seq", "offset"]
+        fresh = read_table(path, "acks", ["seq"], odd).column("seq").to_pylist()
+        assert sorted(got.column("seq").to_pylist()) == sorted(fresh)
+        return sorted(fresh)
+
+    for s in range(6):
+        append_rows(path, "acks", [ack(s)])
+    assert same() == [1, 3, 5] and (kept.full_reads, kept.appended_files) == (1, 0)
+    append_rows(path, "acks", [ack(7)])
+    append_rows(path, "acks", [ack(8), ack(9)])
+    assert same() == [1, 3, 5, 7, 9] and (kept.full_reads, kept.appended_files) == (1, 2)
+    assert same() and (kept.full_reads, kept.appended_files) == (1, 2)  # nothing new
+    compact(path)  # the same rows in other files: nothing to read
+    assert same() == [1, 3, 5, 7, 9] and (kept.full_reads, kept.appended_files) == (1, 2)
+    DeltaTable(path).delete("seq = 3")  # not an append: read whole again
+    assert same() == [1, 5, 7, 9] and kept.full_reads == 2
+    append_rows(path, "acks", [ack(11)])
+    assert same() == [1, 5, 7, 9, 11] and (kept.full_reads, kept.appended_files) == (2, 3)
 
 
 def test_vacuum_keeps_files_in_retention_and_of_the_latest_versions(tmp_path):

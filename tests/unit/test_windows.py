@@ -1,6 +1,7 @@
 """Windows on hand-made timelines, one consistent and one violating case per kind; the
 causes of a loss per cause; the windows job over real Delta tables."""
 
+import json
 from datetime import timedelta
 
 from hypothesis import given
@@ -301,7 +302,7 @@ def test_window_counts_are_kept_until_the_ledger_gains_acks_from_before_their_en
     windows); a file of acks from before a window's end (a late ledger, a compaction) has
     it counted again, so the kept counts always equal a fresh computation's."""
     from kafka_audit.jobs import windows_job
-    from kafka_audit.jobs.windows_job import AckCounts, compute_windows
+    from kafka_audit.jobs.windows_job import WindowInputs, compute_windows
 
     s = _shrunk_warehouse(tmp_path)  # 7 writes acked at 12 s, the ISR shrunk at 10 s
     append_rows(s.table_path("cluster_events"), "cluster_events", [
@@ -314,7 +315,7 @@ def test_window_counts_are_kept_until_the_ledger_gains_acks_from_before_their_en
         return scan(settings, windows, now)
 
     monkeypatch.setattr(windows_job, "_acked_inside", spy)
-    counts = AckCounts()
+    counts = WindowInputs(s)
 
     def both(now):
         kept = sorted((w.kind, w.start, w.acks) for w in compute_windows(s, now, counts))
@@ -358,3 +359,55 @@ def test_split_brain_windows_equal_the_pairwise_definition(lost_at, there):
     want = _split_brain_by_every_pair(losses, now_there)
     got = (ws[0].start, ws[0].end, ws[0].detail["writes_lost_in_it"]) if ws else None
     assert got == want
+
+
+def _finding_row(kind: str, offset: int, t: float, pass_id: int, count: int = 1) -> dict:
+    producer = "p" if kind == "lost" else "q"
+    return {"finding_id": f"{kind}:{offset}:{pass_id}", "kind": kind,
+            "subkind": "overwritten" if kind == "lost" else None, "topic": "t",
+            "partition": 0, "offset": offset, "producer_id": producer, "run_id": "r",
+            "seq": offset, "count": count, "ack_time": at(t), "evidence": "{}",
+            "cause": None, "detected_at": at(t + 30), "pass_id": pass_id}
+
+
+def _commit_pass(s: Settings, pass_id: int) -> None:
+    append_rows(s.table_path("audit_hot"), "audit_hot", [
+        {"kind": "progress", "topic": "", "partition": -1, "pass_id": pass_id,
+         "progress": json.dumps({"pass_id": pass_id})}])
+
+
+def test_windows_from_kept_inputs_equal_a_fresh_computation_as_findings_arrive(tmp_path):
+    """The refusals, losses and confirmed findings at lost offsets are read incrementally
+    between computations: each computation still equals one from the tables alone, as
+    passes commit losses, uncommitted passes stay out, and the writes at lost offsets are
+    confirmed later than their losses."""
+    from kafka_audit.jobs.windows_job import WindowInputs, compute_windows
+
+    s = _shrunk_warehouse(tmp_path)
+    kept = WindowInputs(s)
+
+    def both() -> list[tuple]:
+        mine = sorted((w.kind, w.start, w.end, w.losses) for w in compute_windows(
+            s, at(90), kept))
+        assert mine == sorted((w.kind, w.start, w.end, w.losses)
+                              for w in compute_windows(s, at(90)))
+        return mine
+
+    def split(ws):
+        return [(start, end) for kind, start, end, _ in ws if kind == "split_brain"]
+
+    append_rows(s.table_path("findings"), "findings", [
+        _finding_row("lost", 100, 24, 1), _finding_row("confirmed", 100, 20, 1, count=10)])
+    assert split(both()) == []  # pass 1 not committed
+    _commit_pass(s, 1)
+    assert split(both()) == [(at(20), at(24))]
+    # pass 2 loses a write at 300, acked at 30; what sits there was acked at 26 and is
+    # confirmed only by pass 3
+    append_rows(s.table_path("findings"), "findings", [_finding_row("lost", 300, 30, 2)])
+    _commit_pass(s, 2)
+    assert split(both()) == [(at(20), at(24))]
+    append_rows(s.table_path("findings"), "findings", [_finding_row("confirmed", 300, 26, 3)])
+    assert split(both()) == [(at(20), at(24))]
+    _commit_pass(s, 3)
+    assert split(both()) == [(at(20), at(30))]  # the two pairs, one window
+    assert kept.losses.full_reads == 1 and kept.refused.full_reads <= 1
