@@ -3,9 +3,10 @@
 An ``acks=1`` producer at ``--rate`` msg/s (5,000) into one topic (3 partitions, RF 3);
 every ``--kill-every`` seconds partition 0's followers are frozen half a second and its
 leader SIGKILLed (acknowledged writes are destroyed: real losses to find). Each minute:
-the RSS of every process (the service's Python process, its Spark driver JVM, its Python
-workers, each broker, this process: the producer), the audit passes of that minute
-(count, median and max time, from the service's log), every table's version, live
+the RSS and the CPU time of every process (the service's Python process, its Spark driver
+JVM, its Python workers, each broker, this process: the producer; the CPU as cores used
+between samples, so a slower pass can be told from a busier neighbour), the audit passes
+of that minute (count, median and max time, from the service's log), every table's version, live
 files and bytes (data and Delta log), and the time one ``GET /v1/summary?topic=``
 takes. Then the slope of each line after minute 10 (per hour) and a plot
 (``--plot``, PNG, matplotlib). At the end a full read gives the ground truth: the
@@ -32,6 +33,8 @@ from steady import (
     Load,
     bench_settings,
     cluster_down,
+    cpu_by_process,
+    cpu_cores,
     fresh_cluster,
     kill_leader,
     lost_over_rest,
@@ -83,6 +86,9 @@ def sample(minute: float, service: Component, cluster: LocalCluster, settings, a
         "minute": round(minute, 2),
         "rss_mb": {k: round(v, 1) for k, v in rss_by_process(service.proc.pid, cluster,
                                                               os.getpid()).items()},
+        # cumulative CPU seconds by name and pid (pids as strings, as JSON keeps them)
+        "cpu_s": {k: {str(p): round(t, 2) for p, t in v.items()}
+                  for k, v in cpu_by_process(service.proc.pid, cluster, os.getpid()).items()},
         "passes": len(times),
         "pass_median_s": statistics.median(times) if times else None,
         "pass_max_s": max(times) if times else None,
@@ -107,12 +113,20 @@ def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
 def lines(samples: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]]:
     """The plotted lines by panel: name -> [(minute, value)]."""
     out: dict[str, dict[str, list[tuple[float, float]]]] = {
-        "RSS (MB)": {}, "audit pass (s, median per minute)": {}, "table versions": {},
+        "RSS (MB)": {}, "CPU (cores, between samples)": {},
+        "audit pass (s, median per minute)": {}, "table versions": {},
         "table bytes on disk (MB, data + log)": {}, "GET /v1/summary (ms)": {}}
+    prev = None
     for s in samples:
         m = s["minute"]
         for name, mb in s["rss_mb"].items():
             out["RSS (MB)"].setdefault(name, []).append((m, mb))
+        if prev is not None and "cpu_s" in s and "cpu_s" in prev and m > prev["minute"]:
+            for name, cores in cpu_cores(prev["cpu_s"], s["cpu_s"],
+                                         60 * (m - prev["minute"])).items():
+                out["CPU (cores, between samples)"].setdefault(name, []).append(
+                    (m, round(cores, 3)))
+        prev = s
         out["audit pass (s, median per minute)"].setdefault("median", []).append(
             (m, s["pass_median_s"]))
         out["audit pass (s, median per minute)"].setdefault("max", []).append(
@@ -138,7 +152,7 @@ def plot(samples: list[dict], kills: list[float], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = lines(samples)
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 13), sharex=True)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(9, 15), sharex=True)
     for ax, (panel, named) in zip(axes, panels.items(), strict=True):
         for name, pts in named.items():
             pts = [(x, y) for x, y in pts if y is not None]

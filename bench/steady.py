@@ -30,7 +30,8 @@ from kafka_audit.deploy.cluster import LocalCluster, wait_until
 from kafka_audit.settings import Settings, get_settings
 
 __all__ = ["bench_settings", "Load", "kill_leader", "missing_from_log", "lost_over_rest",
-           "rss_by_process", "fresh_cluster", "cluster_down", "say"]
+           "rss_by_process", "cpu_by_process", "cpu_cores", "processes", "fresh_cluster",
+           "cluster_down", "say"]
 
 
 def say(msg: str) -> None:
@@ -242,10 +243,10 @@ def _name(pid: int) -> str:
     return "kafka-audit run (Python)"
 
 
-def rss_by_process(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[str, float]:
-    """RSS in MB of the service's Python process, its API process, its Spark driver JVM,
-    its Python workers (summed), each broker, and this benchmark process (the producer)."""
-    out: dict[str, float] = {}
+def processes(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[str, list[int]]:
+    """The pids of the service's Python process, its API process, its Spark driver JVM,
+    its Python workers, each broker, and this benchmark process (the producer), by name."""
+    out: dict[str, list[int]] = {}
     todo, tree = [service_pid], []
     while todo:
         pid = todo.pop()
@@ -253,9 +254,41 @@ def rss_by_process(service_pid: int, cluster: LocalCluster, bench_pid: int) -> d
         todo.extend(_children(pid))
     for pid in tree:
         name = _name(pid) if pid != service_pid else "kafka-audit run (Python)"
-        out[name] = out.get(name, 0.0) + _rss_mb(pid)
+        out.setdefault(name, []).append(pid)
     for n in cluster.nodes:
         pid = cluster.pid(n)
-        out[f"broker {n}"] = _rss_mb(pid) if pid else 0.0
-    out["producer (bench)"] = _rss_mb(bench_pid)
+        out[f"broker {n}"] = [pid] if pid else []
+    out["producer (bench)"] = [bench_pid]
     return out
+
+
+def rss_by_process(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[str, float]:
+    """RSS in MB of each of :func:`processes` (Python workers summed)."""
+    return {name: sum(_rss_mb(p) for p in pids)
+            for name, pids in processes(service_pid, cluster, bench_pid).items()}
+
+
+def cpu_by_process(service_pid: int, cluster: LocalCluster,
+                   bench_pid: int) -> dict[str, dict[int, float]]:
+    """CPU seconds (user + system, threads included) each of :func:`processes` has used
+    since it started, by pid: a process restarted since the last sample (a broker after a
+    kill) is told apart by its pid."""
+    return {name: {p: _cpu_s(p) for p in pids}
+            for name, pids in processes(service_pid, cluster, bench_pid).items()}
+
+
+def cpu_cores(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]],
+              seconds: float) -> dict[str, float]:
+    """Cores each process used between two :func:`cpu_by_process` samples ``seconds``
+    apart (a pid absent before counts from its start)."""
+    return {name: sum(t - before.get(name, {}).get(p, 0.0) for p, t in pids.items())
+            / seconds for name, pids in after.items()}
+
+
+def _cpu_s(pid: int) -> float:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
