@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import logging
+import os
 import pickle
 import signal
 import subprocess
@@ -39,8 +40,11 @@ def start_api_process(settings) -> subprocess.Popen:
     """The API server as a child process serving ``settings``; its output goes where this
     process's goes, formatted as this process formats its log (``kafka-audit``'s
     ``--log-json`` included)."""
+    env = dict(os.environ)
+    if settings.steady.malloc_arenas > 0:  # read by glibc as the child starts, before threads
+        env["MALLOC_ARENA_MAX"] = str(settings.steady.malloc_arenas)
     proc = subprocess.Popen([sys.executable, "-m", "kafka_audit.api_process"],
-                            stdin=subprocess.PIPE, preexec_fn=_die_with_parent)
+                            stdin=subprocess.PIPE, preexec_fn=_die_with_parent, env=env)
     assert proc.stdin is not None
     proc.stdin.write(pickle.dumps((settings, _own_formatter())))
     proc.stdin.close()

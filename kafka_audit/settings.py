@@ -312,6 +312,11 @@ class SteadySettings(_Section):
         60, ge=0, description="in `kafka-audit run` (its service and API processes), the C "
         "heap's free memory is given back to the system this often (glibc's malloc_trim: "
         "freed memory otherwise stays in the process's arenas); 0: never")
+    malloc_arenas: int = Field(
+        2, ge=0, description="in `kafka-audit run` (its service and API processes), glibc "
+        "keeps at most this many malloc arenas (M_ARENA_MAX, set before any thread starts; "
+        "by default up to 8 per core, and free memory held across many arenas is not given "
+        "back); 0: glibc's default")
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:

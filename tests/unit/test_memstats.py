@@ -35,3 +35,45 @@ def test_the_watcher_logs_and_stops(caplog):
     assert lines and lines[0].startswith("memory (test): rss ") and "last trim gave back" in \
         lines[0]
     assert watch_memory(0, 0, stop) is None
+
+
+#: a process whose threads each allocate while all are alive; it prints how many malloc
+#: heaps (arenas) glibc made. argv[1]: the cap (0: none)
+_ARENAS = r"""
+import ctypes, re, sys, tempfile, threading
+from kafka_audit.memstats import cap_malloc_arenas
+print(cap_malloc_arenas(int(sys.argv[1])))
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+alive = threading.Barrier(8)
+def work():
+    p = libc.malloc(1000)
+    alive.wait(10)  # every thread holds its block (and its arena) at once
+    libc.free(p)
+ts = [threading.Thread(target=work) for _ in range(8)]
+for t in ts: t.start()
+for t in ts: t.join()
+libc.fopen.restype = ctypes.c_void_p
+libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
+libc.fclose.argtypes = [ctypes.c_void_p]
+path = tempfile.mktemp()
+fp = libc.fopen(path.encode(), b"w"); libc.malloc_info(0, fp); libc.fclose(fp)
+print(len(re.findall(r'<heap nr="\d+">', open(path).read())))
+"""
+
+
+def _heaps(cap: int) -> tuple[str, int]:
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _ARENAS, str(cap)], capture_output=True,
+                         text=True, timeout=60, check=True).stdout.split()
+    return out[0], int(out[1])
+
+
+def test_capped_arenas_hold_every_thread_s_allocations_in_that_many_heaps():
+    assert _heaps(2) == ("True", 2)
+    was_set, heaps = _heaps(0)  # glibc's default: a heap per thread, up to 8 per core
+    assert was_set == "False" and heaps > 2, heaps
