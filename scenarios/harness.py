@@ -80,9 +80,11 @@ def produce_with_leader_kill(settings: Settings, cluster: LocalCluster, topic: s
             new = wait_until(new_leader, 60, f"a new leader of {topic}-0")
         progress(f"node {new} leads {topic}-0 now; restarting node {leader}")
         cluster.start(leader)
-        wait_until(lambda: leader in cluster.registered_brokers(), 60,
+        # a JVM starting on two cores beside the brokers, Spark and the service: once it
+        # wrote no line for over 60 s (a CI run of 2026-11-26), so the waits allow 120
+        wait_until(lambda: leader in cluster.registered_brokers(), 120,
                    f"node {leader} to rejoin")
-        wait_until(lambda: all(leader in p.isr for p in cluster.partitions(topic)), 60,
+        wait_until(lambda: all(leader in p.isr for p in cluster.partitions(topic)), 120,
                    f"node {leader} back in every ISR of {topic}")
         # leadership goes back to the preferred replica now, not at the broker's next
         # imbalance check: a hand-over at the end of the stream would truncate acks=1 writes
