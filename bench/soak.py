@@ -5,10 +5,10 @@ every ``--kill-every`` seconds partition 0's followers are frozen half a second 
 leader SIGKILLed (acknowledged writes are destroyed: real losses to find). Each minute:
 the RSS and the CPU time of every process (the service's Python process, its Spark driver
 JVM, its Python workers, each broker, this process: the producer; the CPU as cores used
-between samples, so a slower pass can be told from a busier neighbour), the audit passes
-of that minute (count, median and max time, from the service's log), every table's version, live
-files and bytes (data and Delta log), and the time one ``GET /v1/summary?topic=``
-takes. Then the slope of each line after minute 10 (per hour) and a plot
+between samples, so a slower pass can be told from a busier neighbour), the audit
+passes of that minute (count, median and max time, from the service's log), every
+table's version, live files and bytes (data and Delta log), and the time one
+``GET /v1/summary?topic=`` takes. Then the slope of each line after minute 10 (per hour) and a plot
 (``--plot``, PNG, matplotlib). At the end a full read gives the ground truth: the
 losses answered over REST must equal it.
 
@@ -39,6 +39,7 @@ from steady import (
     kill_leader,
     lost_over_rest,
     missing_from_log,
+    processes,
     rss_by_process,
     say,
 )
@@ -82,13 +83,13 @@ def sample(minute: float, service: Component, cluster: LocalCluster, settings, a
                          "data_files": f.data_files, "data_mb": round(f.data_bytes / 2**20, 3),
                          "log_mb": round(f.log_bytes / 2**20, 3)}
     consume = read_statuses(settings.home_dir).get("consume")
+    procs = processes(service.proc.pid, cluster, os.getpid())  # one walk of /proc for both
     return {
         "minute": round(minute, 2),
-        "rss_mb": {k: round(v, 1) for k, v in rss_by_process(service.proc.pid, cluster,
-                                                              os.getpid()).items()},
+        "rss_mb": {k: round(v, 1) for k, v in rss_by_process(procs).items()},
         # cumulative CPU seconds by name and pid (pids as strings, as JSON keeps them)
         "cpu_s": {k: {str(p): round(t, 2) for p, t in v.items()}
-                  for k, v in cpu_by_process(service.proc.pid, cluster, os.getpid()).items()},
+                  for k, v in cpu_by_process(procs).items()},
         "passes": len(times),
         "pass_median_s": statistics.median(times) if times else None,
         "pass_max_s": max(times) if times else None,

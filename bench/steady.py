@@ -262,19 +262,16 @@ def processes(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[s
     return out
 
 
-def rss_by_process(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[str, float]:
+def rss_by_process(procs: dict[str, list[int]]) -> dict[str, float]:
     """RSS in MB of each of :func:`processes` (Python workers summed)."""
-    return {name: sum(_rss_mb(p) for p in pids)
-            for name, pids in processes(service_pid, cluster, bench_pid).items()}
+    return {name: sum(_rss_mb(p) for p in pids) for name, pids in procs.items()}
 
 
-def cpu_by_process(service_pid: int, cluster: LocalCluster,
-                   bench_pid: int) -> dict[str, dict[int, float]]:
+def cpu_by_process(procs: dict[str, list[int]]) -> dict[str, dict[int, float]]:
     """CPU seconds (user + system, threads included) each of :func:`processes` has used
     since it started, by pid: a process restarted since the last sample (a broker after a
     kill) is told apart by its pid."""
-    return {name: {p: _cpu_s(p) for p in pids}
-            for name, pids in processes(service_pid, cluster, bench_pid).items()}
+    return {name: {p: _cpu_s(p) for p in pids} for name, pids in procs.items()}
 
 
 def cpu_cores(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]],

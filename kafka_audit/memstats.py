@@ -11,6 +11,7 @@ Python allocated and the source lines whose allocations grew most since the firs
 from __future__ import annotations
 
 import ctypes
+import functools
 import gc
 import logging
 import threading
@@ -29,12 +30,19 @@ class _MallInfo2(ctypes.Structure):
         "fordblks", "keepcost")]
 
 
+@functools.cache
+def _glibc(name: str):
+    """glibc's function ``name`` (loaded once), or None off glibc or where it lacks it."""
+    try:
+        return getattr(ctypes.CDLL("libc.so.6"), name)
+    except (OSError, AttributeError):
+        return None
+
+
 def _glibc_heap() -> tuple[int, int, int] | None:
     """(in use, free but held, mmapped) bytes of glibc's malloc, or None off glibc."""
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        fn = libc.mallinfo2
-    except (OSError, AttributeError):
+    fn = _glibc("mallinfo2")
+    if fn is None:
         return None
     fn.restype = _MallInfo2
     m = fn()
@@ -50,16 +58,12 @@ def cap_malloc_arenas(n: int) -> bool:
     call it before any thread starts (a thread that already has its arena keeps it).
     True if set; False for ``n`` 0 (glibc's default: 8 per core) or off glibc.
 
-    glibc gives each thread that finds the arenas busy one of its own, up to 8 per core.
-    A long run's free memory then sits in a dozen heaps, in pieces ``malloc_trim`` cannot
-    give back: in the hour soak of 2026-11-25 the service's free-but-held heap grew
-    89 -> 256 MB while its bytes in use did not grow (``bench/soak.py``'s memory lines)."""
-    if n <= 0:
-        return False
-    try:
-        return bool(ctypes.CDLL("libc.so.6").mallopt(M_ARENA_MAX, n))
-    except (OSError, AttributeError):
-        return False
+    Uncapped, glibc gives a thread an arena of its own when it first allocates, up to 8
+    per core, and a long run's free memory sits in a dozen heaps: in the hour soak of
+    2026-11-25 the service's free-but-held heap grew 89 -> 256 MB, with a ``malloc_trim``
+    every minute, while its bytes in use did not grow (``bench/soak.py``'s memory lines)."""
+    mallopt = _glibc("mallopt")
+    return n > 0 and mallopt is not None and bool(mallopt(M_ARENA_MAX, n))
 
 
 def release_free_memory() -> float | None:
@@ -69,9 +73,8 @@ def release_free_memory() -> float | None:
     glibc keeps memory freed in its arenas for reuse, and with a dozen threads allocating
     (py4j, librdkafka, pandas) the free part only grows: in a long run it was most of the
     service's RSS growth (``bench/soak.py``'s memory lines)."""
-    try:
-        trim = ctypes.CDLL("libc.so.6").malloc_trim
-    except (OSError, AttributeError):
+    trim = _glibc("malloc_trim")
+    if trim is None:
         return None
     before = _rss_mb()
     trim(0)

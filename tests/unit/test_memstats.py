@@ -58,9 +58,10 @@ libc.fopen.restype = ctypes.c_void_p
 libc.fopen.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
 libc.malloc_info.argtypes = [ctypes.c_int, ctypes.c_void_p]
 libc.fclose.argtypes = [ctypes.c_void_p]
-path = tempfile.mktemp()
-fp = libc.fopen(path.encode(), b"w"); libc.malloc_info(0, fp); libc.fclose(fp)
-print(len(re.findall(r'<heap nr="\d+">', open(path).read())))
+with tempfile.TemporaryDirectory() as d:
+    path = d + "/malloc_info.xml"
+    fp = libc.fopen(path.encode(), b"w"); libc.malloc_info(0, fp); libc.fclose(fp)
+    print(len(re.findall(r'<heap nr="\d+">', open(path).read())))
 """
 
 
