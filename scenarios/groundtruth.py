@@ -34,7 +34,9 @@ def scan_log(bootstrap: str, topic: str, timeout: float = 60
     """Every record in the topic now, once: ``(partition, offset, stamp)`` (None: not
     stamped; the stamp rule: no stamp and malformed ones are both "not stamped"), up to
     the end offsets found when the scan starts. Offsets never yielded hold no record
-    (transaction markers, compaction)."""
+    (transaction markers, compaction). ``timeout``: the longest the scan may go without
+    a record (its whole length grows with the topic: a CI run's 1.9 million records took
+    longer than 60 s on a loaded machine)."""
     import time
 
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
@@ -52,10 +54,12 @@ def scan_log(bootstrap: str, topic: str, timeout: float = 60
         deadline = time.monotonic() + timeout
         while remaining:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"full read of {topic} did not reach the end offsets {ends}")
+                raise TimeoutError(f"full read of {topic} did not reach the end offsets {ends}"
+                                   f" (no record for {timeout:.0f}s; at {positions})")
             for m in c.consume(10000, timeout=1):
                 if m.error():
                     continue
+                deadline = time.monotonic() + timeout  # a record: the scan moves
                 p, o = m.partition(), m.offset()
                 positions[p] = max(positions[p], o)
                 try:
