@@ -17,6 +17,11 @@ slow down and disk use grows for as long as the service runs. The schedule (sett
   margin is ample). This runs in the loop's own thread, between passes: the loop is
   the table's only writer, and a vacuum without retention must not run while a write
   is in flight (it would delete the new file before its commit names it);
+* **the Delta logs**: after each table's compaction round (audit_hot's: after its
+  checkpoint), its log entries older than ``log_retention_hours`` (24 h; audit_hot
+  ``hot_log_retention_hours``, 1 h) and before its last checkpoint are deleted
+  (:func:`~kafka_audit.store.trim_log`): a table committing every second otherwise
+  keeps a file a second for Delta's default 30 days;
 * **great-expectations** over the new acks, every ``quality_every_seconds`` (30 s);
 * **windows** (:mod:`~kafka_audit.jobs.windows_job`: when writes were at risk), every
   ``windows_every_seconds`` (10 s) when ``cluster_events``, ``acks`` or the committed
@@ -48,7 +53,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kafka_audit.settings import Settings
-from kafka_audit.store import checkpoint, compact, footprint, vacuum
+from kafka_audit.store import checkpoint, compact, footprint, trim_log, vacuum
 
 if TYPE_CHECKING:
     from kafka_audit.jobs.windows_job import WindowInputs
@@ -133,6 +138,8 @@ class Upkeep:
             if p.hot_checkpoint:
                 checkpoint(path)
                 self.done.hot_checkpoint_round = round_
+                n = trim_log(path, self.settings.steady.hot_log_retention_hours)
+                log.debug("audit_hot: %d log entries deleted", n)
             if p.hot_vacuum:
                 n = vacuum(path, 0, self.settings.steady.hot_keep_versions)
                 self.done.hot_vacuum_round = round_
@@ -211,6 +218,7 @@ class Upkeep:
                             "to a concurrent commit")
             if size is not None:
                 what.append(f"{vacuum(path, s.vacuum_retention_hours)} files vacuumed")
+                what.append(f"{trim_log(path, s.log_retention_hours)} log entries deleted")
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
             log.warning("upkeep of %s failed, tried again later: %s", table, exc)
             what.append(f"failed: {exc}")

@@ -306,6 +306,14 @@ class SteadySettings(_Section):
     vacuum_retention_hours: int = Field(
         1, ge=1, description="files a compaction replaced are deleted this long after: "
         "longer than any reader holds an older version (an audit pass: seconds)")
+    log_retention_hours: float = Field(
+        24, gt=0, description="each table's Delta log (its commit history) is kept this long "
+        "past its last checkpoint, then deleted at the next compaction round: time travel and "
+        "a stopped audit's catch-up reach back this far (a table committing every second "
+        "otherwise gains ~25 MB of log an hour for Delta's default 30 days)")
+    hot_log_retention_hours: float = Field(
+        1, gt=0, description="audit_hot's Delta log is kept this long (its readers load the "
+        "latest generation only)")
     hot_keep_versions: int = Field(5, ge=1, description="audit_hot's vacuum (half-way between "
                                    "two rewrites) keeps the files of this many latest versions")
     trim_every_seconds: float = Field(

@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +41,7 @@ __all__ = ["table_exists", "check_table", "read_table", "append_rows", "append_o
            "files_added_since", "data_changes_since", "appends_by_commit", "latest_version",
            "AppendedRows", "conform",
            "max_in_files", "rows_in_files",
-           "compact", "vacuum", "checkpoint", "Footprint", "footprint", "Progress",
+           "compact", "vacuum", "checkpoint", "trim_log", "Footprint", "footprint", "Progress",
            "committed_progress", "committed_pass"]
 
 log = logging.getLogger(__name__)
@@ -374,9 +376,10 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
     compactions: the appended files are those of :func:`data_changes_since` (a file a
     later compaction removed is still read: vacuum keeps it for
     ``steady.vacuum_retention_hours``, far longer than one audit pass). Should a commit
-    file after ``version`` be gone (the Delta log keeps them ``delta.logRetentionDuration``,
-    30 days by default), the answer falls back to the live files now less those live at
-    ``version``, which is exact only if no compaction ran in between (logged).
+    file after ``version`` be gone (:func:`trim_log` keeps ``steady.log_retention_hours`` of
+    log), the answer falls back to the live files now less those live at ``version``,
+    which is exact only if no compaction ran in between (logged); :class:`TableError` if
+    ``version`` itself is gone.
     """
     from deltalake import DeltaTable
 
@@ -399,7 +402,16 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
             adds = _add_actions(dt)
             rows = dict(zip(adds.column("path").to_pylist(),
                             adds.column("num_records").to_pylist(), strict=True))
-            for f in _add_actions(DeltaTable(path, version=version)).column("path").to_pylist():
+            try:
+                then = DeltaTable(path, version=version)
+            except Exception as exc:  # noqa: BLE001 - delta-rs names no class for it
+                raise TableError(
+                    f"{path}: its Delta log no longer holds version {version} (the last one "
+                    f"read from it): the rows added since cannot be told from the older "
+                    f"ones. Its log is kept steady.log_retention_hours; a reader stopped "
+                    f"longer than that must start again (a new warehouse or `home`)"
+                ) from exc
+            for f in _add_actions(then).column("path").to_pylist():
                 rows.pop(f, None)
         if version >= current:
             return current, [], 0
@@ -458,6 +470,41 @@ def checkpoint(path: str) -> None:
 
     if table_exists(path):
         DeltaTable(path).create_checkpoint()
+
+
+_LOG_ENTRY = re.compile(r"^(\d{20})\.(json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
+
+
+def trim_log(path: str, keep_hours: float, now: float | None = None) -> int:
+    """Delete the table's Delta log entries (commit files and checkpoints) that are both
+    older than ``keep_hours`` and before its last checkpoint, as the Delta protocol allows
+    and as Delta's own log cleanup does; returns how many were deleted.
+
+    A table that commits every second gains a log file a second, kept 30 days by default
+    (``delta.logRetentionDuration``): gigabytes of history that only time travel needs.
+    Readers load the last checkpoint and the commits after it, so none of them needs
+    what is deleted here; what it takes away is time travel to those versions and the
+    incremental reads' "what changed since version N" for an N that old
+    (:func:`files_added_since` then says so). Written here rather than delta-rs's
+    ``cleanup_metadata``, which reads the retention from that table property only:
+    setting it is a metadata commit, and a metadata commit fails every blind append in
+    flight (the ledger's, the consume job's) as a conflict."""
+    last = _last_checkpoint(path)
+    if last <= 0:
+        return 0
+    cutoff = (time.time() if now is None else now) - keep_hours * 3600
+    deleted = 0
+    for f in _log_dir(path).iterdir():
+        m = _LOG_ENTRY.match(f.name)
+        if m is None or int(m.group(1)) >= last:
+            continue
+        try:
+            if f.stat().st_mtime < cutoff:
+                f.unlink()
+                deleted += 1
+        except FileNotFoundError:  # deleted by another cleanup meanwhile
+            continue
+    return deleted
 
 
 @dataclass(frozen=True)

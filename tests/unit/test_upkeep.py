@@ -5,10 +5,13 @@
   new rows; appends racing compactions lose nothing; re-read commits a pass already
   judged are skipped; without the commit files, the snapshot comparison takes over.
 * Vacuum deletes replaced files only past their retention, and keeps those of the latest
-  versions; the schedule (:func:`~kafka_audit.jobs.maintenance.plan`) and one round of
+  versions; the Delta log loses only entries past its retention and before its last
+  checkpoint, and the tables read the same after; the schedule
+  (:func:`~kafka_audit.jobs.maintenance.plan`) and one round of
   :class:`~kafka_audit.jobs.maintenance.Upkeep` over a warehouse.
 """
 
+import os
 import threading
 import time
 from datetime import UTC, datetime
@@ -18,6 +21,7 @@ import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable
 
+from kafka_audit.errors import TableError
 from kafka_audit.jobs.maintenance import COMPACTED, Done, Plan, Upkeep, plan
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.settings import Settings
@@ -31,6 +35,7 @@ from kafka_audit.store import (
     footprint,
     latest_version,
     read_table,
+    trim_log,
     vacuum,
     write_arrow,
 )
@@ -127,6 +132,37 @@ def test_without_the_commit_files_the_snapshots_are_compared(tmp_path, caplog):
     assert "commit files after version" in caplog.text
 
 
+def log_versions(path: str) -> dict[str, int]:
+    """The table's log entries (commit files, checkpoints) by name, with their versions."""
+    return {f: int(f[:20]) for f in os.listdir(os.path.join(path, "_delta_log"))
+            if f[:20].isdigit()}
+
+
+def test_the_log_loses_only_entries_past_retention_and_before_the_last_checkpoint(tmp_path):
+    path = str(tmp_path / "acks")
+    for s in range(250):  # delta-rs checkpoints every 100 commits: at 99 and 199
+        append_rows(path, "acks", [ack(s)])
+    before = log_versions(path)
+    recent = os.path.join(path, "_delta_log", f"{150:020d}.json")
+    later = time.time() + 3 * 3600  # three hours on: every entry is past a 2 h retention
+    os.utime(recent, (later, later))  # but this one was written "just now"
+    assert trim_log(path, 2, now=later) == sum(1 for v in before.values() if v < 199) - 1
+    after = log_versions(path)
+    assert set(after) == {f for f, v in before.items() if v >= 199} | {f"{150:020d}.json"}
+    # readers load the last checkpoint and what follows: the table reads as before
+    assert latest_version(path) == 249
+    assert sorted(read_table(path, "acks", ["seq"]).column("seq").to_pylist()) == list(range(250))
+    assert seqs_in(files_added_since(path, 240)[1]) == list(range(241, 250))
+    # an incremental read from a version the log no longer holds: a clear error, not a guess
+    with pytest.raises(TableError, match="no longer holds version 20"):
+        files_added_since(path, 20)
+    assert trim_log(path, 2, now=later) == 0  # nothing more to delete
+    # within the retention nothing goes, whatever the checkpoints
+    append_rows(path, "acks", [ack(250)])
+    checkpoint(path)
+    assert trim_log(path, 24) == 0 and set(log_versions(path)) >= set(after)
+
+
 def test_a_kept_read_reads_only_appended_files_and_again_whole_after_a_rewrite(tmp_path):
     path = str(tmp_path / "acks")
     odd = pc.field("seq").isin([1, 3, 5, 7, 9, 11])
@@ -213,11 +249,21 @@ def test_a_round_of_upkeep_over_a_warehouse(tmp_path):
     upkeep = Upkeep(settings, clock=lambda: 5000.0)
     did = upkeep.run(Plan(compact=True))
     assert set(did) == set(COMPACTED)
-    assert did["acks"][0] == "compacted 12 files into 1; 0 files vacuumed"
-    assert did["cluster_events"][0] == "0 files vacuumed"  # one file: left as it is
+    assert did["acks"][0] == "compacted 12 files into 1; 0 files vacuumed; 0 log entries deleted"
+    assert did["cluster_events"][0] == "0 files vacuumed; 0 log entries deleted"
     assert did["findings"][0] == ""  # no table yet
     assert footprint(acks).live_files == 1 and footprint(acks).data_files == 13
     assert upkeep.done.compact == 5000.0 and upkeep.rounds == 1
+    # a day and more on, the next round deletes the log before the compaction's checkpoint
+    log = tmp_path / "warehouse" / "acks" / "_delta_log"
+    old = time.time() - 25 * 3600
+    for f in log.iterdir():
+        os.utime(f, (old, old))
+    expected = sum(1 for v in log_versions(acks).values() if v < latest_version(acks))
+    append_rows(acks, "acks", [ack(12)])
+    assert upkeep.run(Plan(compact=True))["acks"][0] == \
+        f"0 files vacuumed; {expected} log entries deleted"
+    assert sorted(read_table(acks, "acks", ["seq"]).column("seq").to_pylist()) == list(range(13))
     # audit_hot's own upkeep, between passes: a checkpoint after the tenth pass's rewrite
     hot = settings.table_path("audit_hot")
     append_rows(hot, "audit_hot", [{"kind": "ack", "topic": "t", "partition": 0,
