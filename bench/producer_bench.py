@@ -14,6 +14,9 @@ Variants:
 * ``bare+cb``: confluent-kafka ``Producer`` with a minimal error-checking callback;
 * ``bare+cb+hdr``: the same, every record with a constant ``kaudit`` header of the
   stamp's size (the stamp's own cost on the wire and inside librdkafka);
+* ``bare+cb+chdr``: ``bare+cb`` with the same constant header added in C, by an
+  interceptor that does nothing else (``bench/const_header.c``): librdkafka's own cost
+  of a header, without confluent-kafka's conversion of a Python header list;
 * ``plugin``: ``bare+cb`` with the kaudit plugin loaded (stamp + spool), fsync as the
   default (1000 ms), no shipper: the plugin's share;
 * ``plugin-nosync``: the same with ``kaudit.spool.fsync.ms=-1`` (the page cache only);
@@ -45,7 +48,8 @@ import time
 import uuid
 from pathlib import Path
 
-VARIANTS = ["bare+cb", "bare+cb+hdr", "plugin", "plugin-nosync", "audited", "python"]
+VARIANTS = ["bare+cb", "bare+cb+hdr", "bare+cb+chdr", "plugin", "plugin-nosync", "audited",
+            "python"]
 
 
 def conf(bootstrap: str) -> dict:
@@ -61,6 +65,20 @@ def cpu_seconds() -> float:
     return r.ru_utime + r.ru_stime
 
 
+def header_interceptor(home: Path) -> Path:
+    """``bench/const_header.c`` built with the plugin's gcc flags (once per bench run), with
+    the wheel's librdkafka promoted so that it loads."""
+    from kafka_audit.deploy.jars import PLUGIN_CFLAGS
+    from kafka_audit.producers.native import promote_librdkafka
+
+    lib = home / "libconstheader.so"
+    if not lib.exists():
+        subprocess.run(["gcc", *PLUGIN_CFLAGS, "-o", str(lib),
+                        str(Path(__file__).with_name("const_header.c"))], check=True)
+    promote_librdkafka()
+    return lib
+
+
 def produce_all(p, topic: str, n: int, value: bytes, **kw) -> None:
     # the topic's partitions first: a producer that has no metadata yet queues its records
     # unassigned and spreads them one by one when it learns them (not the steady state)
@@ -68,7 +86,12 @@ def produce_all(p, topic: str, n: int, value: bytes, **kw) -> None:
     produce = p.produce
     poll = p.poll
     for i in range(n):
-        produce(topic, value, **kw)
+        while True:
+            try:
+                produce(topic, value, **kw)
+                break
+            except BufferError:  # librdkafka's queue is full (1 GiB): let the brokers catch up
+                poll(0.05)
         if i % 1000 == 0:
             poll(0)
 
@@ -124,6 +147,8 @@ def one_round(variant: str, bootstrap: str, topic: str, n: int, size: int, home:
         if plugin is not None:
             c.update(plugin_properties(plugin, spool, "bench", run_id,
                                        -1 if variant == "plugin-nosync" else None))
+        if variant == "bare+cb+chdr":
+            c["plugin.library.paths"] = str(header_interceptor(Path(home)))
         p = Producer(c)
         kw = {"on_delivery": on_delivery}
         if variant == "bare+cb+hdr":
