@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pandas as pd
@@ -108,13 +109,37 @@ def hot_from_rows(pdf: pd.DataFrame) -> PartitionHot:
 
 
 def hot_from_arrow(t: pa.Table) -> PartitionHot:
-    """:func:`hot_from_rows` of rows held as Arrow (the driver's judgement)."""
-    def times(col):
-        return [None if m is None else _EPOCH + timedelta(microseconds=m)
-                for m in col.cast(pa.int64()).to_pylist()]
+    """:func:`hot_from_rows` of rows held as Arrow (the driver's judgement): the rows of each
+    kind taken apart first, so that only the columns a kind uses become Python values (a
+    pass converts its whole state: 70,000 rows and more)."""
+    import pyarrow.compute as pc
 
-    return _hot_from_columns({n: times(t.column(n)) for n in _TIMES_IN}
-                             | {n: t.column(n).to_pylist() for n in _INTS_IN + _OBJECTS_IN})
+    kinds = t.column("kind")
+
+    def columns(kind: str, *names: str) -> list[list]:
+        rows = t.filter(pc.equal(kinds, kind))
+        return [_arrow_times(rows.column(n)) if n in _TIMES_IN else rows.column(n).to_pylist()
+                for n in names]
+
+    hot = PartitionHot()
+    hot.acks = list(map(AckRun, *columns(
+        "ack", "topic", "partition", "producer_id", "run_id", "seq", "count", "offset",
+        "first_ack", "last_ack", "error_name", "acks", "horizon")))
+    hot.reads = list(map(ReadRun, *columns(
+        "read", "topic", "partition", "offset", "count", "producer_id", "run_id", "seq",
+        "read_time", "source", "status", "leader_epoch")))
+    hot.judged = [(AckRun(topic, partition, producer, run, seq, count, offset, at, at), at)
+                  for topic, partition, producer, run, seq, count, offset, at in zip(*columns(
+                      "judged", "topic", "partition", "producer_id", "run_id", "seq", "count",
+                      "offset", "judged_at"), strict=True)]
+    hot.observations = list(zip(*columns("observation", "offset", "observed_at"), strict=True))
+    return hot
+
+
+def _arrow_times(col) -> list:
+    """An Arrow timestamp column as aware UTC datetimes, None where null."""
+    return [None if m is None else _EPOCH + timedelta(microseconds=m)
+            for m in col.cast(pa.int64()).to_pylist()]
 
 
 def _hot_from_columns(c: dict[str, list]) -> PartitionHot:
@@ -153,33 +178,40 @@ def _block(kind: str, topic: str, partition: int, row: str, n: int, **columns: l
                "row": [row] * n, **columns}
 
 
-def _hot_blocks(topic: str, partition: int, hot: PartitionHot) -> list[_Block]:
-    """One partition's state as ``audit_hot`` columns, a block per kind (``row = hot``)."""
+def _aware_utc(v: datetime | None) -> datetime | None:
+    return v  # a column typed in UTC takes aware datetimes as they are
+
+
+def _hot_blocks(topic: str, partition: int, hot: PartitionHot,
+                as_time: Callable[[datetime | None], datetime | None] = _naive
+                ) -> list[_Block]:
+    """One partition's state as ``audit_hot`` columns, a block per kind (``row = hot``);
+    its times through ``as_time`` (:func:`_aware_utc` for columns typed in UTC)."""
     acks, reads, judged = hot.acks, hot.reads, hot.judged
     return [
         _block("ack", topic, partition, "hot", len(acks),
                producer_id=[a.producer_id for a in acks], run_id=[a.run_id for a in acks],
                seq=[a.seq for a in acks], count=[a.count for a in acks],
                offset=[a.offset for a in acks],
-               first_ack=[_naive(a.first_ack) for a in acks],
-               last_ack=[_naive(a.last_ack) for a in acks],
+               first_ack=[as_time(a.first_ack) for a in acks],
+               last_ack=[as_time(a.last_ack) for a in acks],
                error_name=[a.error for a in acks], acks=[a.acks for a in acks],
                horizon=[a.horizon for a in acks]),
         _block("read", topic, partition, "hot", len(reads),
                producer_id=[r.producer_id for r in reads], run_id=[r.run_id for r in reads],
                seq=[r.seq for r in reads], count=[r.count for r in reads],
                offset=[r.offset for r in reads],
-               read_time=[_naive(r.read_time) for r in reads],
+               read_time=[as_time(r.read_time) for r in reads],
                source=[r.source for r in reads], status=[r.status for r in reads],
                leader_epoch=[r.leader_epoch for r in reads]),
         _block("judged", topic, partition, "hot", len(judged),
                producer_id=[a.producer_id for a, _ in judged],
                run_id=[a.run_id for a, _ in judged], seq=[a.seq for a, _ in judged],
                count=[a.count for a, _ in judged], offset=[a.offset for a, _ in judged],
-               judged_at=[_naive(t) for _, t in judged]),
+               judged_at=[as_time(t) for _, t in judged]),
         _block("observation", topic, partition, "hot", len(hot.observations),
                offset=[f for f, _ in hot.observations],
-               observed_at=[_naive(t) for _, t in hot.observations]),
+               observed_at=[as_time(t) for _, t in hot.observations]),
     ]
 
 
@@ -198,7 +230,8 @@ def _table_of(blocks: list[_Block], schema: pa.Schema) -> pa.Table:
 def hot_table(topic: str, partition: int, hot: PartitionHot, schema: pa.Schema) -> pa.Table:
     """The ``audit_hot`` rows that hold one partition's state (tagged ``row = hot``), as a
     table of ``schema`` (:func:`step_arrow_schema`)."""
-    return _table_of(_hot_blocks(topic, partition, hot), schema)
+    utc = schema.field("read_time").type.tz is not None
+    return _table_of(_hot_blocks(topic, partition, hot, _aware_utc if utc else _naive), schema)
 
 
 def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_ends,
@@ -208,7 +241,7 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
     topic, partition = key[0], int(key[1])
     res = step_partition(topic, hot, events.get((topic, partition), []), now, cfg,
                          log_ends.get((topic, partition)))
-    blocks = _hot_blocks(topic, partition, res.hot)
+    blocks = _hot_blocks(topic, partition, res.hot, _naive if tz is None else _aware_utc)
     found = [_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
                   producer_id=f.producer_id, run_id=f.run_id, seq=f.seq, count=f.count,
                   offset=f.offset, ack_time=_naive(f.ack_time), subkind=f.subkind,

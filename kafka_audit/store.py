@@ -90,14 +90,23 @@ def read_table(path: str, table: str, columns: list[str] | None = None,
 
 def partition_slices(t: pa.Table) -> Iterator[tuple[tuple[str, int], pa.Table]]:
     """``((topic, partition), rows)`` for each partition of ``t``, which must be sorted
-    by topic and partition."""
-    keys = list(zip(t.column("topic").to_pylist(), t.column("partition").to_pylist(),
-                    strict=True))
-    start = 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[start]:
-            yield keys[start], t.slice(start, i - start)
-            start = i
+    by topic and partition (found with Arrow: a pass's state is 70,000 rows and more)."""
+    if t.num_rows == 0:
+        return
+    topic, partition = t.column("topic"), t.column("partition")
+
+    def as_before(c):  # each row's value equals the one before (null equals null)
+        now, before = c.slice(1), c.slice(0, t.num_rows - 1)
+        if pa.types.is_null(c.type):  # no value at all: every row the same
+            return pc.is_null(now)
+        return pc.or_(pc.fill_null(pc.equal(now, before), False),
+                      pc.and_(pc.is_null(now), pc.is_null(before)))
+
+    # a new key where the row differs from the one before
+    starts = [0, *(pc.indices_nonzero(pc.invert(pc.and_(as_before(topic), as_before(partition))))
+                   .to_numpy() + 1).tolist(), t.num_rows]
+    for start, end in zip(starts, starts[1:], strict=False):
+        yield (topic[start].as_py(), partition[start].as_py()), t.slice(start, end - start)
 
 
 def _arrow(table: str, rows: list[dict]) -> pa.Table:
