@@ -92,24 +92,25 @@ def main() -> None:
     kinds = pc.value_counts(hot.filter(pc.equal(hot["pass_id"], newest))["kind"]).to_pylist()
     print(f"audit_hot generation {newest}: " + ", ".join(
         f"{k['values']} {k['counts']}" for k in kinds))
-    acks = read_table(str(warehouse / "acks"), "acks")
+    held = {name: read_table(str(warehouse / name), name)
+            for name in ("acks", "consumed", "findings")}
+    acks = held["acks"]
     acked = pc.sum(acks.filter(pc.is_null(acks["error_code"]))["count"]).as_py() or 0
-    for name in ("acks", "consumed", "findings"):
-        t = acks if name == "acks" else read_table(str(warehouse / name), name)
+    for name, t in held.items():
         print(f"{name}: {t.num_rows} rows, {t.num_rows / max(acked, 1):.4f} per acknowledged "
               f"write ({acked}), {t.nbytes / max(t.num_rows, 1):.0f} B a row as Arrow")
 
     if args.stdout:
-        kills(warehouse, args.stdout.read_text(errors="replace"))
+        kills(warehouse, held, args.stdout.read_text(errors="replace"))
 
 
-def kills(warehouse: Path, printed: str) -> None:
-    """Per kill of partition 0's leader: its election, first read and detection."""
+def kills(warehouse: Path, held: dict, printed: str) -> None:
+    """Per kill of partition 0's leader: its election, first read and detection
+    (``held``: the ``consumed`` and ``findings`` tables, read once by the caller)."""
     events = read_table(str(warehouse / "cluster_events"), "cluster_events").sort_by(
         "event_time").to_pylist()
-    findings = read_table(str(warehouse / "findings"), "findings").to_pylist()
-    consumed = read_table(str(warehouse / "consumed"), "consumed",
-                          where=pc.field("partition") == 0).to_pylist()
+    findings = held["findings"].to_pylist()
+    consumed = held["consumed"].filter(pc.equal(held["consumed"]["partition"], 0)).to_pylist()
     lost = [f for f in findings if f["kind"] in ("lost", "lost_after_seen")
             and f["partition"] == 0]
     day = (events[0]["event_time"] if events else None)

@@ -99,13 +99,42 @@ _OBJECTS_IN = ("kind", "topic", "producer_id", "run_id", "error_name", "acks", "
                "status")
 
 
+#: the columns each kind of state row is built from, in the order its constructor takes them
+_ACK_RUN = ("topic", "partition", "producer_id", "run_id", "seq", "count", "offset",
+            "first_ack", "last_ack", "error_name", "acks", "horizon")
+_READ_RUN = ("topic", "partition", "offset", "count", "producer_id", "run_id", "seq",
+             "read_time", "source", "status", "leader_epoch")
+_JUDGED = ("topic", "partition", "producer_id", "run_id", "seq", "count", "offset", "judged_at")
+_OBSERVATION = ("offset", "observed_at")
+
+
+def _hot_of(columns: Callable[[str, tuple[str, ...]], list[list]]) -> PartitionHot:
+    """A partition's state from ``columns(kind, names)``: the values of the rows of that
+    kind, column by column, in the rows' order."""
+    hot = PartitionHot()
+    hot.acks = list(map(AckRun, *columns("ack", _ACK_RUN)))
+    hot.reads = list(map(ReadRun, *columns("read", _READ_RUN)))
+    hot.judged = [(AckRun(*run, at, at), at)
+                  for *run, at in zip(*columns("judged", _JUDGED), strict=True)]
+    hot.observations = list(zip(*columns("observation", _OBSERVATION), strict=True))
+    return hot
+
+
 def hot_from_rows(pdf: pd.DataFrame) -> PartitionHot:
     """One partition's ``audit_hot`` rows (and new ack and read rows, in the same columns)."""
     if not len(pdf):
         return PartitionHot()
-    return _hot_from_columns({n: _times(pdf[n]) for n in _TIMES_IN}
-                             | {n: _ints(pdf[n]) for n in _INTS_IN}
-                             | {n: _objects(pdf[n]) for n in _OBJECTS_IN})
+    c = ({n: _times(pdf[n]) for n in _TIMES_IN} | {n: _ints(pdf[n]) for n in _INTS_IN}
+         | {n: _objects(pdf[n]) for n in _OBJECTS_IN})
+    rows: dict[str, list[int]] = {}
+    for i, kind in enumerate(c["kind"]):
+        rows.setdefault(kind, []).append(i)
+
+    def columns(kind: str, names: tuple[str, ...]) -> list[list]:
+        mine = rows.get(kind, [])
+        return [[c[n][i] for i in mine] for n in names]
+
+    return _hot_of(columns)
 
 
 def hot_from_arrow(t: pa.Table) -> PartitionHot:
@@ -116,53 +145,18 @@ def hot_from_arrow(t: pa.Table) -> PartitionHot:
 
     kinds = t.column("kind")
 
-    def columns(kind: str, *names: str) -> list[list]:
+    def columns(kind: str, names: tuple[str, ...]) -> list[list]:
         rows = t.filter(pc.equal(kinds, kind))
         return [_arrow_times(rows.column(n)) if n in _TIMES_IN else rows.column(n).to_pylist()
                 for n in names]
 
-    hot = PartitionHot()
-    hot.acks = list(map(AckRun, *columns(
-        "ack", "topic", "partition", "producer_id", "run_id", "seq", "count", "offset",
-        "first_ack", "last_ack", "error_name", "acks", "horizon")))
-    hot.reads = list(map(ReadRun, *columns(
-        "read", "topic", "partition", "offset", "count", "producer_id", "run_id", "seq",
-        "read_time", "source", "status", "leader_epoch")))
-    hot.judged = [(AckRun(topic, partition, producer, run, seq, count, offset, at, at), at)
-                  for topic, partition, producer, run, seq, count, offset, at in zip(*columns(
-                      "judged", "topic", "partition", "producer_id", "run_id", "seq", "count",
-                      "offset", "judged_at"), strict=True)]
-    hot.observations = list(zip(*columns("observation", "offset", "observed_at"), strict=True))
-    return hot
+    return _hot_of(columns)
 
 
 def _arrow_times(col) -> list:
     """An Arrow timestamp column as aware UTC datetimes, None where null."""
     return [None if m is None else _EPOCH + timedelta(microseconds=m)
             for m in col.cast(pa.int64()).to_pylist()]
-
-
-def _hot_from_columns(c: dict[str, list]) -> PartitionHot:
-    hot = PartitionHot()
-    for i, kind in enumerate(c["kind"]):
-        if kind == "ack":
-            hot.acks.append(AckRun(c["topic"][i], c["partition"][i], c["producer_id"][i],
-                                   c["run_id"][i], c["seq"][i], c["count"][i], c["offset"][i],
-                                   c["first_ack"][i], c["last_ack"][i], c["error_name"][i],
-                                   c["acks"][i], c["horizon"][i]))
-        elif kind == "read":
-            hot.reads.append(ReadRun(c["topic"][i], c["partition"][i], c["offset"][i],
-                                     c["count"][i], c["producer_id"][i], c["run_id"][i],
-                                     c["seq"][i], c["read_time"][i], c["source"][i],
-                                     c["status"][i], c["leader_epoch"][i]))
-        elif kind == "judged":
-            t = c["judged_at"][i]
-            hot.judged.append((AckRun(c["topic"][i], c["partition"][i], c["producer_id"][i],
-                                      c["run_id"][i], c["seq"][i], c["count"][i],
-                                      c["offset"][i], t, t), t))
-        elif kind == "observation":
-            hot.observations.append((c["offset"][i], c["observed_at"][i]))
-    return hot
 
 
 def _row(kind: str, topic: str, partition: int, **kw) -> dict:
@@ -178,40 +172,38 @@ def _block(kind: str, topic: str, partition: int, row: str, n: int, **columns: l
                "row": [row] * n, **columns}
 
 
-def _aware_utc(v: datetime | None) -> datetime | None:
-    return v  # a column typed in UTC takes aware datetimes as they are
-
-
-def _hot_blocks(topic: str, partition: int, hot: PartitionHot,
-                as_time: Callable[[datetime | None], datetime | None] = _naive
+def _hot_blocks(topic: str, partition: int, hot: PartitionHot, utc: bool = False
                 ) -> list[_Block]:
     """One partition's state as ``audit_hot`` columns, a block per kind (``row = hot``);
-    its times through ``as_time`` (:func:`_aware_utc` for columns typed in UTC)."""
+    its times as they are for columns typed in UTC (``utc``), else naive UTC."""
+    def as_time(values) -> list:
+        return list(values) if utc else [_naive(v) for v in values]
+
     acks, reads, judged = hot.acks, hot.reads, hot.judged
     return [
         _block("ack", topic, partition, "hot", len(acks),
                producer_id=[a.producer_id for a in acks], run_id=[a.run_id for a in acks],
                seq=[a.seq for a in acks], count=[a.count for a in acks],
                offset=[a.offset for a in acks],
-               first_ack=[as_time(a.first_ack) for a in acks],
-               last_ack=[as_time(a.last_ack) for a in acks],
+               first_ack=as_time(a.first_ack for a in acks),
+               last_ack=as_time(a.last_ack for a in acks),
                error_name=[a.error for a in acks], acks=[a.acks for a in acks],
                horizon=[a.horizon for a in acks]),
         _block("read", topic, partition, "hot", len(reads),
                producer_id=[r.producer_id for r in reads], run_id=[r.run_id for r in reads],
                seq=[r.seq for r in reads], count=[r.count for r in reads],
                offset=[r.offset for r in reads],
-               read_time=[as_time(r.read_time) for r in reads],
+               read_time=as_time(r.read_time for r in reads),
                source=[r.source for r in reads], status=[r.status for r in reads],
                leader_epoch=[r.leader_epoch for r in reads]),
         _block("judged", topic, partition, "hot", len(judged),
                producer_id=[a.producer_id for a, _ in judged],
                run_id=[a.run_id for a, _ in judged], seq=[a.seq for a, _ in judged],
                count=[a.count for a, _ in judged], offset=[a.offset for a, _ in judged],
-               judged_at=[as_time(t) for _, t in judged]),
+               judged_at=as_time(t for _, t in judged)),
         _block("observation", topic, partition, "hot", len(hot.observations),
                offset=[f for f, _ in hot.observations],
-               observed_at=[as_time(t) for _, t in hot.observations]),
+               observed_at=as_time(t for _, t in hot.observations)),
     ]
 
 
@@ -230,8 +222,8 @@ def _table_of(blocks: list[_Block], schema: pa.Schema) -> pa.Table:
 def hot_table(topic: str, partition: int, hot: PartitionHot, schema: pa.Schema) -> pa.Table:
     """The ``audit_hot`` rows that hold one partition's state (tagged ``row = hot``), as a
     table of ``schema`` (:func:`step_arrow_schema`)."""
-    utc = schema.field("read_time").type.tz is not None
-    return _table_of(_hot_blocks(topic, partition, hot, _aware_utc if utc else _naive), schema)
+    return _table_of(_hot_blocks(topic, partition, hot,
+                                 utc=schema.field("read_time").type.tz is not None), schema)
 
 
 def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_ends,
@@ -241,7 +233,7 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
     topic, partition = key[0], int(key[1])
     res = step_partition(topic, hot, events.get((topic, partition), []), now, cfg,
                          log_ends.get((topic, partition)))
-    blocks = _hot_blocks(topic, partition, res.hot, _naive if tz is None else _aware_utc)
+    blocks = _hot_blocks(topic, partition, res.hot, utc=tz is not None)
     found = [_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
                   producer_id=f.producer_id, run_id=f.run_id, seq=f.seq, count=f.count,
                   offset=f.offset, ack_time=_naive(f.ack_time), subkind=f.subkind,
