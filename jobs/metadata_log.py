@@ -1,5 +1,6 @@
 """The KRaft metadata log as the cluster's timeline: every change in the controller's
-order, at the controller's time (milliseconds), where the auditor runs beside the nodes.
+order, at the controller's time (milliseconds; the records of one millisecond a
+microsecond apart, in the log's order), where the auditor runs beside the nodes.
 
 Kafka's controllers write every partition change, broker registration and fencing into
 ``__cluster_metadata``; each node keeps a copy in its ``metadata.log.dir``. A small Java
@@ -39,7 +40,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -99,21 +100,38 @@ class MetadataFold:
     topic_min_isr: dict[str, int] = field(default_factory=dict)
     #: each topic's durability settings of its own (CONFIG_RECORDs): name -> value
     configs: dict[str, dict[str, str | None]] = field(default_factory=dict)
-    created: dict[str, datetime | None] = field(default_factory=dict)  # name -> creation
+    created: dict[str, int] = field(default_factory=dict)  # name -> its creation's ms
+    _last_ms: int = -1  # the last timed record's own time (ms) and the one it was given (us)
+    _last_us: int = -1
 
     def apply(self, rec: dict) -> list[dict]:
         kind, data = rec.get("type"), rec.get("data") or {}
-        at = datetime.fromtimestamp(rec["time"] / 1000, UTC) if rec.get("time", -1) >= 0 \
-            else None
+        at = self._time(rec.get("time", -1))
         quiet = rec.get("snapshot") or at is None or (
             self.quiet_until is not None and at <= self.quiet_until)
         rows = self._apply(kind, data, at)
         return [] if quiet else rows
 
+    def _time(self, ms: int) -> datetime | None:
+        """A record's time, its order kept: the controller stamps a whole batch with one
+        millisecond (all of a restart's fencings and elections, say), so a record in the
+        same or a later millisecond than the one before it but not after its time gets
+        one microsecond more. Rules order events by time alone, and a tie there loses the
+        log's order (which leader change came first). A clock that went back (another
+        controller's) keeps its own time. Deterministic: a replay gives the same times."""
+        if ms < 0:
+            return None
+        us = ms * 1000
+        if ms >= self._last_ms and us <= self._last_us:
+            us = self._last_us + 1
+        self._last_ms, self._last_us = ms, us
+        return datetime.fromtimestamp(us // 1_000_000, UTC) + timedelta(
+            microseconds=us % 1_000_000)
+
     def _apply(self, kind, data: dict, at: datetime | None) -> list[dict]:
         if kind == "TOPIC_RECORD":
             self.topics[data["topicId"]] = data["name"]
-            self.created[data["name"]] = at
+            self.created[data["name"]] = self._last_ms
         elif kind == "REMOVE_TOPIC_RECORD":
             tid = data["topicId"]
             self.topics.pop(tid, None)
@@ -191,7 +209,7 @@ class MetadataFold:
         before = self.configs.setdefault(topic, {}).get(name)
         self.configs[topic][name] = value
         if before == value or topic.startswith(self.excluded) or (
-                before is None and at == self.created.get(topic)):
+                before is None and self._last_ms == self.created.get(topic)):
             return []  # unchanged, internal, or set with the topic (in its creation's batch)
         return [self._row(at, topic, -1, "topic_config_change",
                           detail={"name": name, "value": value, "previous": before})]

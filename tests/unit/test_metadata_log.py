@@ -2,7 +2,7 @@
 records shaped as Kafka's own serde prints them (``kafka_audit/MetadataTail.java``)."""
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from kafka_audit.jobs.metadata_log import SOURCE, MetadataFold, metadata_dirs
 
@@ -31,7 +31,8 @@ def test_a_topic_is_first_seen_at_its_creation_time():
     r = rows[0]
     assert (r["topic"], r["partition"], r["leader"], r["isr"], r["leader_epoch"]) == \
         ("orders", 0, 1, [1, 2, 3], 0)
-    assert r["event_time"] == datetime.fromtimestamp(T0 / 1000, UTC)
+    # the creation's millisecond (its records a microsecond apart, in order)
+    assert r["event_time"] - datetime.fromtimestamp(T0 / 1000, UTC) < timedelta(milliseconds=1)
     assert r["source"] == SOURCE
 
 
@@ -122,3 +123,29 @@ def test_a_durability_setting_changed_after_creation_is_a_timed_event():
         fold.topic_min_isr
     other = {**setting, "name": "segment.bytes"}  # not a durability setting: no row
     assert fold.apply(rec("CONFIG_RECORD", 80, **other, value="1024")) == []
+
+
+def test_records_of_one_millisecond_keep_the_logs_order():
+    """A restart's fencings and elections come in one batch, stamped with one millisecond:
+    each record gets a microsecond more than the one before, so ordering by time keeps
+    the log's order (which leader change came first); a clock that went back keeps its
+    own time, and a replay gives the same times."""
+    def times(fold: MetadataFold) -> list:
+        rows = created(fold)
+        for ms, isr, leader in ((10, [1, 2], -2), (10, [2], 2), (10, [2], -1),
+                                (10, [2], 2), (11, [1, 2], -2), (5, [1, 2, 3], -2)):
+            change = {"isr": isr} | ({"leader": leader} if leader != -2 else {})
+            rows += fold.apply(rec("PARTITION_CHANGE_RECORD", ms, partitionId=0,
+                                   topicId="T1", **change))
+        return [(r["kind"], r["event_time"]) for r in rows]
+
+    got = times(MetadataFold())
+    base = datetime.fromtimestamp(T0 / 1000, UTC)
+    us = [round((t - base).total_seconds() * 1_000_000) for _, t in got]
+    assert [k for k, _ in got][:4] == ["first_seen", "isr_shrink", "leader_change",
+                                       "isr_shrink"]
+    # one record's rows share its time; the next record in the same ms is a us later
+    assert us[1] == 10_000 and us[2] == us[3] == 10_001
+    assert sorted(us[1:-1]) == us[1:-1] and us[-2] == 11_000  # a later ms: its own time
+    assert us[-1] == 5_000  # the clock went back: kept
+    assert times(MetadataFold()) == got

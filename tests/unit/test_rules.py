@@ -333,6 +333,28 @@ def test_a_power_cut_is_told_from_a_lost_disk_by_who_went_down():
         [*shape, *everyone, blind(1, 2)]
 
 
+def test_a_power_cut_whose_leader_moved_before_every_copy_went():
+    """The metadata log of a real power cut (CI, 2026-11-26), in the log's order, one
+    batch at restart: broker 3 fenced (ISR 1,2), broker 1 fenced (the lead moves to 2,
+    which had the write), broker 2 fenced (offline), and 2 back leading without it.
+    Every in-sync copy went: a simultaneous crash, though the ISR was 2 alone when it
+    came back (its records a microsecond apart, as the fold stamps one millisecond's)."""
+    lost = ack(0, 0, acks="all", t=0)
+    replicas = (1, 2, 3)
+    us = 0.000_001
+    timeline = [
+        ClusterEvent(at(5), "t", 0, "isr_shrink", 1, 1, (1, 2), (1, 2, 3), replicas),
+        fenced(5, 3),
+        ClusterEvent(at(5 + us), "t", 0, "leader_change", 2, 1, (2,), (1, 2), replicas),
+        ClusterEvent(at(5 + us), "t", 0, "isr_shrink", 2, 1, (2,), (1, 2), replicas),
+        fenced(5 + us, 1),
+        ClusterEvent(at(5 + 3 * us), "t", 0, "offline", -1, 2, (2,), (2,), replicas),
+        fenced(5 + 3 * us, 2),
+        ClusterEvent(at(6), "t", 0, "leader_change", 2, -1, (2,), (2,), replicas),
+    ]
+    assert likely_cause(lost, timeline, at(100)) == "simultaneous crash"
+
+
 def blind(start: float, until: float | None) -> ClusterEvent:
     return ClusterEvent(at(start), "", -1, "watcher_blind", until=None if until is None
                         else at(until))
