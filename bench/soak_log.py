@@ -28,7 +28,7 @@ import argparse
 import re
 import statistics
 from collections import defaultdict
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -114,10 +114,13 @@ def kills(warehouse: Path, held: dict, printed: str) -> None:
     lost = [f for f in findings if f["kind"] in ("lost", "lost_after_seen")
             and f["partition"] == 0]
     day = (events[0]["event_time"] if events else None)
-    times = [(day.replace(hour=int(h), minute=int(m), second=int(sec), microsecond=0),
-              int(node))
-             for h, m, sec, node in re.findall(r"^\[(\d\d):(\d\d):(\d\d)\] SIGKILL node (\d+)",
-                                               printed, re.M)] if day else []
+    times: list[tuple[datetime, int]] = []
+    for h, m, sec, node in re.findall(r"^\[(\d\d):(\d\d):(\d\d)\] SIGKILL node (\d+)",
+                                      printed, re.M) if day else []:
+        at = day.replace(hour=int(h), minute=int(m), second=int(sec), microsecond=0)
+        while at < (times[-1][0] if times else day - timedelta(hours=12)):  # past midnight
+            at += timedelta(days=1)
+        times.append((at, int(node)))
     for i, (at, node) in enumerate(times):
         until = times[i + 1][0] if i + 1 < len(times) else at + timedelta(days=1)
         mine = [f for f in lost if at <= f["detected_at"] < until]

@@ -134,7 +134,6 @@ def _scenario(args) -> int:
         return EXIT_OK
     from kafka_audit.deploy.cluster import LocalCluster
     from kafka_audit.jobs.spark import get_spark
-    from kafka_audit.scenarios.runner import run_scenario
 
     names = list(SCENARIOS) if args.name == ["all"] else args.name
     if not names:
@@ -148,20 +147,16 @@ def _scenario(args) -> int:
         update={"settle_seconds": args.settle})})
     cluster = LocalCluster(s)
     cluster.up(print)
-    spark = get_spark(s, "kafka-audit-scenario")
     rows = []
-    for name in names:
-        for seed in range(args.seed, args.seed + args.seeds):
-            try:
-                report = run_scenario(name, s, cluster, spark, seed=seed, seconds=args.seconds)
-            except Exception as exc:  # noqa: BLE001 - one run's failure is its row, the rest run
-                log.exception("scenario %s seed %d failed", name, seed)
-                rows.append((name, seed, "-", "-", "-", "-", f"FAILED: {exc}".splitlines()[0]))
-                continue
-            print(report.text())
-            rows.append((name, seed, len(report.truth_lost), len(report.found_lost),
-                         ", ".join(sorted(report.causes)) or "-",
-                         len(report.faults), "MATCH" if report.ok else "MISMATCH"))
+    try:
+        spark = get_spark(s, "kafka-audit-scenario")
+        for name in names:
+            for seed in range(args.seed, args.seed + args.seeds):
+                rows.append(_scenario_row(name, seed, s, cluster, spark, args.seconds))
+    finally:
+        if not args.keep_running:  # three brokers left behind would go on eating the CPU
+            cluster.down()
+            print("cluster stopped (--keep-running leaves it up)")
     if len(rows) > 1:
         print(f"\n{'scenario':<26}{'seed':>5}{'lost (read)':>13}{'lost (REST)':>13}  "
               f"{'faults':>6}  verdict  causes")
@@ -169,6 +164,21 @@ def _scenario(args) -> int:
             print(f"{name:<26}{seed:>5}{truth!s:>13}{found!s:>13}  {faults!s:>6}  "
                   f"{verdict}  {causes}")
     return EXIT_OK if all(r[-1] == "MATCH" for r in rows) else EXIT_MISMATCH
+
+
+def _scenario_row(name: str, seed: int, s, cluster, spark, seconds: float) -> tuple:
+    """One scenario run, printed; its row of the closing table (a failure is its row)."""
+    from kafka_audit.scenarios.runner import run_scenario
+
+    try:
+        report = run_scenario(name, s, cluster, spark, seed=seed, seconds=seconds)
+    except Exception as exc:  # noqa: BLE001 - one run's failure is its row, the rest run
+        log.exception("scenario %s seed %d failed", name, seed)
+        return (name, seed, "-", "-", "-", "-", f"FAILED: {exc}".splitlines()[0])
+    print(report.text())
+    return (name, seed, len(report.truth_lost), len(report.found_lost),
+            ", ".join(sorted(report.causes)) or "-", len(report.faults),
+            "MATCH" if report.ok else "MISMATCH")
 
 
 def _serve(args) -> int:
@@ -332,6 +342,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--seconds", type=float, default=20, help="seconds of traffic")
     s.add_argument("--settle", type=float, default=5,
                    help="audit.settle_seconds for the run (default 5)")
+    s.add_argument("--keep-running", action="store_true", help="leave the cluster up afterwards")
     s.set_defaults(fn=_scenario)
 
     s = sub.add_parser("serve", help="REST API (uvicorn)")
