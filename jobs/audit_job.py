@@ -34,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from datetime import UTC, datetime
 
 from kafka_audit.jobs.audit_pass import AuditSummary, Warm, run_audit_pass
 from kafka_audit.jobs.lookups import ClusterLookups
@@ -82,22 +83,42 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
             report(summary)
             if once:
                 return
-            _wait(settings, stop, wake)
+            _wait(settings, stop, wake, _due(summary), sum(summary.seconds.values()))
     finally:
         if upkeep is not None:
             upkeep.close()
         lookups.close_reader()
 
 
-def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | None) -> None:
+def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | None,
+          due: float | None = None, pass_seconds: float = 0.0) -> None:
     """Until the next pass: ``audit.interval_seconds``, or less once ``wake`` is set (but
-    at least ``steady.min_pass_gap_seconds``), or until ``stop``."""
+    at least ``steady.min_pass_gap_seconds``), or until ``stop``.
+
+    ``due`` (``time.monotonic()``): when the writes that look lost now will have settled
+    (:attr:`AuditSummary.suspects_settle`). A pass starts then at the latest; and one that
+    would start less than ``pass_seconds`` (the last pass's length) before it waits for it
+    instead, since begun sooner it would still be running then and leave them to the pass
+    after."""
+    start = time.monotonic()
+    end = start + settings.audit.interval_seconds
+    if due is not None and due - end < pass_seconds:
+        end = max(due, start)  # the interval ends too close to it: wait for it
+    gap = min(settings.steady.min_pass_gap_seconds, settings.audit.interval_seconds)
     if wake is None:
-        stop.wait(settings.audit.interval_seconds)
+        stop.wait(end - start)
         return
-    end = time.monotonic() + settings.audit.interval_seconds
-    if stop.wait(min(settings.steady.min_pass_gap_seconds, settings.audit.interval_seconds)):
+    if stop.wait(min(gap, end - start)):
         return
     while not stop.is_set() and (left := end - time.monotonic()) > 0:
         if wake.wait(min(left, 0.25)):
+            if due is not None and 0 < due - time.monotonic() < pass_seconds:
+                stop.wait(due - time.monotonic())  # woken too close to it: wait for it
             return
+
+
+def _due(summary: AuditSummary) -> float | None:
+    """:attr:`AuditSummary.suspects_settle` on the ``time.monotonic()`` clock."""
+    if summary.suspects_settle is None:
+        return None
+    return time.monotonic() + (summary.suspects_settle - datetime.now(UTC)).total_seconds()

@@ -98,6 +98,9 @@ class AuditSummary:
     partitions: int
     quality_failures: int
     seconds: dict[str, float] = field(default_factory=dict)  # wall time per phase
+    #: when the writes that look lost now will all have settled, the earliest over the
+    #: partitions (None: none look lost): a pass started then judges them at once
+    suspects_settle: datetime | None = None
 
     def line(self) -> str:
         kinds = ", ".join(f"{n} {k}" for k, n in sorted(self.findings.items())) or "no verdicts"
@@ -399,7 +402,8 @@ class _Judged:
 def _status_of(r, aware) -> dict:
     return {"frontier": int(r["frontier"]), "settled_frontier": int(r["settled_frontier"]),
             "pending": int(r["pending"]), "unseen": int(r["unseen"]),
-            "oldest_unseen": aware(r["oldest_unseen"])}
+            "oldest_unseen": aware(r["oldest_unseen"]),
+            "suspects_settle": aware(r["suspects_settle"])}
 
 
 def _judge_and_commit(spark, settings: Settings, now: datetime, lookups: ClusterLookups,
@@ -460,13 +464,15 @@ def _commit(judge: _Backend, settings: Settings, now: datetime, lookups: Cluster
     judge.write_findings(judge.first, settings, paths["findings"], pass_id,
                          now + timedelta(seconds=clock.elapsed), judged.rows.get("finding", 0))
     clock.mark("findings")
-    # the suspects, re-read now and judged again at once (the rest: next pass)
+    # the suspects, re-read now and judged again at once (the rest: next pass), at the
+    # time of the re-read: what settled since the pass began is judged too (writes that
+    # looked lost when it began, re-read for that, have their fresh view)
     answers = lookups.reread(requests)
     clock.mark("reread")
     if answers:
         first = judged.rows.get("finding", 0)
-        second = judge.again(answers, warm.events.refresh(settings), now, cfg, log_ends,
-                             judged)
+        second = judge.again(answers, warm.events.refresh(settings),
+                             now + timedelta(seconds=clock.elapsed), cfg, log_ends, judged)
         judge.write_findings(second, settings, paths["findings"], pass_id,
                              now + timedelta(seconds=clock.elapsed),
                              judged.rows.get("finding", 0) - first)
@@ -486,13 +492,16 @@ def _commit(judge: _Backend, settings: Settings, now: datetime, lookups: Cluster
     clock.mark("commit")
     # 4. per-partition status for the API (a few rows: delta-rs, idempotent by pass id)
     append_once(paths["partition_state"], "partition_state", [
-        {"topic": topic, "partition": partition, "observed_at": now, "pass_id": pass_id, **st}
+        {"topic": topic, "partition": partition, "observed_at": now, "pass_id": pass_id,
+         **{k: v for k, v in st.items() if k != "suspects_settle"}}
         for (topic, partition), st in judged.status.items()], STATE_APP, pass_id)
     clock.mark("status")
     return AuditSummary(now, pass_id, judged.counts,
                         sum(st["pending"] for st in judged.status.values()),
                         sum(st["unseen"] for st in judged.status.values()), len(requests),
-                        len(judged.status), 0, clock.seconds)
+                        len(judged.status), 0, clock.seconds,
+                        min((st["suspects_settle"] for st in judged.status.values()
+                             if st["suspects_settle"] is not None), default=None))
 
 
 def _aware_utc(v):

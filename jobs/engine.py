@@ -56,6 +56,9 @@ class StepResult:
     pending: int
     unseen: int
     oldest_unseen: datetime | None
+    #: when the writes that look lost now (another record read at their offsets) will all
+    #: have settled, if later than ``now``: the loop starts a pass then (None: none)
+    suspects_settle: datetime | None = None
 
 
 def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent],
@@ -94,7 +97,17 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
                 if t >= now - timedelta(seconds=cfg.read_retention_seconds)],
         observations=sorted(set(kept_obs), key=lambda o: o[1]),
     )
-    return StepResult(kept, j.findings, j.rereads, clock, j.pending, j.unseen, j.oldest_unseen)
+    return StepResult(kept, j.findings, j.rereads, clock, j.pending, j.unseen, j.oldest_unseen,
+                      _settles(observations, j.suspect_end, now, cfg.settle_seconds))
+
+
+def _settles(observations: list[tuple[int, datetime]], end: int | None, now: datetime,
+             settle_seconds: float) -> datetime | None:
+    """When the frontier first observed at or past ``end`` will be a settle period old
+    (None: no ``end``, none observed yet, or already so)."""
+    seen = min((t for f, t in observations if end is not None and f >= end), default=None)
+    at = None if seen is None else seen + timedelta(seconds=settle_seconds)
+    return at if at is not None and at > now else None
 
 
 class InMemoryAuditor:

@@ -42,6 +42,7 @@ STEP_COLUMNS = {
     "pending": "bigint",         # status: writes not yet judged
     "unseen": "bigint",          # status: pending writes unread too long
     "oldest_unseen": "timestamp",  # status: ack time of the oldest unseen write
+    "suspects_settle": "timestamp",  # status: when what looks lost now will have settled
 }
 
 
@@ -244,7 +245,8 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
     found.append(_row("status", topic, partition, row="status",
                       frontier=res.clock.stream_frontier,
                       settled_frontier=res.clock.settled_frontier, pending=res.pending,
-                      unseen=res.unseen, oldest_unseen=_naive(res.oldest_unseen)))
+                      unseen=res.unseen, oldest_unseen=_naive(res.oldest_unseen),
+                      suspects_settle=_naive(res.suspects_settle)))
     schema = step_arrow_schema(tz)
     blocks.append((len(found), {f.name: [r.get(f.name) for r in found] for f in schema}))
     return _table_of(blocks, schema)

@@ -115,6 +115,10 @@ NO_OFFSET = "NO_OFFSET"
 #: why a copy of a write is read again: it was read before a leader change that may have
 #: truncated it, so it may sit nowhere now
 COPY_CHANGED = "copy read before a leader change"
+#: why a write not yet settled is read again: the consume job read another record at its
+#: offset, so it looks lost. Its re-read view is then in place when it settles, and the
+#: pass that judges it decides at once (no second read, no second judgement)
+SUSPECT = "another record read at its offset before it settled"
 
 
 def partition_events(events: Iterable[ClusterEvent], key: tuple[str, int]
@@ -405,6 +409,8 @@ class Judgement:
     pending: int = 0
     unseen: int = 0
     oldest_unseen: datetime | None = None
+    #: one past the highest unsettled offset where another record was read (None: none)
+    suspect_end: int | None = None
 
 
 def _cuts(start: int, stop: int, points: Iterable[int]) -> list[int]:
@@ -564,6 +570,7 @@ def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
         _judge_failed_run(a, at_offsets, by_seq.get((a.producer_id, a.run_id), none), clock,
                           out)
     _decide_confirmed(confirmed, judged, out)
+    _suspects(out, at_offsets, clock)
     for a in out.acks:
         out.pending += a.count
         if a.placed:
@@ -574,6 +581,28 @@ def judge_partition(acks: Sequence[AckRun], reads: Sequence[ReadRun],
                     out.oldest_unseen = a.first_ack
     out.rereads = coalesce_rereads(out.rereads)
     return out
+
+
+def _suspects(out: Judgement, at_offsets: _Intervals, clock: Clock) -> None:
+    """The pending writes past the settled frontier where the consume job read another
+    record (a foreign one, or another write's stamp): ``out.suspect_end``, and a re-read
+    of each (:data:`SUSPECT`) unless one was made after that read. Only the request is
+    early: a write is still judged once settled, on the views it has then."""
+    for a in out.acks:
+        if not a.placed or a.end <= clock.settled_frontier:
+            continue
+        lo = max(a.offset, clock.settled_frontier)  # type: ignore[type-var]
+        shift = a.seq - a.offset  # type: ignore[operator]
+        for r in at_offsets.overlapping(lo, a.end):
+            s, e = max(lo, r.offset), min(a.end, r.end)
+            if r.source != "stream" or r.status != "record" or s >= e or (
+                    r.stamped and (r.producer_id, r.run_id) == (a.producer_id, a.run_id)
+                    and r.seq - r.offset == shift):  # type: ignore[operator]
+                continue
+            out.suspect_end = max(out.suspect_end or e, e)
+            if not any(q.source == "reread" and q.read_time >= r.read_time
+                       for q in at_offsets.overlapping(s, e)):
+                out.rereads.append(Reread(a.topic, a.partition, s, e, SUSPECT))
 
 
 @dataclass(frozen=True)

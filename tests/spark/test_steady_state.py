@@ -4,7 +4,8 @@ or missed.
 
 * A pass that suspects a loss re-reads the range and reports the loss itself, exactly
   as two in-memory passes at the same instant would; the next pass neither judges it
-  again nor takes the re-read in twice.
+  again nor takes the re-read in twice. One seen before it settles is re-read then and
+  decided by the pass at its settling, without a second read.
 * Random histories (as in ``test_spark_engine.py``) audited pass by pass while every
   table is compacted (OPTIMIZE) and vacuumed between the appends and between the
   passes, the events read incrementally by one warm state, one pass dying before its
@@ -62,24 +63,33 @@ def key(f):
     return (f.kind, f.subkind, f.offset, f.count, f.seq, f.cause)
 
 
+def _tables(settings: Settings, acks=(), reads=(), events=()) -> None:
+    if acks:
+        append_rows(settings.table_path("acks"), "acks", [ack_row(a) for a in acks])
+    if reads:
+        append_rows(settings.table_path("consumed"), "consumed",
+                    [consumed_row(r, 0) for r in reads])
+    if events:
+        append_rows(settings.table_path("cluster_events"), "cluster_events",
+                    [event_row(e) for e in events])
+
+
 def test_a_suspect_is_reread_and_judged_in_the_pass_that_finds_it(spark, tmp_path):
     settings = Settings(home=tmp_path, audit={**AUDIT, "settle_seconds": 5})
     acks = [ack(0, 0, count=2, acks="1")]
-    reads = [read(0, 0), read(1, 7, producer="q")]
     events = [leader_change(0.5)]
-    append_rows(settings.table_path("acks"), "acks", [ack_row(a) for a in acks])
-    append_rows(settings.table_path("consumed"), "consumed", [consumed_row(r, 0) for r in reads])
-    append_rows(settings.table_path("cluster_events"), "cluster_events",
-                [event_row(e) for e in events])
+    _tables(settings, acks, [read(0, 0)], events)
     lookups = Log({1: ("q", 7)}, at(11))
     assert run_audit_pass(spark, settings, at(2), lookups).findings == {}  # sees the frontier
+    # another record at offset 1, read at 1 but committed only now: settled, it is a suspect
+    _tables(settings, reads=[read(1, 7, producer="q")])
     first = run_audit_pass(spark, settings, at(11), lookups)
     found = findings_as_model(read_table(settings.table_path("findings"), "findings")
                               .to_pylist())
     # the in-memory engine: a pass at 11, then one at the same instant with the re-read
     mem = InMemoryAuditor(AuditConfig(**{**AUDIT, "settle_seconds": 5}))
-    mem.run_pass(at(2), acks, reads, events)
-    mem.run_pass(at(11), [], [], [])
+    mem.run_pass(at(2), acks, [read(0, 0)], events)
+    mem.run_pass(at(11), [], [read(1, 7, producer="q")], [])
     mem.run_pass(at(11), [], [read(1, 7, producer="q", t=11.5, source="reread")], [])
     assert sorted(map(key, found)) == sorted(map(key, mem.findings))
     assert sorted((f.kind, f.offset) for f in found) == [("confirmed", 0), ("lost", 1)]
@@ -96,6 +106,30 @@ def test_a_suspect_is_reread_and_judged_in_the_pass_that_finds_it(spark, tmp_pat
     hot = read_table(settings.table_path("audit_hot"), "audit_hot").to_pylist()
     assert [r["offset"] for r in hot if r["pass_id"] == progress.generation
             and r["kind"] == "read" and r["source"] == "reread"] == [1]
+
+
+def test_a_write_that_looks_lost_before_it_settles_is_read_then_and_judged_at_once(
+        spark, tmp_path):
+    """The consume job read another record at an acknowledged offset that has not settled
+    (an acks=1 fail-over): the pass re-reads it at once and says when it settles; the pass
+    then decides it in its first judgement, on the view read early, with no second read."""
+    settings = Settings(home=tmp_path, audit={**AUDIT, "settle_seconds": 5})
+    acks = [ack(0, 0, count=2, acks="1")]
+    reads = [read(0, 0), read(1, 7, producer="q", t=1.5)]
+    _tables(settings, acks, reads, [leader_change(0.5)])
+    lookups = Log({1: ("q", 7)}, at(2))
+    early = run_audit_pass(spark, settings, at(2), lookups)
+    assert early.findings == {} and early.suspects_settle == at(6.5)
+    assert [[(q.offset, q.end) for q in asked] for asked in lookups.asked] == [[(1, 2)]]
+    lookups.now = at(7)
+    assert run_audit_pass(spark, settings, at(4), lookups).suspects_settle == at(6.5)
+    settled = run_audit_pass(spark, settings, at(7), lookups)
+    assert settled.findings == {"confirmed": 1, "lost": 1} and settled.rereads == 0
+    assert len(lookups.asked) == 1 and settled.suspects_settle is None
+    rows = read_table(settings.table_path("findings"), "findings").to_pylist()
+    assert sorted((f.kind, f.offset, f.subkind) for f in findings_as_model(rows)) == [
+        ("confirmed", 0, None), ("lost", 1, "overwritten")]
+    assert {r["pass_id"] for r in rows} == {3}
 
 
 def _upkeep(settings: Settings) -> dict:

@@ -6,7 +6,7 @@ from hypothesis import strategies as st
 
 from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
 from kafka_audit.jobs.model import ClusterEvent
-from kafka_audit.jobs.rules import _Cover, likely_cause, partition_events, settled_frontier
+from kafka_audit.jobs.rules import SUSPECT, _Cover, likely_cause, partition_events, settled_frontier
 
 from ..support.histories import ack, at, leader_change, read
 
@@ -67,12 +67,36 @@ def test_overwritten_needs_a_reread_then_is_lost():
                [leader_change(0.5)]),
               (11, [], [], []))
     assert table(a.findings) == [("confirmed", None, 0, 0, 1)]
-    assert [(r.offset, r.end) for r in a.rereads] == [(1, 2)]
+    # asked for while it settles (another record read at its offset), and again once
+    # settled: the re-read the first asked for never came
+    assert [(r.offset, r.end, r.reason) for r in a.rereads] == [
+        (1, 2, SUSPECT), (1, 2, "loss needs a direct re-read")]
     a.run_pass(at(12), [], [read(1, 7, producer="q", t=12, source="reread")], [])
     lost = [f for f in a.findings if f.kind == "lost"]
     assert table(lost) == [("lost", "overwritten", 1, 1, 1)]
     assert lost[0].cause == "acks=1 fail-over"
     assert lost[0].evidence["seen"][-1][3] == ["q", "r", 7]
+
+
+def test_a_write_that_looks_lost_is_read_again_before_it_settles_and_judged_when_it_does():
+    """The consume job read another record at an acked offset (an acks=1 fail-over): the
+    pass asks for a re-read at once and says when the write settles (that read plus the
+    settle period); once re-read it asks no more, and the pass at that instant decides on
+    the view it has, with no second read."""
+    a = audit((2, [ack(0, 0, count=2, acks="1")],
+               [read(0, 0, t=1), read(1, 7, producer="q", t=1.5)], [leader_change(0.5)]))
+    assert [(r.offset, r.end, r.reason) for r in a.rereads] == [(1, 2, SUSPECT)]
+    assert a.status[("t", 0)].suspects_settle == at(11.5) and a.findings == []
+    a.run_pass(at(3), [], [read(1, 7, producer="q", t=2.5, source="reread")], [])
+    assert len(a.rereads) == 1 and a.status[("t", 0)].suspects_settle == at(11.5)
+    a.run_pass(at(11.5), [], [], [])
+    assert table(a.findings) == [("confirmed", None, 0, 0, 1), ("lost", "overwritten", 1, 1, 1)]
+    assert len(a.rereads) == 1 and a.status[("t", 0)].suspects_settle is None
+    # the stream read the write itself, or a copy of another run: nothing looks lost
+    b = audit((2, [ack(0, 0, count=2)], [read(0, 0, count=2, t=1)], []))
+    c = audit((2, [ack(0, 0, count=2)], [read(0, 0, count=2, t=1, run="r2")], []))
+    assert b.rereads == [] and b.status[("t", 0)].suspects_settle is None
+    assert [(r.offset, r.end) for r in c.rereads] == [(0, 2)]
 
 
 def test_consumer_miss_is_not_a_loss():
@@ -454,7 +478,8 @@ def test_acks_of_truncated_writes_witness_no_reorder():
     new = ack(5, 20, count=3, t=2)
     a = audit((3, [old, new], [read(5, 20, count=3, t=3)], [leader_change(1)]),
               (14, [], [], []))
-    assert [(r.offset, r.end) for r in a.rereads] == [(5, 8)]  # the losses need a re-read
+    # the losses need a re-read (asked for while they settle, and again once settled)
+    assert [(r.offset, r.end) for r in a.rereads] == [(5, 8), (5, 8)]
     a.run_pass(at(15), [], [read(5, 20, count=3, t=15, source="reread")], [])
     assert table(a.findings) == [("confirmed", None, 5, 20, 2), ("confirmed", None, 7, 22, 1),
                                  ("lost", "overwritten", 5, 10, 3)]

@@ -1,0 +1,53 @@
+"""When the audit loop starts its next pass (``jobs/audit_job._wait``): on a commit, at the
+interval's end, and at the instant the writes that look lost settle. Timing is checked
+as bounds on the monotonic clock (the wait may run late on a loaded machine, never early)."""
+
+import threading
+import time
+
+from kafka_audit.jobs.audit_job import _wait
+from kafka_audit.settings import Settings
+
+
+def waited(tmp_path, interval: float, due_in: float | None = None, pass_seconds: float = 0.0,
+           wake_after: float | None = None) -> float:
+    settings = Settings(home=tmp_path, audit={"interval_seconds": interval},
+                        steady={"min_pass_gap_seconds": 0.05})
+    stop, wake = threading.Event(), threading.Event()
+    if wake_after is not None:
+        threading.Timer(wake_after, wake.set).start()
+    t0 = time.monotonic()
+    _wait(settings, stop, wake, None if due_in is None else t0 + due_in, pass_seconds)
+    return time.monotonic() - t0
+
+
+def test_a_commit_starts_the_next_pass_early(tmp_path):
+    assert waited(tmp_path, interval=30, wake_after=0.1) < 10
+
+
+def test_a_pass_starts_when_what_looks_lost_settles_without_a_commit(tmp_path):
+    took = waited(tmp_path, interval=30, due_in=0.6)
+    assert 0.6 <= took < 10
+
+
+def test_a_commit_just_before_the_suspects_settle_waits_for_them(tmp_path):
+    # woken 0.1 s in, 0.5 s before they settle, after passes of 2 s: begun then, the pass
+    # would still run when they settle and leave them to the next one
+    assert waited(tmp_path, interval=30, due_in=0.6, pass_seconds=2, wake_after=0.1) >= 0.6
+    # passes shorter than the time left: the woken pass goes first
+    assert waited(tmp_path, interval=30, due_in=20, pass_seconds=2, wake_after=0.1) < 10
+
+
+def test_an_interval_ending_just_before_the_suspects_settle_waits_for_them(tmp_path):
+    assert waited(tmp_path, interval=0.2, due_in=0.8, pass_seconds=2) >= 0.8
+    assert waited(tmp_path, interval=0.2, due_in=20, pass_seconds=2) < 10
+
+
+def test_settled_already_starts_at_once_and_stop_ends_the_wait(tmp_path):
+    assert waited(tmp_path, interval=30, due_in=-5) < 10
+    settings = Settings(home=tmp_path)
+    stop = threading.Event()
+    stop.set()
+    t0 = time.monotonic()
+    _wait(settings, stop, threading.Event(), t0 + 60, 100)
+    assert time.monotonic() - t0 < 10
