@@ -1,0 +1,72 @@
+"""Where each kill's loss latency went, from a ``bench/latency.py`` home.
+
+    .venv/bin/python bench/latency_log.py var/latency-s10-<id>
+
+Per kill (``latency.json``), in seconds after it: the partition's new leader (the first
+``leader_change`` in ``cluster_events``), the first stream read past its lost writes
+(``consumed``: the read that carries the frontier beyond them), when they settled (that
+read plus ``audit.settle_seconds``), when the last of them was written as a finding
+(``detected_at``) and answered over REST (the bench's own poll); then the phases of the
+pass that wrote them (its line in ``run.log``). A kill's lost writes are the loss
+findings acknowledged from 15 s before it to 1 s after it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from kafka_audit.store import read_table
+
+LOSSES = ("lost", "lost_after_seen")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("home", type=Path, help="a bench/latency.py home (var/latency-s10-...)")
+    home = ap.parse_args().home
+    result = json.loads((home / "latency.json").read_text())
+    warehouse = home / "warehouse"
+    events = read_table(str(warehouse / "cluster_events"), "cluster_events").filter(
+        pc.equal(pc.field("kind"), "leader_change")).sort_by("event_time").to_pylist()
+    findings = [f for f in read_table(str(warehouse / "findings"), "findings").to_pylist()
+                if f["kind"] in LOSSES]
+    stream = read_table(str(warehouse / "consumed"), "consumed",
+                        ["partition", "offset", "count", "read_time", "source"])
+    stream = stream.filter(pc.equal(stream["source"], "stream")).to_pylist()
+    passes = {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(
+        r"audit pass (\d+) at (\S+): .*?(\[[^\]]*\])", (home / "run.log").read_text(), re.M)}
+    settle = timedelta(seconds=result["settle"])
+    for kill in result["kills"]:
+        at = datetime.fromtimestamp(kill["killed_at"], UTC)
+        mine = [f for f in findings
+                if at - timedelta(seconds=15) <= f["ack_time"] <= at + timedelta(seconds=1)]
+        if not mine:
+            print(f"kill {at:%H:%M:%S}: no loss found")
+            continue
+        p = mine[0]["partition"]
+        end = max(f["offset"] + f["count"] for f in mine)
+        elected = next((e["event_time"] for e in events
+                        if e["event_time"] > at and e["partition"] == p), None)
+        read = min((r["read_time"] for r in stream if r["partition"] == p
+                    and r["read_time"] > at and r["offset"] + r["count"] > end), default=None)
+        found = max(mine, key=lambda f: f["detected_at"])
+        when, phases = passes.get(found["pass_id"], ("?", ""))
+        print(f"kill {at:%H:%M:%S} p{p}: elected {_after(at, elected)}, read past "
+              f"{_after(at, read)}, settled {_after(at, read + settle if read else None)}, "
+              f"detected {_after(at, found['detected_at'])}, answered "
+              f"+{kill['answered_after']}; "
+              f"pass {found['pass_id']} began {when} {phases}")
+
+
+def _after(at: datetime, t: datetime | None) -> str:
+    return f"+{(t - at).total_seconds():.1f}" if t is not None else "-"
+
+
+if __name__ == "__main__":
+    main()
