@@ -45,6 +45,8 @@ def test_the_audit_loop_survives_failed_passes(tmp_path, monkeypatch, caplog):
         unseen: int = 0
         at: datetime = datetime(2026, 1, 1)
         quality_failures: int = 0
+        seconds: dict = dataclasses.field(default_factory=dict)
+        suspects_settle: datetime | None = None
 
     def run_pass(spark, s, lookups=None, **_):
         calls.append(1)
