@@ -21,9 +21,8 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
+from kafka_audit.schemas.verdicts import LOSSES
 from kafka_audit.store import read_table
-
-LOSSES = ("lost", "lost_after_seen")
 
 
 def main() -> None:

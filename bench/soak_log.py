@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
+from kafka_audit.schemas.verdicts import LOSSES
 from kafka_audit.store import read_table
 
 PASS = re.compile(r"^(\d\d):(\d\d):(\d\d) .*audit pass \d+ at [0-9:]+: .*?(\d+) confirmed; "
@@ -111,7 +112,7 @@ def kills(warehouse: Path, held: dict, printed: str) -> None:
         "event_time").to_pylist()
     findings = held["findings"].to_pylist()
     consumed = held["consumed"].filter(pc.equal(held["consumed"]["partition"], 0)).to_pylist()
-    lost = [f for f in findings if f["kind"] in ("lost", "lost_after_seen")
+    lost = [f for f in findings if f["kind"] in LOSSES
             and f["partition"] == 0]
     day = (events[0]["event_time"] if events else None)
     times: list[tuple[datetime, int]] = []

@@ -112,8 +112,8 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
         return
     while not stop.is_set() and (left := end - time.monotonic()) > 0:
         if wake.wait(min(left, 0.25)):
-            if due is not None and 0 < due - time.monotonic() < pass_seconds:
-                stop.wait(due - time.monotonic())  # woken too close to it: wait for it
+            if due is not None and 0 < (until_due := due - time.monotonic()) < pass_seconds:
+                stop.wait(until_due)  # woken too close to it: wait for it
             return
 
 

@@ -105,7 +105,9 @@ def _settles(observations: list[tuple[int, datetime]], end: int | None, now: dat
              settle_seconds: float) -> datetime | None:
     """When the frontier first observed at or past ``end`` will be a settle period old
     (None: no ``end``, none observed yet, or already so)."""
-    seen = min((t for f, t in observations if end is not None and f >= end), default=None)
+    if end is None:
+        return None
+    seen = min((t for f, t in observations if f >= end), default=None)
     at = None if seen is None else seen + timedelta(seconds=settle_seconds)
     return at if at is not None and at > now else None
 

@@ -40,7 +40,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -125,8 +125,7 @@ class MetadataFold:
         if ms >= self._last_ms and us <= self._last_us:
             us = self._last_us + 1
         self._last_ms, self._last_us = ms, us
-        return datetime.fromtimestamp(us // 1_000_000, UTC) + timedelta(
-            microseconds=us % 1_000_000)
+        return datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000)
 
     def _apply(self, kind, data: dict, at: datetime | None) -> list[dict]:
         if kind == "TOPIC_RECORD":

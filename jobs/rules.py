@@ -595,10 +595,10 @@ def _suspects(out: Judgement, at_offsets: _Intervals, clock: Clock) -> None:
         shift = a.seq - a.offset  # type: ignore[operator]
         for r in at_offsets.overlapping(lo, a.end):
             s, e = max(lo, r.offset), min(a.end, r.end)
-            if r.source != "stream" or r.status != "record" or s >= e or (
-                    r.stamped and (r.producer_id, r.run_id) == (a.producer_id, a.run_id)
-                    and r.seq - r.offset == shift):  # type: ignore[operator]
-                continue
+            if s >= e or r.source != "stream" or r.status != "record" or (
+                    r.stamped and (r.producer_id, r.run_id, r.seq - r.offset)  # type: ignore
+                    == (a.producer_id, a.run_id, shift)):
+                continue  # not a record, or a's own writes at their acked offsets
             out.suspect_end = max(out.suspect_end or e, e)
             if not any(q.source == "reread" and q.read_time >= r.read_time
                        for q in at_offsets.overlapping(s, e)):

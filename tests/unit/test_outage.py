@@ -1,12 +1,12 @@
 """Riding out outages: one log line when failures start and one when they end, a capped
 doubling wait, status files that tell the truth, loops that do not die of an error."""
 
-import dataclasses
 import logging
 import threading
-from datetime import datetime
+from datetime import UTC, datetime
 
 from kafka_audit.jobs import audit_job
+from kafka_audit.jobs.audit_pass import AuditSummary
 from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter, read_statuses
 
@@ -38,23 +38,13 @@ def test_the_audit_loop_survives_failed_passes(tmp_path, monkeypatch, caplog):
     stop = threading.Event()
     calls = []
 
-    @dataclasses.dataclass(frozen=True)
-    class Summary:
-        pass_id: int = 7
-        pending: int = 0
-        unseen: int = 0
-        at: datetime = datetime(2026, 1, 1)
-        quality_failures: int = 0
-        seconds: dict = dataclasses.field(default_factory=dict)
-        suspects_settle: datetime | None = None
-
     def run_pass(spark, s, lookups=None, **_):
         calls.append(1)
         if len(calls) <= 3:
             raise ConnectionError("the warehouse is unreachable")
         if len(calls) == 5:
             stop.set()
-        return Summary()
+        return AuditSummary(datetime(2026, 1, 1, tzinfo=UTC), 7, {}, 0, 0, 0, 0, 0)
 
     class Lookups:  # nothing to ask of a cluster here
         def close_reader(self):
