@@ -14,6 +14,10 @@ summary costs a few dictionary sums whatever the tables hold:
   kind) per audit pass, the passes older than the newest :data:`RECENT_PASSES` summed
   into one base, so "as of the committed pass" is exact for any committed pass not older
   than the base;
+* ``producer_sums`` (``acks``): per producer and topic, writes, failed writes, runs,
+  writes per durability setting and a histogram of the ack latency (three significant
+  digits), and the settings each run wrote with: the producers resource without the
+  ledger's rows;
 * ``stream_sums`` (``consumed``): per topic, the stream records without a verdict of
   their own by reason, and the intact ones per producer run (whether the ledger knows
   the run is decided when asked: the ledger may name it later).
@@ -28,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -35,8 +40,9 @@ from kafka_audit.auditor_api.snapshots import Fold
 from kafka_audit.schemas.stamp import NO_STAMP
 from kafka_audit.schemas.verdicts import LOSSES
 
-__all__ = ["AckSums", "FindingSums", "StreamSums", "SUMMARY_FOLDS", "RECENT_PASSES",
-           "NEWEST_ACK_VERSIONS", "DURABILITY", "findings_through", "known_topics"]
+__all__ = ["AckSums", "FindingSums", "ProducerSums", "StreamSums", "latency_buckets",
+           "SUMMARY_FOLDS", "RECENT_PASSES", "NEWEST_ACK_VERSIONS", "DURABILITY",
+           "findings_through", "known_topics"]
 
 #: audit passes whose findings are kept apart (older ones are summed into the base)
 RECENT_PASSES = 64
@@ -139,11 +145,81 @@ def _add_acks(s: AckSums, rows: pa.Table, version: int) -> AckSums:
                             g.column("last_ack_time_max").to_pylist(), strict=True):
             if t is not None and (newest.get(topic) is None or t > newest[topic]):
                 newest[topic] = t
-    history = (*s.newest, (version, newest))[-NEWEST_ACK_VERSIONS:]
-    first = version if s.first_version is None else s.first_version
-    if len(s.newest) >= NEWEST_ACK_VERSIONS:  # the oldest remembered version went
+    before = s.newest[:-1] if s.newest and s.newest[-1][0] == version else s.newest
+    history = (*before, (version, newest))[-NEWEST_ACK_VERSIONS:]  # a version's rows may
+    first = version if s.first_version is None else s.first_version  # come in batches
+    if len(before) >= NEWEST_ACK_VERSIONS:  # the oldest remembered version went
         first = history[0][0]
     return AckSums(by_partition, failed_by, durability, runs, history, first)
+
+
+#: significant digits an ack latency is kept with in the producers' histograms
+LATENCY_DIGITS = 3
+
+
+def latency_buckets(micros: np.ndarray) -> np.ndarray:
+    """Each latency (µs, int64) rounded to :data:`LATENCY_DIGITS` significant digits: a
+    histogram of at most 900 buckets a decade, exact for whole milliseconds and within
+    0.5% of any latency otherwise (negative latencies, a clock step, are kept as 0)."""
+    x = np.maximum(micros.astype(np.int64), 0)
+    digits = np.floor(np.log10(np.maximum(x, 1))).astype(np.int64)
+    scale = 10 ** np.maximum(digits - (LATENCY_DIGITS - 1), 0)
+    return (x + scale // 2) // scale * scale
+
+
+@dataclass(frozen=True)
+class ProducerSums:
+    """What the ledger says per producer, summed per (producer_id, topic): writes, failed
+    writes, the runs, each durability setting's writes, and the ack latency histogram of
+    the successful writes (µs :func:`latency_buckets` -> writes; a run's latency is its
+    first write's, ack_time - send_time, weighted by the run's writes); and per
+    (producer_id, run_id) the durability settings it wrote with."""
+
+    writes: dict = field(default_factory=dict)  # (producer, topic) -> (acked, failed)
+    runs: dict = field(default_factory=dict)  # (producer, topic) -> frozenset of run_id
+    settings: dict = field(default_factory=dict)  # (producer, topic, *DURABILITY) -> writes
+    latency: dict = field(default_factory=dict)  # (producer, topic) -> {µs: writes}
+    run_settings: dict = field(default_factory=dict)  # (producer, run) -> frozenset
+
+
+def _add_producers(s: ProducerSums, rows: pa.Table, _version: int) -> ProducerSums:
+    if rows.num_rows == 0:
+        return s
+    writes = dict(s.writes)
+    failed = rows.filter(pc.is_valid(rows.column("error_name")))
+    for k, n in _sum_by(rows, ["producer_id", "topic"]):
+        a, f = writes.get(k, (0, 0))
+        writes[k] = (a + n, f)
+    for k, n in _sum_by(failed, ["producer_id", "topic"]):
+        a, f = writes[k]
+        writes[k] = (a, f + n)
+    runs = dict(s.runs)
+    for r in rows.group_by(["producer_id", "topic", "run_id"]).aggregate([]).to_pylist():
+        key = (r["producer_id"], r["topic"])
+        runs[key] = runs.get(key, frozenset()) | {r["run_id"]}
+    ok = rows.filter(pc.is_null(rows.column("error_name")))
+    settings = _plus(s.settings, _sum_by(ok, ["producer_id", "topic", *DURABILITY]))
+    run_settings = dict(s.run_settings)
+    for r in rows.group_by(["producer_id", "run_id", *DURABILITY]).aggregate([]).to_pylist():
+        key = (r["producer_id"], r["run_id"])
+        run_settings[key] = run_settings.get(key, frozenset()) | {
+            tuple(r[k] for k in DURABILITY)}
+    latency = dict(s.latency)
+    ok = ok.filter(pc.is_valid(ok.column("send_time")))
+    if ok.num_rows:
+        micros = pc.subtract(pc.cast(ok.column("ack_time"), pa.int64()),
+                             pc.cast(ok.column("send_time"), pa.int64()))
+        buckets = latency_buckets(micros.to_numpy(zero_copy_only=False))
+        g = pa.table({"producer_id": ok.column("producer_id"), "topic": ok.column("topic"),
+                      "us": buckets, "count": ok.column("count")})
+        copied: set = set()  # the histograms this call copied (the old state stays as is)
+        for (pid, topic, us), n in _sum_by(g, ["producer_id", "topic", "us"]):
+            key = (pid, topic)
+            if key not in copied:
+                latency[key] = dict(latency.get(key, {}))
+                copied.add(key)
+            latency[key][us] = latency[key].get(us, 0) + n
+    return ProducerSums(writes, runs, settings, latency, run_settings)
 
 
 def _merge(into: dict, pairs) -> dict:
@@ -270,4 +346,5 @@ SUMMARY_FOLDS = (
     Fold("ack_sums", "acks", AckSums, _add_acks),
     Fold("finding_sums", "findings", FindingSums, _add_findings),
     Fold("stream_sums", "consumed", StreamSums, _add_stream),
+    Fold("producer_sums", "acks", ProducerSums, _add_producers),
 )

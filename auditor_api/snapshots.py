@@ -40,7 +40,7 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_audit.schemas.tables import TABLES, arrow_schema
-from kafka_audit.store import appends_by_commit, check_table, conform, table_exists
+from kafka_audit.store import appends_by_commit, check_table, conform, read_table, table_exists
 
 __all__ = ["Fold", "Snapshot", "Snapshots", "answering_stale"]
 
@@ -118,27 +118,36 @@ class Snapshot:
     ``marks``: (version, rows held through it) for the versions since the table was last
     read whole (the latest :data:`_MAX_MARKS`): appends only add rows at the end, so the
     table as of such a version is a prefix of ``data`` (:meth:`Snapshots.as_of`).
-    ``folds``: each :class:`Fold` of this table, as of ``version``."""
+    ``folds``: each :class:`Fold` of this table, as of ``version``. ``data`` is None for a
+    table the snapshots fold without holding its rows; ``hold`` is the filter of the rows
+    held when the table has others (None: every row is held)."""
 
     name: str
     version: int
-    data: pa.Table
+    data: pa.Table | None  # None: a table whose rows are not held (folded only)
     marks: tuple[tuple[int, int], ...] = ()
     folds: Mapping[str, Any] = field(default_factory=dict)
     segments: tuple[pa.Table, ...] = ()  # ``data`` in one-chunk pieces (:func:`_merged`)
+    hold: Any = None
 
 
 class _Held:
-    def __init__(self, name: str, folds: tuple[Fold, ...]) -> None:
+    def __init__(self, name: str, folds: tuple[Fold, ...], hold: Any) -> None:
         self.lock = threading.Lock()
-        self.snapshot = _absent(name, folds)
+        self.snapshot = _absent(name, folds, hold)
         self.loaded = False  # read at least once: until then there is nothing to serve
 
 
-def _absent(name: str, folds: tuple[Fold, ...] = ()) -> Snapshot:
+def _absent(name: str, folds: tuple[Fold, ...] = (), hold: Any = True) -> Snapshot:
     data = conform(arrow_schema(name).empty_table(), arrow_schema(name)) if name in TABLES \
         else pa.table({})
-    return Snapshot(name, -1, data, (), {f.name: f.empty() for f in folds})
+    return Snapshot(name, -1, None if hold is False else data, (),
+                    {f.name: f.empty() for f in folds}, hold=_filter(hold))
+
+
+def _filter(hold: Any) -> Any:
+    """The filter of the rows held (None: all of them) of a ``hold`` entry."""
+    return None if hold is True or hold is False else hold
 
 
 class Snapshots:
@@ -146,15 +155,22 @@ class Snapshots:
 
     def __init__(self, table_path: Callable[[str], str],
                  keep: dict[str, Any] | None = None, folds: tuple[Fold, ...] = (),
-                 columns: dict[str, list[str]] | None = None) -> None:
+                 columns: dict[str, list[str]] | None = None,
+                 hold: Mapping[str, Any] | None = None) -> None:
         """``keep``: per table, a filter (a pyarrow expression) on the rows held: the rest is
         never read (``audit_hot``: its progress rows, not the audit's whole state).
         ``folds``: the running aggregates kept per table (:class:`Fold`). ``columns``: per
-        table, the only columns read (the others are held as nulls)."""
+        table, the only columns read (the others are held as nulls). ``hold``: per table,
+        False to fold its rows without holding any (the ledger and the consumed stream
+        grow with every write: a copy in memory grows with the hours the API runs; the
+        snapshot's ``data`` is None), or a filter of the rows held (the others are only
+        folded: the findings' anomalies, not their confirmations); every row by default.
+        The rows not held are read from the table when asked (:meth:`read`)."""
         self._table_path = table_path
         self._paths: dict[str, str] = {}
         self._keep = keep or {}
         self._columns = columns or {}
+        self._hold = dict(hold or {})
         self._folds: dict[str, tuple[Fold, ...]] = {}
         for f in folds:
             self._folds[f.table] = (*self._folds.get(f.table, ()), f)
@@ -180,7 +196,8 @@ class Snapshots:
         held = self._held.get(name)
         if held is None:
             with self._lock:
-                held = self._held.setdefault(name, _Held(name, self._folds.get(name, ())))
+                held = self._held.setdefault(name, _Held(name, self._folds.get(name, ()),
+                                                           self._hold.get(name, True)))
         return held
 
     def version(self, name: str) -> int:
@@ -223,7 +240,7 @@ class Snapshots:
         path = self._path(name)
         folds = self._folds.get(name, ())
         if version is None or not table_exists(path):
-            return _absent(name, folds)
+            return _absent(name, folds, self._hold.get(name, True))
         if old.version >= 0 and version > old.version:
             commits = appends_by_commit(path, old.version, version)
             if commits is not None:
@@ -231,29 +248,34 @@ class Snapshots:
                 return self._append(name, old, commits, folds)
         return self._read_whole(name, path, folds)
 
-    def _schema(self, name: str, data: pa.Table) -> pa.Schema:
-        return arrow_schema(name) if name in TABLES else data.schema
+    def _schema(self, name: str, data: pa.Table | None) -> pa.Schema:
+        return arrow_schema(name) if name in TABLES or data is None else data.schema
 
     def _append(self, name: str, old: Snapshot, commits: list[tuple[int, list[str]]],
                 folds: tuple[Fold, ...]) -> Snapshot:
         import pyarrow.parquet as pq
 
+        hold = self._hold.get(name, True)
         keep, schema = self._keep.get(name), self._schema(name, old.data)
         segments, marks, states = list(old.segments), list(old.marks), dict(old.folds)
-        rows = old.data.num_rows
+        rows = 0 if old.data is None else old.data.num_rows
         for v, files in commits:
             for f in files:
                 t = pq.read_table(f, columns=self._columns.get(name), filters=keep)
                 t = conform(t, schema)
                 if t.num_rows:
-                    segments = _merged(segments, t.combine_chunks())
-                    rows += t.num_rows
                     for fold in folds:
                         states[fold.name] = fold.add(states[fold.name], t, v)
+                    t = _held_rows(t, hold)
+                    if t.num_rows:
+                        segments = _merged(segments, t.combine_chunks())
+                        rows += t.num_rows
             marks.append((v, rows))
+        if hold is False:
+            return Snapshot(name, commits[-1][0], None, (), states, hold=_filter(hold))
         data = pa.concat_tables(segments) if segments else old.data  # no copy
         return Snapshot(name, commits[-1][0], data, tuple(marks[-_MAX_MARKS:]), states,
-                        tuple(segments))
+                        tuple(segments), _filter(hold))
 
     def _read_whole(self, name: str, path: str, folds: tuple[Fold, ...]) -> Snapshot:
         from deltalake import DeltaTable
@@ -262,6 +284,24 @@ class Snapshots:
             check_table(path, name)  # a table of another version of the project: refused
         dt = DeltaTable(path)
         keep = self._keep.get(name)
+        hold = self._hold.get(name, True)
+        if hold is not True:  # folded a batch at a time: never the whole table at once
+            version, states = dt.version(), {f.name: f.empty() for f in folds}
+            kept = []
+            for batch in dt.to_pyarrow_dataset().to_batches(columns=self._columns.get(name),
+                                                            filter=keep):
+                if batch.num_rows:
+                    t = conform(pa.Table.from_batches([batch]), self._schema(name, None))
+                    for f in folds:
+                        states[f.name] = f.add(states[f.name], t, version)
+                    kept.append(_held_rows(t, hold))
+            self.loads += 1
+            if hold is False:
+                return Snapshot(name, version, None, (), states, hold=_filter(hold))
+            data = conform(pa.concat_tables(kept) if kept else pa.table({}),
+                           self._schema(name, None)).combine_chunks()
+            return Snapshot(name, version, data, ((version, data.num_rows),), states,
+                            (data,) if data.num_rows else (), _filter(hold))
         data = dt.to_pyarrow_dataset().to_table(columns=self._columns.get(name), filter=keep)
         data = conform(data, self._schema(name, data)).combine_chunks()  # the one copy held
         version = dt.version()
@@ -275,6 +315,8 @@ class Snapshots:
         for the versions since it was last read whole (no data read), else that version
         read (memoized). Exact for tables whose rows are only appended (the ack ledger)."""
         snap = self.get(name)
+        if snap.data is None:  # rows not held: the version read, not kept
+            return self.read(name, min(version, snap.version))
         if version < 0 or snap.version < 0:
             return snap.data.slice(0, 0)
         if version >= snap.version:
@@ -291,6 +333,21 @@ class Snapshots:
             return conform(data, self._schema(name, data))
 
         return self.memo(("as_of", name, version), (), read)
+
+    def read(self, name: str, version: int, where: Any = None,
+             columns: list[str] | None = None) -> pa.Table:
+        """Rows of ``name`` as of ``version`` (-1: none) read from the table now, filtered
+        inside the scan; nothing of it is kept (for tables whose rows are not held)."""
+        schema = self._schema(name, None)
+        if columns:
+            schema = pa.schema([schema.field(c) for c in columns])
+        if version < 0 or not table_exists(self._path(name)):
+            t = arrow_schema(name).empty_table()
+            t = t.filter(where) if where is not None else t
+            return conform(t, schema)
+        t = read_table(self._path(name), name, columns=columns or self._columns.get(name),
+                       where=_and(where, self._keep.get(name)), version=version)
+        return conform(t, schema)
 
     def memo(self, key: Any, tables: tuple[str, ...], compute: Callable[..., Any]) -> Any:
         """``compute(*snapshots)`` of ``tables``, kept until one of them changes version."""
@@ -322,6 +379,17 @@ class Snapshots:
                 for old in list(self._memo)[:_MAX_MEMO // 2]:
                     del self._memo[old]
         return value
+
+
+def _held_rows(t: pa.Table, hold: Any) -> pa.Table:
+    """The rows of ``t`` a snapshot holds under ``hold`` (True: all, False: none)."""
+    if hold is True:
+        return t
+    return t.slice(0, 0) if hold is False else t.filter(hold)
+
+
+def _and(a: Any, b: Any) -> Any:
+    return a if b is None else b if a is None else a & b
 
 
 def _merged(segments: list[pa.Table], new: pa.Table) -> list[pa.Table]:

@@ -15,7 +15,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from kafka_audit.auditor_api.folds import AckSums
+from kafka_audit.auditor_api.folds import AckSums, ProducerSums
 from kafka_audit.schemas.policy import ALLOWANCES, Durability
 from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, Kind
 
@@ -59,12 +59,6 @@ class TopicTotals:
     @property
     def loss_ratio(self) -> float | None:
         return self.lost / self.acked if self.acked else None
-
-
-def _sums(t: pa.Table, keys: list[str], value: str = "count") -> list[dict]:
-    if t.num_rows == 0:
-        return []
-    return t.group_by(keys).aggregate([(value, "sum")]).to_pylist()
 
 
 def topic_totals(acks: AckSums, found: dict, partitions: list, unjudged: dict
@@ -156,44 +150,50 @@ class ProducerTotals:
     violations: int = 0
 
 
-def producer_totals(acks: pa.Table, findings: pa.Table) -> dict[str, ProducerTotals]:
-    """Per producer_id: runs, topics, writes, losses and annotations, the ack latency of
-    its runs (each run's first write: ack_time - send_time, weighted by the run's writes),
-    its durability settings and which anomalies they allow (``schemas/policy.py``); a
-    finding the settings do not allow is a violation."""
+def producer_totals(sums: ProducerSums, findings: pa.Table,
+                    topic: str | None = None) -> dict[str, ProducerTotals]:
+    """Per producer_id (its writes to ``topic`` only, if given): runs, topics, writes,
+    losses and annotations, the ack latency of its runs (each run's first write: ack_time -
+    send_time, weighted by the run's writes; from the running histogram, three significant
+    digits), its durability settings and which anomalies they allow
+    (``schemas/policy.py``); a finding the settings do not allow is a violation. From the
+    ledger's running sums (``folds.ProducerSums``) and the committed ``findings``."""
     out: dict[str, ProducerTotals] = {}
-    if acks.num_rows:
-        for r in acks.group_by("producer_id").aggregate(
-                [("count", "sum"), ("run_id", "count_distinct"), ("topic", "distinct")]
-        ).to_pylist():
-            out[r["producer_id"]] = ProducerTotals(
-                r["producer_id"], runs=int(r["run_id_count_distinct"]),
-                topics=sorted(r["topic_distinct"]), acked=int(r["count_sum"]))
-        failed = acks.filter(pc.is_valid(acks.column("error_name")))
-        for r in _sums(failed, ["producer_id"]):
-            out[r["producer_id"]].failed = int(r["count_sum"])
-        ok = acks.filter(pc.is_null(acks.column("error_name")))
-        micros = pc.cast(pc.subtract(pc.cast(ok.column("ack_time"), pa.int64()),
-                                     pc.cast(ok.column("send_time"), pa.int64())), pa.int64())
-        lat = np.asarray(micros.to_numpy(zero_copy_only=False), dtype=float) / 1000.0
-        weights = np.asarray(ok.column("count").to_numpy(zero_copy_only=False), dtype=float)
-        ids = np.asarray(ok.column("producer_id").to_pylist(), dtype=object)
-        for pid in out:
-            mask = ids == pid
-            out[pid].latency_p50_ms = weighted_percentile(lat[mask], weights[mask], 0.5)
-            out[pid].latency_p99_ms = weighted_percentile(lat[mask], weights[mask], 0.99)
-        for r in (acks.group_by(["producer_id", *_DURABILITY])
-                  .aggregate([("count", "sum")]).to_pylist()):
-            d = Durability(r["acks"], r["idempotence"], r["retries"], r["max_in_flight"])
-            out[r["producer_id"]].settings.append({
-                **{k: r[k] for k in _DURABILITY}, "writes": int(r["count_sum"]),
-                "allows": [a.because for a in ALLOWANCES if a.when(d)]})
-    allowed_by: dict[tuple, set[str]] = {}
-    for r in (acks.group_by(["producer_id", "run_id", *_DURABILITY]).aggregate([]).to_pylist()
-              if acks.num_rows else []):
-        d = Durability(r["acks"], r["idempotence"], r["retries"], r["max_in_flight"])
-        allowed_by[(r["producer_id"], r["run_id"])] = {
-            k.value for a in ALLOWANCES if a.when(d) for k in a.kinds}
+    runs: dict[str, set] = {}
+    latency: dict[str, dict] = {}
+    for (pid, t), (acked, failed) in sums.writes.items():
+        if topic is not None and t != topic:
+            continue
+        p = out.setdefault(pid, ProducerTotals(pid))
+        p.topics.append(t)
+        p.acked += acked
+        p.failed += failed
+        runs.setdefault(pid, set()).update(sums.runs.get((pid, t), ()))
+        for us, n in sums.latency.get((pid, t), {}).items():
+            hist = latency.setdefault(pid, {})
+            hist[us] = hist.get(us, 0) + n
+    for pid, p in out.items():
+        p.runs, p.topics = len(runs[pid]), sorted(p.topics)
+        hist = latency.get(pid, {})
+        values = np.array(list(hist), dtype=float) / 1000.0
+        weights = np.array(list(hist.values()), dtype=float)
+        p.latency_p50_ms = weighted_percentile(values, weights, 0.5)
+        p.latency_p99_ms = weighted_percentile(values, weights, 0.99)
+    by_setting: dict[tuple, int] = {}
+    for (pid, t, *settings), n in sums.settings.items():
+        if pid in out and (topic is None or t == topic):
+            by_setting[(pid, *settings)] = by_setting.get((pid, *settings), 0) + n
+    for (pid, *settings), n in by_setting.items():
+        d = Durability(*settings)
+        out[pid].settings.append({**dict(zip(_DURABILITY, settings, strict=True)),
+                                  "writes": n,
+                                  "allows": [a.because for a in ALLOWANCES if a.when(d)]})
+    allowed_by = {key: {k.value for d in found for a in ALLOWANCES if a.when(Durability(*d))
+                        for k in a.kinds}
+                  for key, found in sums.run_settings.items()}
+    anomalies = pc.field("kind") != Kind.confirmed.value  # a confirmation counts nothing here
+    findings = findings.filter(anomalies if topic is None
+                               else anomalies & (pc.field("topic") == topic))
     for r in (findings.group_by(["producer_id", "run_id", "kind"])
               .aggregate([("count", "sum")]).to_pylist() if findings.num_rows else []):
         p = out.get(r["producer_id"])

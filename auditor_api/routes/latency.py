@@ -19,6 +19,7 @@ from pydantic import BaseModel, Field
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.params import Instant
 from kafka_audit.auditor_api.problems import UNKNOWN_TOPIC, ProblemError, problem_responses
+from kafka_audit.auditor_api.routes.findings import committed_finding_sums
 from kafka_audit.latency import LOSS_KINDS, loss_latency
 
 __all__ = ["router", "LossLatencyOut"]
@@ -61,11 +62,12 @@ def latency(reader: ReaderDep,
         where = where & on_topic
     if since is not None:
         where = where & (pc.field("detected_at") >= pa.scalar(since, ts))
-    found = reader.read("findings", where,
+    found = reader.read("findings", where, held_only=True,  # losses are held (deps.HOLD)
                         columns=["kind", "topic", "count", "ack_time", "detected_at"])
     if (topic is not None and found.num_rows == 0
-            and reader.read("findings", on_topic, columns=["topic"]).num_rows == 0
-            and reader.read("acks", on_topic, columns=["topic"]).num_rows == 0):
+            and topic not in reader.snapshots.fold("ack_sums").acked
+            and not any(t == topic for t, _p, _k in committed_finding_sums(
+                reader, reader.committed_pass()))):
         raise ProblemError(404, f"unknown topic {topic!r}: no acked write or finding names it",
                            type_=UNKNOWN_TOPIC, title="Unknown topic")
     stats = loss_latency(found)

@@ -218,14 +218,19 @@ def _index(reader, topic: str, partition: int) -> _Index:
 
         here = (pc.field("topic") == topic) & (pc.field("partition") == pa.scalar(
             partition, pa.int32()))
-        a = acks.data.filter(here & pc.is_valid(pc.field("offset")))
+        # the ledger and the stream are not held (deps.UNHELD): this partition's rows are
+        # read from the tables as of the versions the snapshots stand for
+        a = reader.snapshots.read("acks", acks.version, here & pc.is_valid(pc.field("offset")),
+                                  ["ack_time", "last_ack_time", "offset", "count"])
         ack = _Series(_us(a.column("ack_time")), _us(a.column("last_ack_time")),
                       _int(a.column("offset")),
                       _int(a.column("offset")) + _int(a.column("count")) - 1,
                       _int(a.column("count")))
         ack = ack.take(np.argsort(ack.t0, kind="stable"))
 
-        c = consumed.data.filter(here)
+        c = reader.snapshots.read("consumed", consumed.version, here, [
+            "source", "kafka_timestamp", "read_time", "offset", "count", "status",
+            "producer_id", "run_id", "stamped"])
         stream = c.filter(pc.field("source") == "stream")
         t = _us(pc.coalesce(stream.column("kafka_timestamp"), stream.column("read_time")))
         off0 = _int(stream.column("offset"))

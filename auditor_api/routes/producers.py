@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from typing import Annotated
 
-import pyarrow.compute as pc
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
@@ -67,11 +66,7 @@ def producers(reader: ReaderDep, topic: Annotated[str | None, Query(
     reorders, ack latency p50/p99, durability settings and what they allow, and
     violations (anomalies its settings do not allow)."""
     def compute(acks, _findings, _hot):
-        a, f = acks.data, committed_findings(reader)
-        if topic is not None:
-            a = a.filter(pc.field("topic") == topic)
-            f = f.filter(pc.field("topic") == topic)
-        return producer_totals(a, f)
+        return producer_totals(acks.folds["producer_sums"], committed_findings(reader), topic)
 
     totals = reader.memo(("producer_totals", topic), ("acks", "findings", "audit_hot"),
                          compute)

@@ -12,6 +12,7 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 from functools import reduce
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from hypothesis import given, settings
@@ -58,15 +59,17 @@ def _cut(rows, cuts):
     return out
 
 
-ACK = st.builds(lambda topic, producer, run, count, ms, failed, acks, part: {
+ACK = st.builds(lambda topic, producer, run, count, ms, failed, acks, part, latency: {
     "topic": topic, "producer_id": producer, "run_id": run, "count": count,
     "partition": -1 if failed else part, "seq": 0, "offset": None if failed else 0,
+    "send_time": T + timedelta(milliseconds=ms) - timedelta(microseconds=latency),
     "ack_time": T + timedelta(milliseconds=ms),
     "last_ack_time": T + timedelta(milliseconds=ms + 5), "acks": acks,
     "idempotence": acks == "all", "retries": 2, "max_in_flight": 5,
     "error_name": "_MSG_TIMED_OUT" if failed else None},
     TOPICS, st.sampled_from(["p", "q"]), st.sampled_from(["r1", "r2"]), st.integers(1, 50),
-    st.integers(0, 10_000), st.booleans(), st.sampled_from(["1", "all"]), st.integers(0, 2))
+    st.integers(0, 10_000), st.booleans(), st.sampled_from(["1", "all"]), st.integers(0, 2),
+    st.one_of(st.integers(0, 3_000_000), st.sampled_from([1000, 2000, 5000])))
 
 
 @given(st.lists(ACK, min_size=1, max_size=40).flatmap(splits))
@@ -88,6 +91,40 @@ def test_ack_sums_equal_the_whole_ledger_at_every_version(batches):
             mine = [r["last_ack_time"] for r in held if topic in (None, r["topic"])]
             assert state.newest_ack(version, topic) == (True, max(mine) if mine else None)
     assert state.newest_ack(0, None) == (False, None)  # before the fold began: unknown
+
+
+@given(st.lists(ACK, min_size=1, max_size=40).flatmap(splits), st.sampled_from([None, "a"]))
+@settings(max_examples=60, deadline=None)
+def test_producer_sums_give_the_producers_totals_of_the_whole_ledger(batches, topic):
+    from kafka_audit.auditor_api.totals import producer_totals, weighted_percentile
+
+    state = fold_commits(FOLDS["producer_sums"], "acks", batches)
+    rows = [r for b in batches for r in b if topic in (None, r["topic"])]
+    got = producer_totals(state, table("findings", []), topic)
+    assert set(got) == {r["producer_id"] for r in rows}
+    for pid, p in got.items():
+        mine = [r for r in rows if r["producer_id"] == pid]
+        ok = [r for r in mine if not r["error_name"]]
+        assert (p.acked, p.failed, p.runs, p.topics) == (
+            sum(r["count"] for r in mine), sum(r["count"] for r in mine if r["error_name"]),
+            len({r["run_id"] for r in mine}), sorted({r["topic"] for r in mine}))
+        assert {(d["acks"], d["writes"]) for d in p.settings} == set(
+            _sums(ok, "acks").items())
+        exact = [(r["ack_time"] - r["send_time"]) / timedelta(milliseconds=1) for r in ok]
+        for q, held in ((0.5, p.latency_p50_ms), (0.99, p.latency_p99_ms)):
+            want = weighted_percentile(np.array(exact), np.array(
+                [r["count"] for r in ok], float), q)
+            # three significant digits: within 0.5% (and 1 µs), exact for whole milliseconds
+            assert (held is None) == (want is None)
+            if want is not None:
+                assert abs(held - want) <= 0.005 * want + 0.001, (q, held, want)
+
+
+def test_latency_buckets_keep_three_digits_and_whole_milliseconds_exactly():
+    from kafka_audit.auditor_api.folds import latency_buckets
+
+    got = latency_buckets(np.array([0, 7, 999, 1000, 1234, 12_345, 5_000_000, 999_600, -3]))
+    assert got.tolist() == [0, 7, 999, 1000, 1230, 12_300, 5_000_000, 1_000_000, 0]
 
 
 def _sums(rows, key):
@@ -203,3 +240,36 @@ def test_a_delete_makes_the_snapshots_read_the_table_again(tmp_path):
     DeltaTable(path).delete("seq >= 2")
     assert snaps.fold("ack_sums").acked == {"orders": 2} and snaps.loads == 2
     assert pc.sum(snaps.get("acks").data.column("count")).as_py() == 2
+
+
+def test_the_apis_snapshots_fold_the_ledger_without_holding_its_rows(tmp_path):
+    """The ledger and the stream grow with every write: the API keeps their sums, not their
+    rows (``deps.UNHELD``); a request that needs rows reads them as of the held version."""
+    from kafka_audit.auditor_api.deps import new_snapshots
+
+    s = Settings(home=tmp_path)
+    path = s.table_path("acks")
+    for i in range(6):
+        append_rows(path, "acks", [ack_row(i, at=T + timedelta(seconds=i))])
+    snaps = new_snapshots(s)
+    first = snaps.get("acks")
+    assert first.data is None and snaps.loads == 1  # read whole once, a batch at a time
+    assert snaps.fold("ack_sums").acked == {"orders": 6}
+    assert snaps.fold("ack_sums").newest_ack(first.version, None) == (
+        True, T + timedelta(seconds=5))
+    compact(path)
+    append_rows(path, "acks", [ack_row(6, "payments", T + timedelta(seconds=6))])
+    now = snaps.get("acks")
+    assert now.data is None and snaps.loads == 1 and snaps.appends == 1
+    assert snaps.fold("ack_sums").acked == {"orders": 6, "payments": 1}
+    assert snaps.fold("producer_sums").writes == {("p", "orders"): (6, 0),
+                                                  ("p", "payments"): (1, 0)}
+    orders = pc.field("topic") == "orders"
+    for version in (first.version, now.version):  # rows as of a version, read, not kept
+        got = snaps.read("acks", version, orders, ["seq", "count"])
+        assert got.schema.names == ["seq", "count"]
+        assert sorted(got.column("seq").to_pylist()) == sorted(read_table(
+            path, "acks", where=orders, version=version).column("seq").to_pylist())
+    assert snaps.as_of("acks", first.version).num_rows == 6
+    assert snaps.read("acks", -1).num_rows == 0
+    assert snaps.get("findings").data is not None  # the findings are held

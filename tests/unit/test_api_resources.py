@@ -174,6 +174,18 @@ def test_snapshots_are_kept_between_requests_and_follow_appends(tmp_path):
     append_rows(s.table_path("acks"), "acks", [ack(10_000, 5, T, producer="late")])
     assert c.get("/v1/topics").json()[0]["acked"] == first + 5
     assert snaps.loads == loads and snaps.appends == 1  # only the new file was read
+    # what grows with every write is folded, not held: no ledger row, no confirmation
+    assert snaps.get("acks").data is None and snaps.get("consumed").data is None
+    assert set(snaps.get("findings").data.column("kind").to_pylist()) == {"lost"}
+    confirmed = c.get("/v1/findings", params={"kind": "confirmed"}).json()["items"]
+    assert [f["offset"] for f in confirmed] == [0, 150_000]  # read from the table
+    assert [(f["kind"], f["offset"]) for f in c.get("/v1/findings").json()["items"]] == [
+        ("confirmed", 0), ("confirmed", 150_000), ("lost", 0), ("lost", 149_800)]
+    one = c.get(f"/v1/findings/{confirmed[0]['finding_id']}").json()
+    assert (one["kind"], one["count"]) == ("confirmed", 149_800)
+    counts = {k["kind"]: k for k in c.get("/v1/findings/counts").json()["kinds"]}
+    assert (counts["confirmed"]["findings"], counts["confirmed"]["writes"]) == (
+        2, sum(f["count"] for f in confirmed))
 
 
 def test_a_repeated_request_is_answered_from_memory_until_a_table_changes(tmp_path):
