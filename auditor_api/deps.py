@@ -26,14 +26,15 @@ KEEP = {"audit_hot": pc.field("kind") == "progress"}
 COLUMNS = {"audit_hot": ["kind", "pass_id", "progress"]}
 #: the rows the snapshots hold of the tables that grow with every write (the others are
 #: folded, then let go; a request that needs them reads them from the table): none of the
-#: ledger and of the consumed stream, the findings but their confirmations (a finding per
-#: range of writes: 99.9% of the rows of a day without a fault)
-HOLD = {"acks": False, "consumed": False, "findings": pc.field("kind") != "confirmed"}
+#: ledger and of the consumed stream. The findings are held whole: the default listing
+#: starts with confirmations, and reading those from the table at every pass cost 1.7-2.2 s
+#: a page under a live audit's commits (``bench/api_bench.py --churn --live``)
+HOLD = {"acks": False, "consumed": False}
 
 
 def new_snapshots(settings: Settings) -> Snapshots:
     """The API's snapshots of ``settings``' warehouse: the running sums of every table, the
-    rows of the small ones and the findings' anomalies (``HOLD``)."""
+    rows of those that do not grow with every write (``HOLD``)."""
     return Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS, COLUMNS, HOLD)
 
 

@@ -33,6 +33,7 @@ import contextvars
 import os
 import threading
 from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -40,7 +41,14 @@ from typing import Any
 import pyarrow as pa
 
 from kafka_audit.schemas.tables import TABLES, arrow_schema
-from kafka_audit.store import appends_by_commit, check_table, conform, read_table, table_exists
+from kafka_audit.store import (
+    AppendedRows,
+    appends_by_commit,
+    check_table,
+    conform,
+    read_table,
+    table_exists,
+)
 
 __all__ = ["Fold", "Snapshot", "Snapshots", "answering_stale"]
 
@@ -65,6 +73,10 @@ def _stale() -> None:
 
 #: versions whose rows :meth:`Snapshots.as_of` finds without reading (a prefix each)
 _MAX_MARKS = 4096
+#: rows folded at once when a table whose rows are not all held is read whole
+_FOLD_ROWS = 262_144
+#: filtered row sets kept up to date by :meth:`Snapshots.rows_of` (the least recent goes)
+_MAX_ROW_SETS = 16
 #: derived values kept at most (they are per query shape: topics, partitions, versions)
 _MAX_MEMO = 4096
 
@@ -176,6 +188,7 @@ class Snapshots:
             self._folds[f.table] = (*self._folds.get(f.table, ()), f)
         self._fold_table = {f.name: f.table for f in folds}
         self._held: dict[str, _Held] = {}
+        self._row_sets: OrderedDict[tuple, tuple[threading.Lock, AppendedRows]] = OrderedDict()
         self._seen: dict[str, int] = {}  # versions seen by version(), to probe from
         self._lock = threading.Lock()
         self._memo: dict[Any, tuple[tuple, Any]] = {}
@@ -287,14 +300,23 @@ class Snapshots:
         hold = self._hold.get(name, True)
         if hold is not True:  # folded a batch at a time: never the whole table at once
             version, states = dt.version(), {f.name: f.empty() for f in folds}
-            kept = []
+            kept, pending = [], []
+
+            def fold() -> None:  # a few hundred thousand rows at a time, not a file's
+                t = conform(pa.Table.from_batches(pending), self._schema(name, None))
+                for f in folds:
+                    states[f.name] = f.add(states[f.name], t, version)
+                kept.append(_held_rows(t, hold))
+                pending.clear()
+
             for batch in dt.to_pyarrow_dataset().to_batches(columns=self._columns.get(name),
                                                             filter=keep):
                 if batch.num_rows:
-                    t = conform(pa.Table.from_batches([batch]), self._schema(name, None))
-                    for f in folds:
-                        states[f.name] = f.add(states[f.name], t, version)
-                    kept.append(_held_rows(t, hold))
+                    pending.append(batch)
+                    if sum(b.num_rows for b in pending) >= _FOLD_ROWS:
+                        fold()
+            if pending:
+                fold()
             self.loads += 1
             if hold is False:
                 return Snapshot(name, version, None, (), states, hold=_filter(hold))
@@ -333,6 +355,24 @@ class Snapshots:
             return conform(data, self._schema(name, data))
 
         return self.memo(("as_of", name, version), (), read)
+
+    def rows_of(self, name: str, where: Any, columns: list[str]) -> pa.Table:
+        """The rows of ``name`` under ``where`` as of the table's latest version, kept from
+        one call to the next and read on from the files appended since
+        (:class:`~kafka_audit.store.AppendedRows`): a partition's timeline pays for the new
+        commits' files, not for a scan of the table at every commit. The
+        :data:`_MAX_ROW_SETS` most recently asked sets are kept."""
+        key = (name, str(where), tuple(columns))
+        with self._lock:
+            found = self._row_sets.pop(key, None)
+            if found is None:
+                found = (threading.Lock(), AppendedRows(self._path(name), name, where, columns))
+            self._row_sets[key] = found
+            while len(self._row_sets) > _MAX_ROW_SETS:
+                self._row_sets.popitem(last=False)
+        lock, rows = found
+        with lock:
+            return rows.read()
 
     def read(self, name: str, version: int, where: Any = None,
              columns: list[str] | None = None) -> pa.Table:

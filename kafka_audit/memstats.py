@@ -72,11 +72,18 @@ def release_free_memory() -> float | None:
 
     glibc keeps memory freed in its arenas for reuse, and with a dozen threads allocating
     (py4j, librdkafka, pandas) the free part only grows: in a long run it was most of the
-    service's RSS growth (``bench/soak.py``'s memory lines)."""
+    service's RSS growth (``bench/soak.py``'s memory lines). Arrow's own pool (mimalloc in
+    pyarrow's wheels) keeps freed pages for reuse too: it is asked to let them go first."""
     trim = _glibc("malloc_trim")
     if trim is None:
         return None
     before = _rss_mb()
+    try:
+        import pyarrow as pa
+
+        pa.default_memory_pool().release_unused()
+    except (ImportError, AttributeError):  # no pyarrow, or one older than release_unused
+        pass
     trim(0)
     return before - _rss_mb()
 

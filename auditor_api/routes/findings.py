@@ -307,8 +307,8 @@ _CURSOR_VERSION = 1
 
 
 def _sorted_findings(findings) -> pa.Table:
-    """The findings the snapshots hold (every kind but confirmed: ``deps.HOLD``) with their
-    sort key, sorted by it (memoized per version)."""
+    """The findings the snapshots hold with their sort key, sorted by it (memoized per
+    version)."""
     return _keyed(findings.data)
 
 
@@ -347,11 +347,11 @@ def _matching(reader, f: FindingFilters, as_of: int) -> pa.Table:
         else None,
     ])
     t = reader.memo("findings_sorted", ("findings",), _sorted_findings).filter(where)
-    if f.kind is not None and Kind.confirmed.value not in f.kind:
-        return t
-    # confirmations are not held (a finding per range of writes, growing with every hour):
-    # read from the table as of the version the held rows stand for, under the same filters
     snap = reader.snapshot("findings")
+    if snap.hold is None or (f.kind is not None and Kind.confirmed.value not in f.kind):
+        return t
+    # snapshots that hold the anomalies only (``Snapshots(hold=...)``): the confirmations
+    # are read from the table as of the version the held rows stand for, same filters
     confirmed = where & (pc.field("kind") == Kind.confirmed.value)
     rest = reader.snapshots.read("findings", snap.version, confirmed)
     if rest.num_rows == 0:
@@ -441,8 +441,8 @@ def committed_finding_sums(reader, committed: int) -> dict:
 
 
 def committed_findings(reader) -> pa.Table:
-    """Every finding of a committed pass the snapshots hold: every kind but confirmed
-    (``deps.HOLD``; memoized per findings and audit_hot version)."""
+    """Every finding of a committed pass the snapshots hold (all of them with ``deps.HOLD``;
+    the anomalies at least; memoized per findings and audit_hot version)."""
     def compute(findings, _hot):
         return findings.data.filter(pc.field("pass_id") <= pa.scalar(reader.committed_pass(),
                                                                      pa.int64()))

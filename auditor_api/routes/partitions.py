@@ -213,22 +213,22 @@ class _Index:
 
 
 def _index(reader, topic: str, partition: int) -> _Index:
-    def compute(acks, consumed, findings, events, _hot, _win):
+    def compute(_acks, _consumed, findings, events, _hot, _win):
         from kafka_audit.auditor_api.routes.findings import committed_findings
 
         here = (pc.field("topic") == topic) & (pc.field("partition") == pa.scalar(
             partition, pa.int32()))
-        # the ledger and the stream are not held (deps.UNHELD): this partition's rows are
-        # read from the tables as of the versions the snapshots stand for
-        a = reader.snapshots.read("acks", acks.version, here & pc.is_valid(pc.field("offset")),
-                                  ["ack_time", "last_ack_time", "offset", "count"])
+        # the ledger and the stream are not held (deps.HOLD): this partition's rows are
+        # kept apart and read on from each commit's new files (the latest version)
+        a = reader.snapshots.rows_of("acks", here & pc.is_valid(pc.field("offset")),
+                                     ["ack_time", "last_ack_time", "offset", "count"])
         ack = _Series(_us(a.column("ack_time")), _us(a.column("last_ack_time")),
                       _int(a.column("offset")),
                       _int(a.column("offset")) + _int(a.column("count")) - 1,
                       _int(a.column("count")))
         ack = ack.take(np.argsort(ack.t0, kind="stable"))
 
-        c = reader.snapshots.read("consumed", consumed.version, here, [
+        c = reader.snapshots.rows_of("consumed", here, [
             "source", "kafka_timestamp", "read_time", "offset", "count", "status",
             "producer_id", "run_id", "stamped"])
         stream = c.filter(pc.field("source") == "stream")

@@ -3,6 +3,7 @@ table snapshots kept between requests, and the dashboard's assets served by the 
 
 from datetime import UTC, datetime, timedelta
 
+import pyarrow.compute as pc
 from fastapi.testclient import TestClient
 
 from kafka_audit.auditor_api.main import create_app
@@ -174,8 +175,20 @@ def test_snapshots_are_kept_between_requests_and_follow_appends(tmp_path):
     append_rows(s.table_path("acks"), "acks", [ack(10_000, 5, T, producer="late")])
     assert c.get("/v1/topics").json()[0]["acked"] == first + 5
     assert snaps.loads == loads and snaps.appends == 1  # only the new file was read
-    # what grows with every write is folded, not held: no ledger row, no confirmation
+    # the ledger and the stream grow with every write: folded, not held
     assert snaps.get("acks").data is None and snaps.get("consumed").data is None
+
+
+def test_snapshots_holding_the_anomalies_only_read_the_confirmations_when_asked(tmp_path):
+    from kafka_audit.auditor_api import deps
+
+    s = warehouse(tmp_path, runs=10)
+    app = create_app(s)
+    snaps = deps.Snapshots(s.table_path, deps.KEEP, deps.SUMMARY_FOLDS, deps.COLUMNS,
+                           {**deps.HOLD, "findings": pc.field("kind") != "confirmed"})
+    app.state.snapshots = {str(s.warehouse): snaps}
+    c = TestClient(app)
+    assert c.get("/v1/summary").json()["verdicts"]["confirmed"] == 149_800 - 149_000
     assert set(snaps.get("findings").data.column("kind").to_pylist()) == {"lost"}
     confirmed = c.get("/v1/findings", params={"kind": "confirmed"}).json()["items"]
     assert [f["offset"] for f in confirmed] == [0, 150_000]  # read from the table
