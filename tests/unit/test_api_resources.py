@@ -264,3 +264,25 @@ def test_the_dashboard_and_its_charting_library_are_served_by_the_app(tmp_path):
                  headers={"If-None-Match": lib.headers["etag"]}).status_code == 304
     assert c.get("/dashboard/static/../deps.py").status_code == 404
     assert "/dashboard" not in c.get("/openapi.json").json()["paths"]
+
+
+def test_a_timeline_reads_on_from_the_ledgers_new_files(tmp_path):
+    """The ledger is not held: a partition's timeline keeps its rows apart and reads only the
+    files each commit appends (a compaction reads nothing), not the table again."""
+    from kafka_audit.store import compact
+
+    s = warehouse(tmp_path, runs=10)
+    app = create_app(s)
+    c = TestClient(app)
+    first = c.get("/v1/partitions/orders/0/timeline").json()
+    assert sum(a["count"] for a in first["acks"]) == 1000
+    snaps = app.state.snapshots[str(s.warehouse)]
+    (acks,) = [rows for (name, *_), (_lock, rows) in snaps._row_sets.items()
+               if name == "acks"]
+    assert acks.full_reads == 1 and acks.appended_files == 0
+    compact(s.table_path("acks"))
+    append_rows(s.table_path("acks"), "acks", [ack(10_000, 5, T + timedelta(seconds=1))])
+    later = c.get("/v1/partitions/orders/0/timeline").json()
+    assert sum(a["count"] for a in later["acks"]) == 1005
+    assert later["acks"][-1]["last_offset"] == 10_004
+    assert acks.full_reads == 1 and acks.appended_files == 1  # the new file alone
