@@ -24,22 +24,18 @@ from kafka_audit.store import Progress, read_table, table_exists
 KEEP = {"audit_hot": pc.field("kind") == "progress"}
 #: columns of a table the snapshots read (the others are held as nulls)
 COLUMNS = {"audit_hot": ["kind", "pass_id", "progress"]}
-#: the rows the snapshots hold of the tables that grow with every write (the others are
-#: folded, then let go; a request that needs them reads them from the table): none of the
-#: ledger and of the consumed stream. The findings are held whole: the default listing
-#: starts with confirmations, and reading those from the table at every pass cost 1.7-2.2 s
-#: a page under a live audit's commits (``bench/api_bench.py --churn --live``)
-HOLD = {"acks": False, "consumed": False}
+#: tables whose rows the snapshots fold and let go: they gain rows with every write (the
+#: ledger, the consumed stream); a request that needs their rows reads them from the
+#: table. The findings are held whole: the default listing starts with confirmations, and
+#: reading those from the table at every pass cost 1.7-2.2 s a page under a live audit's
+#: commits (``bench/api_bench.py --churn --live``, 2026-11-26)
+UNHELD = frozenset({"acks", "consumed"})
 
 
 def new_snapshots(settings: Settings) -> Snapshots:
     """The API's snapshots of ``settings``' warehouse: the running sums of every table, the
-    rows of those that do not grow with every write (``HOLD``)."""
-    return Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS, COLUMNS, HOLD)
-
-
-def _and(a: pc.Expression | None, b: pc.Expression) -> pc.Expression:
-    return b if a is None else a & b
+    rows of those that do not grow with every write (``UNHELD``)."""
+    return Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS, COLUMNS, UNHELD)
 
 
 #: (home as configured, working directory) -> the warehouse's resolved path
@@ -80,11 +76,9 @@ class TableReader:
         return self.snapshots.get(table)
 
     def read(self, table: str, where: pc.Expression | None = None,
-             columns: list[str] | None = None, version: int | None = None,
-             held_only: bool = False) -> pa.Table:
-        """The table (at ``version``: as it stood then), filtered. Rows the snapshots do not
-        hold (``HOLD``) are read from the table, unless ``held_only`` says that ``where``
-        keeps none of them (the findings of a loss kind: the snapshots hold those)."""
+             columns: list[str] | None = None, version: int | None = None) -> pa.Table:
+        """The table (at ``version``: as it stood then), filtered; a table whose rows are
+        not held (``UNHELD``) is read as of the version its snapshot stands for."""
         if version is not None:  # time travel: memoized, the version never changes
             return self.snapshots.memo(
                 ("read", table, version, str(where), tuple(columns or ())), (),
@@ -96,11 +90,7 @@ class TableReader:
         t = snap.data
         if where is not None:
             t = t.filter(where)
-        t = t.select(columns) if columns else t
-        if snap.hold is None or held_only:
-            return t
-        rest = self.snapshots.read(table, snap.version, _and(where, ~snap.hold), columns)
-        return pa.concat_tables([t, rest]) if rest.num_rows else t
+        return t.select(columns) if columns else t
 
     def memo(self, key: Any, tables: tuple[str, ...], compute) -> Any:
         """``compute(*snapshots)``, kept until one of ``tables`` changes."""
@@ -119,8 +109,7 @@ class TableReader:
             return found
 
         def compute() -> dict:  # only the answer is kept, not the rows
-            t = read_table(self.settings.table_path("acks"), "acks",
-                           columns=["topic", "last_ack_time"], version=acks_version)
+            t = self.snapshots.read("acks", acks_version, columns=["topic", "last_ack_time"])
             if t.num_rows == 0:
                 return {}
             return {r["topic"]: r["last_ack_time_max"] for r in

@@ -193,17 +193,15 @@ def _add_producers(s: ProducerSums, rows: pa.Table, _version: int) -> ProducerSu
     for k, n in _sum_by(failed, ["producer_id", "topic"]):
         a, f = writes[k]
         writes[k] = (a, f + n)
-    runs = dict(s.runs)
-    for r in rows.group_by(["producer_id", "topic", "run_id"]).aggregate([]).to_pylist():
-        key = (r["producer_id"], r["topic"])
-        runs[key] = runs.get(key, frozenset()) | {r["run_id"]}
+    runs, run_settings = dict(s.runs), dict(s.run_settings)
+    for r in rows.group_by(["producer_id", "topic", "run_id", *DURABILITY]).aggregate(
+            []).to_pylist():
+        pid, run = r["producer_id"], r["run_id"]
+        runs[(pid, r["topic"])] = runs.get((pid, r["topic"]), frozenset()) | {run}
+        run_settings[(pid, run)] = run_settings.get((pid, run), frozenset()) | {
+            tuple(r[k] for k in DURABILITY)}
     ok = rows.filter(pc.is_null(rows.column("error_name")))
     settings = _plus(s.settings, _sum_by(ok, ["producer_id", "topic", *DURABILITY]))
-    run_settings = dict(s.run_settings)
-    for r in rows.group_by(["producer_id", "run_id", *DURABILITY]).aggregate([]).to_pylist():
-        key = (r["producer_id"], r["run_id"])
-        run_settings[key] = run_settings.get(key, frozenset()) | {
-            tuple(r[k] for k in DURABILITY)}
     latency = dict(s.latency)
     ok = ok.filter(pc.is_valid(ok.column("send_time")))
     if ok.num_rows:

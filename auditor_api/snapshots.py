@@ -34,7 +34,7 @@ import os
 import threading
 from bisect import bisect_right
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -131,8 +131,7 @@ class Snapshot:
     read whole (the latest :data:`_MAX_MARKS`): appends only add rows at the end, so the
     table as of such a version is a prefix of ``data`` (:meth:`Snapshots.as_of`).
     ``folds``: each :class:`Fold` of this table, as of ``version``. ``data`` is None for a
-    table the snapshots fold without holding its rows; ``hold`` is the filter of the rows
-    held when the table has others (None: every row is held)."""
+    table the snapshots fold without holding its rows (``unheld``)."""
 
     name: str
     version: int
@@ -140,26 +139,19 @@ class Snapshot:
     marks: tuple[tuple[int, int], ...] = ()
     folds: Mapping[str, Any] = field(default_factory=dict)
     segments: tuple[pa.Table, ...] = ()  # ``data`` in one-chunk pieces (:func:`_merged`)
-    hold: Any = None
 
 
 class _Held:
-    def __init__(self, name: str, folds: tuple[Fold, ...], hold: Any) -> None:
+    def __init__(self, name: str, folds: tuple[Fold, ...], held: bool) -> None:
         self.lock = threading.Lock()
-        self.snapshot = _absent(name, folds, hold)
+        self.snapshot = _absent(name, folds, held)
         self.loaded = False  # read at least once: until then there is nothing to serve
 
 
-def _absent(name: str, folds: tuple[Fold, ...] = (), hold: Any = True) -> Snapshot:
+def _absent(name: str, folds: tuple[Fold, ...] = (), held: bool = True) -> Snapshot:
     data = conform(arrow_schema(name).empty_table(), arrow_schema(name)) if name in TABLES \
         else pa.table({})
-    return Snapshot(name, -1, None if hold is False else data, (),
-                    {f.name: f.empty() for f in folds}, hold=_filter(hold))
-
-
-def _filter(hold: Any) -> Any:
-    """The filter of the rows held (None: all of them) of a ``hold`` entry."""
-    return None if hold is True or hold is False else hold
+    return Snapshot(name, -1, data if held else None, (), {f.name: f.empty() for f in folds})
 
 
 class Snapshots:
@@ -168,21 +160,20 @@ class Snapshots:
     def __init__(self, table_path: Callable[[str], str],
                  keep: dict[str, Any] | None = None, folds: tuple[Fold, ...] = (),
                  columns: dict[str, list[str]] | None = None,
-                 hold: Mapping[str, Any] | None = None) -> None:
+                 unheld: Collection[str] = ()) -> None:
         """``keep``: per table, a filter (a pyarrow expression) on the rows held: the rest is
         never read (``audit_hot``: its progress rows, not the audit's whole state).
         ``folds``: the running aggregates kept per table (:class:`Fold`). ``columns``: per
-        table, the only columns read (the others are held as nulls). ``hold``: per table,
-        False to fold its rows without holding any (the ledger and the consumed stream
-        grow with every write: a copy in memory grows with the hours the API runs; the
-        snapshot's ``data`` is None), or a filter of the rows held (the others are only
-        folded: the findings' anomalies, not their confirmations); every row by default.
-        The rows not held are read from the table when asked (:meth:`read`)."""
+        table, the only columns read (the others are held as nulls). ``unheld``: tables whose
+        rows are folded and let go (the ledger and the consumed stream grow with every
+        write: a copy in memory grows with the hours the API runs); their snapshots carry
+        the version and the folds, ``data`` is None, and their rows are read from the
+        table when asked (:meth:`read`, :meth:`rows_of`)."""
         self._table_path = table_path
         self._paths: dict[str, str] = {}
         self._keep = keep or {}
         self._columns = columns or {}
-        self._hold = dict(hold or {})
+        self._unheld = frozenset(unheld)
         self._folds: dict[str, tuple[Fold, ...]] = {}
         for f in folds:
             self._folds[f.table] = (*self._folds.get(f.table, ()), f)
@@ -210,7 +201,7 @@ class Snapshots:
         if held is None:
             with self._lock:
                 held = self._held.setdefault(name, _Held(name, self._folds.get(name, ()),
-                                                           self._hold.get(name, True)))
+                                                           name not in self._unheld))
         return held
 
     def version(self, name: str) -> int:
@@ -253,7 +244,7 @@ class Snapshots:
         path = self._path(name)
         folds = self._folds.get(name, ())
         if version is None or not table_exists(path):
-            return _absent(name, folds, self._hold.get(name, True))
+            return _absent(name, folds, name not in self._unheld)
         if old.version >= 0 and version > old.version:
             commits = appends_by_commit(path, old.version, version)
             if commits is not None:
@@ -268,10 +259,10 @@ class Snapshots:
                 folds: tuple[Fold, ...]) -> Snapshot:
         import pyarrow.parquet as pq
 
-        hold = self._hold.get(name, True)
+        held = name not in self._unheld
         keep, schema = self._keep.get(name), self._schema(name, old.data)
         segments, marks, states = list(old.segments), list(old.marks), dict(old.folds)
-        rows = 0 if old.data is None else old.data.num_rows
+        rows = old.data.num_rows if held else 0
         for v, files in commits:
             for f in files:
                 t = pq.read_table(f, columns=self._columns.get(name), filters=keep)
@@ -279,16 +270,15 @@ class Snapshots:
                 if t.num_rows:
                     for fold in folds:
                         states[fold.name] = fold.add(states[fold.name], t, v)
-                    t = _held_rows(t, hold)
-                    if t.num_rows:
+                    if held:
                         segments = _merged(segments, t.combine_chunks())
                         rows += t.num_rows
             marks.append((v, rows))
-        if hold is False:
-            return Snapshot(name, commits[-1][0], None, (), states, hold=_filter(hold))
+        if not held:
+            return Snapshot(name, commits[-1][0], None, (), states)
         data = pa.concat_tables(segments) if segments else old.data  # no copy
         return Snapshot(name, commits[-1][0], data, tuple(marks[-_MAX_MARKS:]), states,
-                        tuple(segments), _filter(hold))
+                        tuple(segments))
 
     def _read_whole(self, name: str, path: str, folds: tuple[Fold, ...]) -> Snapshot:
         from deltalake import DeltaTable
@@ -297,33 +287,16 @@ class Snapshots:
             check_table(path, name)  # a table of another version of the project: refused
         dt = DeltaTable(path)
         keep = self._keep.get(name)
-        hold = self._hold.get(name, True)
-        if hold is not True:  # folded a batch at a time: never the whole table at once
+        if name in self._unheld:  # folded a batch at a time: never the whole table at once
             version, states = dt.version(), {f.name: f.empty() for f in folds}
-            kept, pending = [], []
-
-            def fold() -> None:  # a few hundred thousand rows at a time, not a file's
-                t = conform(pa.Table.from_batches(pending), self._schema(name, None))
+            batches = dt.to_pyarrow_dataset().to_batches(columns=self._columns.get(name),
+                                                         filter=keep)
+            for chunk in _chunks(batches, _FOLD_ROWS):  # not a file's rows at a time
+                t = conform(pa.Table.from_batches(chunk), self._schema(name, None))
                 for f in folds:
                     states[f.name] = f.add(states[f.name], t, version)
-                kept.append(_held_rows(t, hold))
-                pending.clear()
-
-            for batch in dt.to_pyarrow_dataset().to_batches(columns=self._columns.get(name),
-                                                            filter=keep):
-                if batch.num_rows:
-                    pending.append(batch)
-                    if sum(b.num_rows for b in pending) >= _FOLD_ROWS:
-                        fold()
-            if pending:
-                fold()
             self.loads += 1
-            if hold is False:
-                return Snapshot(name, version, None, (), states, hold=_filter(hold))
-            data = conform(pa.concat_tables(kept) if kept else pa.table({}),
-                           self._schema(name, None)).combine_chunks()
-            return Snapshot(name, version, data, ((version, data.num_rows),), states,
-                            (data,) if data.num_rows else (), _filter(hold))
+            return Snapshot(name, version, None, (), states)
         data = dt.to_pyarrow_dataset().to_table(columns=self._columns.get(name), filter=keep)
         data = conform(data, self._schema(name, data)).combine_chunks()  # the one copy held
         version = dt.version()
@@ -381,13 +354,10 @@ class Snapshots:
         schema = self._schema(name, None)
         if columns:
             schema = pa.schema([schema.field(c) for c in columns])
-        if version < 0 or not table_exists(self._path(name)):
-            t = arrow_schema(name).empty_table()
-            t = t.filter(where) if where is not None else t
-            return conform(t, schema)
-        t = read_table(self._path(name), name, columns=columns or self._columns.get(name),
-                       where=_and(where, self._keep.get(name)), version=version)
-        return conform(t, schema)
+        if version < 0:
+            return conform(schema.empty_table(), schema)
+        return conform(read_table(self._path(name), name, columns=columns or self._columns.get(
+            name), where=_and(where, self._keep.get(name)), version=version), schema)
 
     def memo(self, key: Any, tables: tuple[str, ...], compute: Callable[..., Any]) -> Any:
         """``compute(*snapshots)`` of ``tables``, kept until one of them changes version."""
@@ -421,11 +391,19 @@ class Snapshots:
         return value
 
 
-def _held_rows(t: pa.Table, hold: Any) -> pa.Table:
-    """The rows of ``t`` a snapshot holds under ``hold`` (True: all, False: none)."""
-    if hold is True:
-        return t
-    return t.slice(0, 0) if hold is False else t.filter(hold)
+def _chunks(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:
+    """``batches`` (empty ones left out) in runs of at least ``rows`` rows, the last shorter."""
+    run: list[pa.RecordBatch] = []
+    held = 0
+    for b in batches:
+        if b.num_rows:
+            run.append(b)
+            held += b.num_rows
+        if held >= rows:
+            yield run
+            run, held = [], 0
+    if run:
+        yield run
 
 
 def _and(a: Any, b: Any) -> Any:

@@ -307,13 +307,8 @@ _CURSOR_VERSION = 1
 
 
 def _sorted_findings(findings) -> pa.Table:
-    """The findings the snapshots hold with their sort key, sorted by it (memoized per
-    version)."""
-    return _keyed(findings.data)
-
-
-def _keyed(t: pa.Table) -> pa.Table:
-    """Findings rows with their sort key, sorted by it."""
+    """The findings table with its sort key, sorted by it (memoized per version)."""
+    t = findings.data
     if t.num_rows == 0:
         return t.append_column(_KEY, pa.array([], pa.string()))
 
@@ -346,18 +341,8 @@ def _matching(reader, f: FindingFilters, as_of: int) -> pa.Table:
         pc.field("pass_id") > pa.scalar(f.after_pass, pa.int64()) if f.after_pass is not None
         else None,
     ])
-    t = reader.memo("findings_sorted", ("findings",), _sorted_findings).filter(where)
-    snap = reader.snapshot("findings")
-    if snap.hold is None or (f.kind is not None and Kind.confirmed.value not in f.kind):
-        return t
-    # snapshots that hold the anomalies only (``Snapshots(hold=...)``): the confirmations
-    # are read from the table as of the version the held rows stand for, same filters
-    confirmed = where & (pc.field("kind") == Kind.confirmed.value)
-    rest = reader.snapshots.read("findings", snap.version, confirmed)
-    if rest.num_rows == 0:
-        return t
-    both = pa.concat_tables([t, _keyed(rest)])
-    return both.take(pc.sort_indices(both.column(_KEY)))
+    t = reader.memo("findings_sorted", ("findings",), _sorted_findings)
+    return t.filter(where)
 
 
 def _encode_cursor(as_of: int, key: str, f: FindingFilters) -> str:
@@ -431,18 +416,13 @@ def _newest_ack(reader, progress, topic: str | None) -> datetime | None:
 
 def committed_finding_sums(reader, committed: int) -> dict:
     """(topic, partition, kind) -> (writes, newest loss) of the passes up to ``committed``:
-    from the running sums, or the committed findings (read from the table: the
-    confirmations are not held) when the sums cannot say."""
-    def every_committed() -> pa.Table:
-        return reader.read("findings", pc.field("pass_id") <= pa.scalar(committed, pa.int64()),
-                           ["pass_id", "topic", "partition", "kind", "count", "ack_time"])
-
-    return findings_through(reader.snapshots.fold("finding_sums"), committed, every_committed)
+    from the running sums, or the committed findings when the sums cannot say."""
+    return findings_through(reader.snapshots.fold("finding_sums"), committed,
+                            lambda: committed_findings(reader))
 
 
 def committed_findings(reader) -> pa.Table:
-    """Every finding of a committed pass the snapshots hold (all of them with ``deps.HOLD``;
-    the anomalies at least; memoized per findings and audit_hot version)."""
+    """Every finding of a committed pass (memoized per findings and audit_hot version)."""
     def compute(findings, _hot):
         return findings.data.filter(pc.field("pass_id") <= pa.scalar(reader.committed_pass(),
                                                                      pa.int64()))

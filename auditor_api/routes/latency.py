@@ -62,7 +62,7 @@ def latency(reader: ReaderDep,
         where = where & on_topic
     if since is not None:
         where = where & (pc.field("detected_at") >= pa.scalar(since, ts))
-    found = reader.read("findings", where, held_only=True,  # losses are held (deps.HOLD)
+    found = reader.read("findings", where,
                         columns=["kind", "topic", "count", "ack_time", "detected_at"])
     if (topic is not None and found.num_rows == 0
             and topic not in reader.snapshots.fold("ack_sums").acked

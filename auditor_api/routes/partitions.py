@@ -218,7 +218,7 @@ def _index(reader, topic: str, partition: int) -> _Index:
 
         here = (pc.field("topic") == topic) & (pc.field("partition") == pa.scalar(
             partition, pa.int32()))
-        # the ledger and the stream are not held (deps.HOLD): this partition's rows are
+        # the ledger and the stream are not held (deps.UNHELD): this partition's rows are
         # kept apart and read on from each commit's new files (the latest version)
         a = reader.snapshots.rows_of("acks", here & pc.is_valid(pc.field("offset")),
                                      ["ack_time", "last_ack_time", "offset", "count"])

@@ -3,7 +3,6 @@ table snapshots kept between requests, and the dashboard's assets served by the 
 
 from datetime import UTC, datetime, timedelta
 
-import pyarrow.compute as pc
 from fastapi.testclient import TestClient
 
 from kafka_audit.auditor_api.main import create_app
@@ -177,28 +176,6 @@ def test_snapshots_are_kept_between_requests_and_follow_appends(tmp_path):
     assert snaps.loads == loads and snaps.appends == 1  # only the new file was read
     # the ledger and the stream grow with every write: folded, not held
     assert snaps.get("acks").data is None and snaps.get("consumed").data is None
-
-
-def test_snapshots_holding_the_anomalies_only_read_the_confirmations_when_asked(tmp_path):
-    from kafka_audit.auditor_api import deps
-
-    s = warehouse(tmp_path, runs=10)
-    app = create_app(s)
-    snaps = deps.Snapshots(s.table_path, deps.KEEP, deps.SUMMARY_FOLDS, deps.COLUMNS,
-                           {**deps.HOLD, "findings": pc.field("kind") != "confirmed"})
-    app.state.snapshots = {str(s.warehouse): snaps}
-    c = TestClient(app)
-    assert c.get("/v1/summary").json()["verdicts"]["confirmed"] == 149_800 - 149_000
-    assert set(snaps.get("findings").data.column("kind").to_pylist()) == {"lost"}
-    confirmed = c.get("/v1/findings", params={"kind": "confirmed"}).json()["items"]
-    assert [f["offset"] for f in confirmed] == [0, 150_000]  # read from the table
-    assert [(f["kind"], f["offset"]) for f in c.get("/v1/findings").json()["items"]] == [
-        ("confirmed", 0), ("confirmed", 150_000), ("lost", 0), ("lost", 149_800)]
-    one = c.get(f"/v1/findings/{confirmed[0]['finding_id']}").json()
-    assert (one["kind"], one["count"]) == ("confirmed", 149_800)
-    counts = {k["kind"]: k for k in c.get("/v1/findings/counts").json()["kinds"]}
-    assert (counts["confirmed"]["findings"], counts["confirmed"]["writes"]) == (
-        2, sum(f["count"] for f in confirmed))
 
 
 def test_a_repeated_request_is_answered_from_memory_until_a_table_changes(tmp_path):
