@@ -38,9 +38,10 @@ from kafka_audit.store import read_table
 
 PASS = re.compile(r"^(\d\d):(\d\d):(\d\d) .*audit pass \d+ at [0-9:]+: .*?(\d+) confirmed; "
                   r".*; ([0-9.]+)s \[(.*)\]$")
-MEMORY = re.compile(r"^(\d\d):(\d\d):(\d\d) .*memory \((\w+)\): rss (\d+) MB; malloc in use "
-                    r"(\d+) MB, free held (\d+) MB.*arrow pool (\d+) MB.*objects (.*); the last "
-                    r"trim gave back (\d+) MB")
+MEMORY = re.compile(r"^(\d\d):(\d\d):(\d\d) .*memory \((?P<proc>\w+)\): rss (?P<rss>\d+) MB"
+                    r"(?: \(anon (?P<anon>\d+), file (?P<file>\d+)[^)]*\))?; malloc in use "
+                    r"(?P<used>\d+) MB, free held (?P<free>\d+) MB.*arrow pool (?P<arrow>\d+) MB"
+                    r".*objects (?P<objects>.*); the last trim gave back (?P<trim>\d+) MB")
 
 
 def _minutes(h: str, m: str, s: str, start: int | None) -> tuple[float, int]:
@@ -71,7 +72,7 @@ def main() -> None:
                 bucket[name].append(float(secs))
         elif m := MEMORY.search(line):
             minute, start = _minutes(*m.group(1, 2, 3), start)
-            memory[m.group(4)].append((minute, m))
+            memory[m["proc"]].append((minute, m))
     print("audit pass parts, median per ten minutes (s; confirmed: writes per pass)")
     for ten, named in sorted(parts.items()):
         medians = " ".join(f"{k} {statistics.median(v):g}" for k, v in named.items())
@@ -81,12 +82,14 @@ def main() -> None:
         late = [m for minute, m in lines if lo <= minute <= hi]
         if not late:
             continue
+        labels = [("rss", "rss"), ("anon", "anon"), ("file", "file"),
+                  ("malloc in use", "used"), ("free held", "free"), ("arrow pool", "arrow"),
+                  ("trim gave back", "trim")]
         print(f"memory ({proc}), minutes {lo:g}-{hi:g}, MB: " + ", ".join(
-            f"{label} {min(int(m.group(i)) for m in late)}-{max(int(m.group(i)) for m in late)}"
-            for label, i in (("rss", 5), ("malloc in use", 6), ("free held", 7),
-                             ("arrow pool", 8), ("trim gave back", 10))))
-        print(f"  objects, first line: {lines[0][1].group(9)}")
-        print(f"  objects, last line:  {lines[-1][1].group(9)}")
+            f"{label} {min(int(m[g]) for m in late)}-{max(int(m[g]) for m in late)}"
+            for label, g in labels if all(m[g] is not None for m in late)))
+        print(f"  objects, first line: {lines[0][1]['objects']}")
+        print(f"  objects, last line:  {lines[-1][1]['objects']}")
     warehouse = args.home / "warehouse"
     hot = read_table(str(warehouse / "audit_hot"), "audit_hot", ["kind", "pass_id"])
     newest = pc.max(hot["pass_id"]).as_py()

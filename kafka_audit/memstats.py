@@ -99,13 +99,31 @@ def _rss_mb() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
+def _rss_parts() -> str:
+    """RSS split as the kernel counts it: anonymous memory (heaps, pools, stacks), pages of
+    mapped files (libraries, memory-mapped files: the kernel may drop them) and shared
+    memory; empty where ``/proc/self/status`` lacks the fields."""
+    want = {"RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "shmem"}
+    got = []
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                fields = line.split()
+                if fields and fields[0] in want:
+                    got.append(f"{want[fields[0]]} {int(fields[1]) / 1024:.0f}")
+    except (OSError, ValueError, IndexError):
+        return ""
+    return f" ({', '.join(got)})" if got else ""
+
+
 def _top_types(n: int = 6) -> list[tuple[str, int]]:
     return Counter(type(o).__name__ for o in gc.get_objects()).most_common(n)
 
 
 def memory_line(first: tracemalloc.Snapshot | None = None) -> str:
-    """One line: RSS, the C heap, Arrow's pool, Python objects (and tracemalloc's growth)."""
-    parts = [f"rss {_rss_mb():.0f} MB"]
+    """One line: RSS (anonymous, file, shared), the C heap, Arrow's pool, Python objects
+    (and tracemalloc's growth)."""
+    parts = [f"rss {_rss_mb():.0f} MB{_rss_parts()}"]
     heap = _glibc_heap()
     if heap is not None:
         used, free, mapped = heap

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import threading
 
 from kafka_audit.memstats import memory_line, release_free_memory, watch_memory
@@ -20,6 +21,11 @@ def test_the_memory_line_names_each_part():
     line = memory_line()
     for part in ("rss ", "malloc in use ", "free held ", "arrow pool ", "threads ", "objects "):
         assert part in line, line
+    # the kernel's split of RSS adds up to it (each part rounded to a MB)
+    m = re.match(r"rss (\d+) MB \(anon (\d+), file (\d+), shmem (\d+)\)", line)
+    assert m, line
+    rss, *split = map(int, m.groups())
+    assert abs(rss - sum(split)) <= 3, line
 
 
 def test_the_watcher_logs_and_stops(caplog):
