@@ -156,7 +156,8 @@ class LocalCluster:
     def _java(self, main: str, *args: str, node: int | None = None) -> list[str]:
         logs = self.node_dir(node) / "logs" if node else self.root
         log4j = resources.files("kafka_audit.conf").joinpath("broker-log4j2.xml")
-        return ["java", *self.cfg.heap.split(), "-XX:+UseG1GC", "-Djava.awt.headless=true",
+        return ["java", *self.cfg.heap.split(), *self.cfg.jvm_options.split(), "-XX:+UseG1GC",
+                "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={logs}",
                 "-cp", broker_classpath(), main, *args]
 

@@ -74,6 +74,9 @@ class ClusterSettings(_Section):
         29291, description="followers fetch from node N here: a fault can cut replication alone")
     heap: str = Field("-Xms256m -Xmx512m",
                       description="three brokers plus a Spark driver fit in 24 GiB on 2 cores")
+    jvm_options: str = Field(
+        "", description="more options for each broker's JVM (the test suite's cluster: "
+                        "-XX:TieredStopAtLevel=1, a restart under load a quarter sooner)")
     broker_overrides: dict[str, Any] = Field(
         default_factory=dict, description="broker properties (conf/defaults.yaml sets the "
                                           "local cluster's: failures noticed in seconds)")

@@ -29,8 +29,12 @@ ROOT = Path(__file__).resolve().parents[2]
 # AUDIT_TEST_PORT_OFFSET moves the test cluster (ports and folder), so that two test
 # sessions can run side by side on one machine (e.g. 1000: ports 20091-20393)
 OFFSET = int(os.environ.get("AUDIT_TEST_PORT_OFFSET", "0"))
+# the brokers' JIT stops at its first tier: a broker restarted beside a producer and Spark
+# on 2 cores rejoins its ISRs sooner (``bench/broker_restart.py --busy 1``), and the tests'
+# loads are far below what the brokers' fully compiled code would carry
 CLUSTER = {"broker_base_port": 19091 + OFFSET, "controller_base_port": 19191 + OFFSET,
-           "replication_base_port": 19291 + OFFSET, "secure_base_port": 19391 + OFFSET}
+           "replication_base_port": 19291 + OFFSET, "secure_base_port": 19391 + OFFSET,
+           "jvm_options": "-XX:TieredStopAtLevel=1"}
 CLUSTER_HOME = ROOT / "var" / ("test-cluster" if not OFFSET else f"test-cluster-{OFFSET}")
 
 

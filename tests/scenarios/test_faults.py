@@ -28,7 +28,7 @@ def test_acks1_leader_kill_loss_matches_ground_truth_over_http(cluster, spark, s
     watcher = ClusterWatcher(settings)
     thread, stop = watcher.start_thread()
     try:
-        p, killed = produce_with_leader_kill(settings, cluster, topic, acks="1",
+        p, killed = produce_with_leader_kill(settings, cluster, topic, acks="1", rate=5000,
                                              before_kill=3, after_kill=3, progress=print)
     finally:
         stop.set()

@@ -92,7 +92,7 @@ def test_a_loss_inside_a_watcher_gap_names_the_gap(cluster, spark, settings, top
             def __exit__(self, *exc):
                 watcher.resume()
 
-        p, _killed = produce_with_leader_kill(settings, cluster, topic, acks="1",
+        p, _killed = produce_with_leader_kill(settings, cluster, topic, acks="1", rate=5000,
                                               before_kill=3, after_kill=3, progress=print,
                                               during_fault=Paused)
         wait_until(lambda: [r for r in read_table(settings.table_path("cluster_events"),

@@ -70,7 +70,7 @@ def test_an_acks1_leader_kill_audited_through_a_sasl_ssl_profile(cluster, settin
                 topic = f"{topic}-{attempt}"
                 cluster.create_topic(topic, partitions=3, replication=3)
             p, _killed = produce_with_leader_kill(secured, cluster, topic, acks="1",
-                                                  before_kill=3, after_kill=3,
+                                                  rate=5000, before_kill=3, after_kill=3,
                                                   lag_seconds=lag, progress=print)
             truth = acked_but_missing(p.record, p.producer_id, p.run_id,
                                       full_read_stamps(cluster.bootstrap, topic))
