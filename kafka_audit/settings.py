@@ -328,6 +328,12 @@ class SteadySettings(_Section):
         "keeps at most this many malloc arenas (M_ARENA_MAX, set before any thread starts; "
         "by default up to 8 per core, and free memory held across many arenas is not given "
         "back); 0: glibc's default")
+    deltalake_malloc_conf: str = Field(
+        "narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true",
+        description="in `kafka-audit run` (its service and API processes), the options of the "
+        "jemalloc that deltalake's extension carries (its _RJEM_MALLOC_CONF; one already in "
+        "the environment wins): fewer arenas, and freed pages given back within a second by "
+        "a thread of its own (bench/delta_memory.py); empty: jemalloc's defaults")
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import subprocess
+import sys
 import threading
 
-from kafka_audit.memstats import memory_line, release_free_memory, watch_memory
+from kafka_audit.memstats import (
+    configure_deltalake_malloc,
+    memory_line,
+    release_free_memory,
+    watch_memory,
+)
 
 
 def test_the_trim_gives_freed_memory_back():
@@ -72,9 +80,6 @@ with tempfile.TemporaryDirectory() as d:
 
 
 def _heaps(cap: int) -> tuple[str, int]:
-    import subprocess
-    import sys
-
     out = subprocess.run([sys.executable, "-c", _ARENAS, str(cap)], capture_output=True,
                          text=True, timeout=60, check=True).stdout.split()
     return out[0], int(out[1])
@@ -84,3 +89,40 @@ def test_capped_arenas_hold_every_thread_s_allocations_in_that_many_heaps():
     assert _heaps(2) == ("True", 2)
     was_set, heaps = _heaps(0)  # glibc's default: a heap per thread, up to 8 per core
     assert was_set == "False" and heaps > 2, heaps
+
+
+#: a process that writes a Delta table after configure_deltalake_malloc(argv[2]) (empty: not
+#: called; argv[3]: the options already in its environment); jemalloc's stats_print option
+#: prints its statistics at exit
+_DELTA = """
+import sys
+import pyarrow as pa
+from kafka_audit.memstats import configure_deltalake_malloc
+if sys.argv[2]:
+    assert configure_deltalake_malloc(sys.argv[2]) == (sys.argv[3] == "")
+from deltalake import write_deltalake
+assert not configure_deltalake_malloc("narenas:1")  # too late: deltalake is loaded
+write_deltalake(sys.argv[1], pa.table({"i": [1, 2]}), mode="append")
+"""
+
+
+def _delta_process(tmp_path, conf: str, env_conf: str | None = None) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    if env_conf is not None:
+        env["_RJEM_MALLOC_CONF"] = env_conf
+    out = subprocess.run([sys.executable, "-c", _DELTA, str(tmp_path / "t"), conf,
+                          env_conf or ""], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout + out.stderr
+
+
+def test_deltalake_s_jemalloc_takes_the_options_given_before_the_first_table(tmp_path):
+    stats = "Begin jemalloc statistics"
+    assert stats in _delta_process(tmp_path, "stats_print:true")
+    assert stats not in _delta_process(tmp_path, "")
+    # options already in the environment win over the setting
+    assert stats not in _delta_process(tmp_path, "stats_print:true", env_conf="narenas:2")
+    env = {"_RJEM_MALLOC_CONF": "narenas:1"}
+    assert not configure_deltalake_malloc("narenas:2", env) and env["_RJEM_MALLOC_CONF"] == \
+        "narenas:1"
+    assert configure_deltalake_malloc("narenas:2", {}) and not configure_deltalake_malloc("", {})
