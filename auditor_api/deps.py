@@ -18,7 +18,7 @@ from fastapi import Depends, Request
 from kafka_audit.auditor_api.folds import SUMMARY_FOLDS
 from kafka_audit.auditor_api.snapshots import Snapshot, Snapshots
 from kafka_audit.settings import Settings, get_settings
-from kafka_audit.store import Progress, read_table, table_exists
+from kafka_audit.store import Progress, table_exists
 
 #: rows of a table the snapshots hold; the rest is never read (the audit's state is large)
 KEEP = {"audit_hot": pc.field("kind") == "progress"}
@@ -76,14 +76,9 @@ class TableReader:
         return self.snapshots.get(table)
 
     def read(self, table: str, where: pc.Expression | None = None,
-             columns: list[str] | None = None, version: int | None = None) -> pa.Table:
-        """The table (at ``version``: as it stood then), filtered; a table whose rows are
-        not held (``UNHELD``) is read as of the version its snapshot stands for."""
-        if version is not None:  # time travel: memoized, the version never changes
-            return self.snapshots.memo(
-                ("read", table, version, str(where), tuple(columns or ())), (),
-                lambda: read_table(self.settings.table_path(table), table, columns=columns,
-                                   where=where, version=version))
+             columns: list[str] | None = None) -> pa.Table:
+        """The table as its snapshot stands, filtered; a table whose rows are not held
+        (``UNHELD``) is read as of the version its snapshot stands for."""
         snap = self.snapshot(table)
         if snap.data is None:  # rows not held: read as of the version the snapshot stands for
             return self.snapshots.read(table, snap.version, where, columns)

@@ -23,18 +23,14 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from kafka_audit.memstats import _glibc_heap, release_free_memory
+from kafka_audit.memstats import glibc_heap, release_free_memory, rss_parts
 from kafka_audit.store import compact, latest_version, read_table
 
 TABLES = ("audit_hot", "findings", "partition_state", "cluster_events", "windows", "dq_results")
 
 
 def anon_mb() -> int:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("RssAnon:"):
-                return int(line.split()[1]) // 1024
-    return -1
+    return int(rss_parts().get("anon", -1))
 
 
 def main() -> None:
@@ -61,7 +57,7 @@ def main() -> None:
                     compact(scratch)
             if i % 10 == 0 or i == args.rounds - 1:
                 release_free_memory()
-                heap = _glibc_heap()
+                heap = glibc_heap()
                 used = heap[0] >> 20 if heap else -1
                 first = anon_mb() if first is None else first
                 print(f"round {i}: anon {anon_mb()} MB, malloc in use {used} MB, arrow pool "

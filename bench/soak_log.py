@@ -43,6 +43,11 @@ MEMORY = re.compile(r"^(\d\d):(\d\d):(\d\d) .*memory \((?P<proc>\w+)\): rss (?P<
                     r"(?P<used>\d+) MB, free held (?P<free>\d+) MB.*arrow pool (?P<arrow>\d+) MB"
                     r".*objects (?P<objects>.*); the last trim gave back (?P<trim>\d+) MB")
 
+#: (label, group of MEMORY) of the memory ranges printed; anon and file only in lines
+#: written since the memory line split RSS
+MEMORY_PARTS = [("rss", "rss"), ("anon", "anon"), ("file", "file"), ("malloc in use", "used"),
+                ("free held", "free"), ("arrow pool", "arrow"), ("trim gave back", "trim")]
+
 
 def _minutes(h: str, m: str, s: str, start: int | None) -> tuple[float, int]:
     t = int(h) * 3600 + int(m) * 60 + int(s)
@@ -82,12 +87,9 @@ def main() -> None:
         late = [m for minute, m in lines if lo <= minute <= hi]
         if not late:
             continue
-        labels = [("rss", "rss"), ("anon", "anon"), ("file", "file"),
-                  ("malloc in use", "used"), ("free held", "free"), ("arrow pool", "arrow"),
-                  ("trim gave back", "trim")]
         print(f"memory ({proc}), minutes {lo:g}-{hi:g}, MB: " + ", ".join(
             f"{label} {min(int(m[g]) for m in late)}-{max(int(m[g]) for m in late)}"
-            for label, g in labels if all(m[g] is not None for m in late)))
+            for label, g in MEMORY_PARTS if all(m[g] is not None for m in late)))
         print(f"  objects, first line: {lines[0][1]['objects']}")
         print(f"  objects, last line:  {lines[-1][1]['objects']}")
     warehouse = args.home / "warehouse"

@@ -104,13 +104,15 @@ def _watch(args) -> int:
 def _run(args) -> int:
     import signal
 
-    from kafka_audit.jobs.watcher import ClusterWatcher
     from kafka_audit.memstats import cap_malloc_arenas, configure_deltalake_malloc
-    from kafka_audit.service import build, stop_consume_query
 
     s = get_settings()
     cap_malloc_arenas(s.steady.malloc_arenas)  # before any thread starts (librdkafka's too)
-    configure_deltalake_malloc(s.steady.deltalake_malloc_conf)  # before any table is opened
+    # before deltalake is imported: the modules below may import it one day
+    configure_deltalake_malloc(s.steady.deltalake_malloc_conf)
+    from kafka_audit.jobs.watcher import ClusterWatcher
+    from kafka_audit.service import build, stop_consume_query
+
     ClusterWatcher(s).wait_reachable()  # a cluster never reached: one line, exit 2
     service = build(s)
     signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(

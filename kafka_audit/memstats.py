@@ -21,8 +21,8 @@ import time
 import tracemalloc
 from collections import Counter
 
-__all__ = ["cap_malloc_arenas", "configure_deltalake_malloc", "memory_line", "release_free_memory",
-           "watch_memory"]
+__all__ = ["cap_malloc_arenas", "configure_deltalake_malloc", "glibc_heap", "memory_line",
+           "release_free_memory", "rss_parts", "watch_memory"]
 
 log = logging.getLogger("kafka_audit.memory")
 
@@ -42,7 +42,7 @@ def _glibc(name: str):
         return None
 
 
-def _glibc_heap() -> tuple[int, int, int] | None:
+def glibc_heap() -> tuple[int, int, int] | None:
     """(in use, free but held, mmapped) bytes of glibc's malloc, or None off glibc."""
     fn = _glibc("mallinfo2")
     if fn is None:
@@ -130,21 +130,21 @@ def _rss_mb() -> float:
     return pages * resource.getpagesize() / 2**20
 
 
-def _rss_parts() -> str:
-    """RSS split as the kernel counts it: anonymous memory (heaps, pools, stacks), pages of
-    mapped files (libraries, memory-mapped files: the kernel may drop them) and shared
-    memory; empty where ``/proc/self/status`` lacks the fields."""
+def rss_parts() -> dict[str, float]:
+    """MB of this process's RSS as the kernel counts it: ``anon`` (heaps, pools, stacks),
+    ``file`` (pages of mapped files: libraries, memory-mapped files; the kernel may drop
+    them) and ``shmem``; empty where ``/proc/self/status`` lacks the fields."""
     want = {"RssAnon:": "anon", "RssFile:": "file", "RssShmem:": "shmem"}
-    got = []
+    got: dict[str, float] = {}
     try:
         with open("/proc/self/status") as f:
             for line in f:
                 fields = line.split()
                 if fields and fields[0] in want:
-                    got.append(f"{want[fields[0]]} {int(fields[1]) / 1024:.0f}")
+                    got[want[fields[0]]] = int(fields[1]) / 1024
     except (OSError, ValueError, IndexError):
-        return ""
-    return f" ({', '.join(got)})" if got else ""
+        return {}
+    return got
 
 
 def _top_types(n: int = 6) -> list[tuple[str, int]]:
@@ -154,8 +154,9 @@ def _top_types(n: int = 6) -> list[tuple[str, int]]:
 def memory_line(first: tracemalloc.Snapshot | None = None) -> str:
     """One line: RSS (anonymous, file, shared), the C heap, Arrow's pool, Python objects
     (and tracemalloc's growth)."""
-    parts = [f"rss {_rss_mb():.0f} MB{_rss_parts()}"]
-    heap = _glibc_heap()
+    split = ", ".join(f"{k} {mb:.0f}" for k, mb in rss_parts().items())
+    parts = [f"rss {_rss_mb():.0f} MB" + (f" ({split})" if split else "")]
+    heap = glibc_heap()
     if heap is not None:
         used, free, mapped = heap
         parts.append(f"malloc in use {used / 2**20:.0f} MB, free held {free / 2**20:.0f} MB, "

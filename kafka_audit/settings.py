@@ -76,7 +76,8 @@ class ClusterSettings(_Section):
                       description="three brokers plus a Spark driver fit in 24 GiB on 2 cores")
     jvm_options: str = Field(
         "", description="more options for each broker's JVM (the test suite's cluster: "
-                        "-XX:TieredStopAtLevel=1, a restart under load a quarter sooner)")
+                        "-XX:TieredStopAtLevel=1; bench/broker_restart.py --busy 1: a "
+                        "restarted broker back in every ISR in 5.6 s against 9.1)")
     broker_overrides: dict[str, Any] = Field(
         default_factory=dict, description="broker properties (conf/defaults.yaml sets the "
                                           "local cluster's: failures noticed in seconds)")
