@@ -4,16 +4,20 @@
 
 Per kill (``latency.json``), in seconds after it: the partition's new leader (the first
 ``leader_change`` in ``cluster_events``), the first stream read past its lost writes
-(``consumed``: the read that carries the frontier beyond them), when they settled (that
-read plus ``audit.settle_seconds``), when the last of them was written as a finding
-(``detected_at``) and answered over REST (the bench's own poll); then the phases of the
-pass that wrote them (its line in ``run.log``). A kill's lost writes are the loss
-findings acknowledged from 15 s before it to 1 s after it.
+(``consumed``: the read that carries the frontier beyond them), the producer's first ack
+after the kill (``acks``: a write the new leader took) and the first stream read of it,
+when they settled (the read past plus ``audit.settle_seconds``), when the last of them
+was written as a finding (``detected_at``) and answered over REST (the bench's own
+poll); then the phases of the pass that wrote them (its line in ``run.log``). A kill's
+lost writes are the loss findings acknowledged from 15 s before it to 1 s after it.
+Last, the steady read lag for comparison: per stream read more than 30 s from every
+kill, from the ack of its first offset to its read.
 """
 
 from __future__ import annotations
 
 import argparse
+import bisect
 import json
 import re
 from datetime import UTC, datetime, timedelta
@@ -38,6 +42,7 @@ def main() -> None:
     stream = read_table(str(warehouse / "consumed"), "consumed",
                         ["partition", "offset", "count", "read_time", "source"])
     stream = stream.filter(pc.equal(stream["source"], "stream")).to_pylist()
+    acks = read_table(str(warehouse / "acks"), "acks", ["partition", "offset", "ack_time"])
     passes = {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(
         r"audit pass (\d+) at (\S+): .*?(\[[^\]]*\])", (home / "run.log").read_text(), re.M)}
     settle = timedelta(seconds=result["settle"])
@@ -54,13 +59,54 @@ def main() -> None:
                         if e["event_time"] > at and e["partition"] == p), None)
         read = min((r["read_time"] for r in stream if r["partition"] == p
                     and r["read_time"] > at and r["offset"] + r["count"] > end), default=None)
+        first_ack, first_read = _first_ack_read(acks, stream, p, at)
         found = max(mine, key=lambda f: f["detected_at"])
         when, phases = passes.get(found["pass_id"], ("?", ""))
         print(f"kill {at:%H:%M:%S} p{p}: elected {_after(at, elected)}, read past "
-              f"{_after(at, read)}, settled {_after(at, read + settle if read else None)}, "
+              f"{_after(at, read)}, first ack {_after(at, first_ack)} read "
+              f"{_after(at, first_read)}, settled {_after(at, read + settle if read else None)}, "
               f"detected {_after(at, found['detected_at'])}, answered "
               f"+{kill['answered_after']}; "
               f"pass {found['pass_id']} began {when} {phases}")
+    kills = [datetime.fromtimestamp(k["killed_at"], UTC) for k in result["kills"]]
+    lags = _steady_lags(acks, stream, kills)
+    if lags:
+        print(f"steady read lag, ack to stream read ({len(lags)} reads more than 30 s from "
+              f"every kill): p50 {lags[len(lags) // 2]:.1f}s p90 "
+              f"{lags[int(len(lags) * 0.9)]:.1f}s max {lags[-1]:.1f}s")
+
+
+def _first_ack_read(acks, stream: list[dict], p: int, at: datetime):
+    """The first ack of partition ``p`` more than 1 s after the kill at ``at`` (a write the
+    new leader took) and the first stream read of its offset."""
+    later = acks.filter(pc.and_(pc.equal(acks["partition"], p),
+                                pc.greater(acks["ack_time"], at + timedelta(seconds=1))))
+    if later.num_rows == 0:
+        return None, None
+    first = later.sort_by("ack_time").slice(0, 1).to_pylist()[0]
+    read = min((r["read_time"] for r in stream if r["partition"] == p and r["read_time"] > at
+                and r["offset"] <= first["offset"] < r["offset"] + r["count"]), default=None)
+    return first["ack_time"], read
+
+
+def _steady_lags(acks, stream: list[dict], kills: list[datetime]) -> list[float]:
+    """Sorted seconds from ack to stream read, per stream read whose first offset was
+    acknowledged more than 30 s from every kill."""
+    by_partition: dict[int, tuple[list[int], list]] = {}
+    for a in acks.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist():
+        offs, times = by_partition.setdefault(a["partition"], ([], []))
+        offs.append(a["offset"])
+        times.append(a["ack_time"])
+    lags = []
+    for r in stream:
+        offs, times = by_partition.get(r["partition"], ([], []))
+        i = bisect.bisect_right(offs, r["offset"]) - 1  # the ack range holding its first offset
+        if i < 0:
+            continue
+        t = times[i]
+        if all(abs((t - k).total_seconds()) > 30 for k in kills):
+            lags.append((r["read_time"] - t).total_seconds())
+    return sorted(lags)
 
 
 def _after(at: datetime, t: datetime | None) -> str:
