@@ -21,8 +21,8 @@ import time
 import tracemalloc
 from collections import Counter
 
-__all__ = ["cap_malloc_arenas", "configure_deltalake_malloc", "glibc_heap", "memory_line",
-           "release_free_memory", "rss_parts", "watch_memory"]
+__all__ = ["cap_malloc_arenas", "configure_arrow_pool", "configure_deltalake_malloc",
+           "glibc_heap", "memory_line", "release_free_memory", "rss_parts", "watch_memory"]
 
 log = logging.getLogger("kafka_audit.memory")
 
@@ -94,6 +94,35 @@ def configure_deltalake_malloc(conf: str, env=None) -> bool:
     if not conf or env.get(DELTALAKE_MALLOC_CONF):
         return False
     env[DELTALAKE_MALLOC_CONF] = conf
+    return True
+
+
+#: the environment variable pyarrow reads its default memory pool's backend from
+ARROW_POOL = "ARROW_DEFAULT_MEMORY_POOL"
+
+
+def configure_arrow_pool(name: str, env=None) -> bool:
+    """Make ``name`` (``system``, ``jemalloc`` or ``mimalloc``) the pool pyarrow allocates
+    from by default, in this process or, given ``env``, in a child started with it, unless
+    the environment names one already; True if set.
+
+    pyarrow's own default, mimalloc, keeps the pages a thread freed until that thread
+    allocates again, and ``release_unused`` collects only the calling thread's heap, not
+    those of Arrow's reader threads: in the hour soak of 2026-11-26 16:17 its arena held
+    96-158 MB resident while the pool had 2-52 MB allocated. ``system`` is glibc's malloc,
+    whose arenas :func:`cap_malloc_arenas` caps and whose free memory
+    :func:`release_free_memory` gives back. In this process the pool is switched at once
+    when pyarrow is loaded already (buffers allocated before stay where they are)."""
+    if not name:
+        return False
+    target = os.environ if env is None else env
+    if target.get(ARROW_POOL):
+        return False
+    target[ARROW_POOL] = name
+    if env is None and "pyarrow" in sys.modules:
+        import pyarrow as pa
+
+        pa.set_memory_pool(getattr(pa, f"{name}_memory_pool")())
     return True
 
 

@@ -10,6 +10,8 @@ import sys
 import threading
 
 from kafka_audit.memstats import (
+    ARROW_POOL,
+    configure_arrow_pool,
     configure_deltalake_malloc,
     memory_line,
     release_free_memory,
@@ -126,3 +128,37 @@ def test_deltalake_s_jemalloc_takes_the_options_given_before_the_first_table(tmp
     assert not configure_deltalake_malloc("narenas:2", env) and env["_RJEM_MALLOC_CONF"] == \
         "narenas:1"
     assert configure_deltalake_malloc("narenas:2", {}) and not configure_deltalake_malloc("", {})
+
+#: a child that configures pyarrow's pool (argv[1]) before or after importing pyarrow
+#: (argv[2]) and prints the backend its default pool then has
+_ARROW = """
+import sys
+from kafka_audit.memstats import configure_arrow_pool
+if sys.argv[2] == "after":
+    import pyarrow
+print(configure_arrow_pool(sys.argv[1]))
+import pyarrow as pa
+pa.array(range(1000))  # an allocation from the pool
+print(pa.default_memory_pool().backend_name)
+"""
+
+
+def _arrow_process(name: str, when: str, env_pool: str | None = None) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL}
+    if env_pool is not None:
+        env[ARROW_POOL] = env_pool
+    out = subprocess.run([sys.executable, "-c", _ARROW, name, when], env=env,
+                         capture_output=True, text=True, timeout=120, check=True)
+    return out.stdout.split()
+
+
+def test_pyarrow_allocates_from_the_pool_given_before_or_after_its_import():
+    assert _arrow_process("system", "before") == ["True", "system"]
+    assert _arrow_process("system", "after") == ["True", "system"]
+    assert _arrow_process("jemalloc", "before") == ["True", "jemalloc"]
+    # a pool the environment names wins, and an empty setting leaves pyarrow's default
+    assert _arrow_process("system", "before", env_pool="mimalloc") == ["False", "mimalloc"]
+    assert _arrow_process("", "before") == ["False", "mimalloc"]
+    env = {ARROW_POOL: "jemalloc"}
+    assert not configure_arrow_pool("system", env) and env[ARROW_POOL] == "jemalloc"
+    assert configure_arrow_pool("system", {}) and not configure_arrow_pool("", {})
