@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
+from kafka_audit.latency import nearest_rank
 from kafka_audit.schemas.verdicts import LOSSES
 from kafka_audit.store import read_table
 
@@ -72,8 +73,8 @@ def main() -> None:
     lags = _steady_lags(acks, stream, kills)
     if lags:
         print(f"steady read lag, ack to stream read ({len(lags)} reads more than 30 s from "
-              f"every kill): p50 {lags[len(lags) // 2]:.1f}s p90 "
-              f"{lags[int(len(lags) * 0.9)]:.1f}s max {lags[-1]:.1f}s")
+              f"every kill): p50 {nearest_rank(lags, 0.5):.1f}s p90 "
+              f"{nearest_rank(lags, 0.9):.1f}s max {max(lags):.1f}s")
 
 
 def _first_ack_read(acks, stream: list[dict], p: int, at: datetime):
@@ -90,7 +91,7 @@ def _first_ack_read(acks, stream: list[dict], p: int, at: datetime):
 
 
 def _steady_lags(acks, stream: list[dict], kills: list[datetime]) -> list[float]:
-    """Sorted seconds from ack to stream read, per stream read whose first offset was
+    """Seconds from ack to stream read, per stream read whose first offset was
     acknowledged more than 30 s from every kill."""
     by_partition: dict[int, tuple[list[int], list]] = {}
     for a in acks.sort_by([("partition", "ascending"), ("offset", "ascending")]).to_pylist():
@@ -106,7 +107,7 @@ def _steady_lags(acks, stream: list[dict], kills: list[datetime]) -> list[float]
         t = times[i]
         if all(abs((t - k).total_seconds()) > 30 for k in kills):
             lags.append((r["read_time"] - t).total_seconds())
-    return sorted(lags)
+    return lags
 
 
 def _after(at: datetime, t: datetime | None) -> str:

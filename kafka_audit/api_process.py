@@ -40,13 +40,10 @@ def start_api_process(settings) -> subprocess.Popen:
     """The API server as a child process serving ``settings``; its output goes where this
     process's goes, formatted as this process formats its log (``kafka-audit``'s
     ``--log-json`` included)."""
-    env = dict(os.environ)
-    if settings.steady.malloc_arenas > 0:  # read by glibc as the child starts, before threads
-        env["MALLOC_ARENA_MAX"] = str(settings.steady.malloc_arenas)
-    from kafka_audit.memstats import configure_arrow_pool, configure_deltalake_malloc
+    from kafka_audit.memstats import configure_allocators
 
-    configure_deltalake_malloc(settings.steady.deltalake_malloc_conf, env)
-    configure_arrow_pool(settings.steady.arrow_memory_pool, env)
+    env = dict(os.environ)
+    configure_allocators(settings.steady, env)
     proc = subprocess.Popen([sys.executable, "-m", "kafka_audit.api_process"],
                             stdin=subprocess.PIPE, preexec_fn=_die_with_parent, env=env)
     assert proc.stdin is not None

@@ -104,17 +104,12 @@ def _watch(args) -> int:
 def _run(args) -> int:
     import signal
 
-    from kafka_audit.memstats import (
-        cap_malloc_arenas,
-        configure_arrow_pool,
-        configure_deltalake_malloc,
-    )
+    from kafka_audit.memstats import configure_allocators
 
     s = get_settings()
-    cap_malloc_arenas(s.steady.malloc_arenas)  # before any thread starts (librdkafka's too)
-    # before deltalake and pyarrow are imported: the modules below may import them one day
-    configure_deltalake_malloc(s.steady.deltalake_malloc_conf)
-    configure_arrow_pool(s.steady.arrow_memory_pool)
+    # before any thread starts (librdkafka's too) and before deltalake and pyarrow are
+    # imported: the modules below may import them one day
+    configure_allocators(s.steady)
     from kafka_audit.jobs.watcher import ClusterWatcher
     from kafka_audit.service import build, stop_consume_query
 

@@ -21,8 +21,9 @@ import time
 import tracemalloc
 from collections import Counter
 
-__all__ = ["cap_malloc_arenas", "configure_arrow_pool", "configure_deltalake_malloc",
-           "glibc_heap", "memory_line", "release_free_memory", "rss_parts", "watch_memory"]
+__all__ = ["cap_malloc_arenas", "configure_allocators", "configure_arrow_pool",
+           "configure_deltalake_malloc", "glibc_heap", "memory_line", "release_free_memory",
+           "rss_parts", "watch_memory"]
 
 log = logging.getLogger("kafka_audit.memory")
 
@@ -124,6 +125,19 @@ def configure_arrow_pool(name: str, env=None) -> bool:
 
         pa.set_memory_pool(getattr(pa, f"{name}_memory_pool")())
     return True
+
+
+def configure_allocators(steady, env=None) -> None:
+    """The allocator settings of ``steady`` (:class:`~kafka_audit.settings.SteadySettings`:
+    ``malloc_arenas``, ``deltalake_malloc_conf``, ``arrow_memory_pool``) for this process,
+    called before any thread starts and before deltalake or pyarrow is imported, or, given
+    ``env``, for a child process started with it (glibc then reads ``MALLOC_ARENA_MAX``)."""
+    if env is None:
+        cap_malloc_arenas(steady.malloc_arenas)
+    elif steady.malloc_arenas > 0:
+        env["MALLOC_ARENA_MAX"] = str(steady.malloc_arenas)
+    configure_deltalake_malloc(steady.deltalake_malloc_conf, env)
+    configure_arrow_pool(steady.arrow_memory_pool, env)
 
 
 def release_free_memory() -> float | None:

@@ -129,6 +129,7 @@ def test_deltalake_s_jemalloc_takes_the_options_given_before_the_first_table(tmp
         "narenas:1"
     assert configure_deltalake_malloc("narenas:2", {}) and not configure_deltalake_malloc("", {})
 
+
 #: a child that configures pyarrow's pool (argv[1]) before or after importing pyarrow
 #: (argv[2]) and prints the backend its default pool then has
 _ARROW = """
