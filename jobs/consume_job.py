@@ -125,17 +125,20 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
         # waits out request.timeout.ms (30 s by default) before the client asks another: the
         # whole micro-batch with it, and every loss of that fault for as long. The profile's
         # java properties (below) override these
-        .option("kafka.request.timeout.ms", "5000")
+        .option("kafka.request.timeout.ms", "2000")
         # the driver asks each micro-batch's end offsets with an admin client whose call,
         # once its partition's leader is SIGKILLed, keeps trying that dead node until this
         # timeout, however soon a new leader is elected: with 15 s here every leader kill
-        # stalled the stream (and delayed its losses) 15 s (bench/latency.py). A call that
-        # fails is made again half a second later (fetchOffset.retryIntervalMs), by then
-        # after the fail-over (broker.session.timeout.ms: 4 s here, 9 s by Kafka's
-        # default), up to fetchOffset.numRetries times (10: about a minute, where the
-        # defaults gave 3 x 15 s) before the query fails (and is restarted)
-        .option("kafka.default.api.timeout.ms", "5000")
-        .option("fetchOffset.numRetries", "10")
+        # stalled the stream (and delayed its losses) 15 s (bench/latency.py), with 5 s a
+        # kill of the leader that was also the active controller (elected 7-9 s later)
+        # waited out two calls: its first read came 11-13 s after the kill. A call that
+        # fails is made again half a second later (fetchOffset.retryIntervalMs) by a new
+        # admin client, with fresh metadata, up to fetchOffset.numRetries times (20: about
+        # 50 s) before the query fails (and is restarted). On the executors the same
+        # timeout bounds a consumer's wait for a partition's position; a task that fails on
+        # it is tried again (spark.local_task_attempts), not the whole micro-batch
+        .option("kafka.default.api.timeout.ms", "2000")
+        .option("fetchOffset.numRetries", "20")
         .option("fetchOffset.retryIntervalMs", "500")
         .options(**spark_kafka_options(settings.profile, settings.cluster.bootstrap))
         .option("subscribePattern", pattern)

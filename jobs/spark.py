@@ -8,15 +8,29 @@ settings: ``local[2]`` by default, ``spark://host:port`` for a standalone cluste
 from __future__ import annotations
 
 import os
+import re
 import sys
 from importlib import resources
 
 from kafka_audit.deploy.jars import spark_jars
 from kafka_audit.settings import Settings
 
-__all__ = ["get_spark"]
+__all__ = ["get_spark", "local_master"]
 
 _LOG4J = resources.files("kafka_audit.conf").joinpath("spark-log4j2.xml")
+
+
+_LOCAL = re.compile(r"local(?:\[(\d+|\*)\])?")
+
+
+def local_master(master: str, attempts: int) -> str:
+    """``local`` or ``local[N]`` as ``local[N,attempts]``: Spark's local mode gives a task
+    one try unless its master names more (``spark.task.maxFailures`` does not apply there).
+    Any other master (``local[N,F]``, ``spark://...``) is returned as it is."""
+    m = _LOCAL.fullmatch(master.strip())
+    if m is None or attempts <= 1:
+        return master
+    return f"local[{m.group(1) or 1},{attempts}]"
 
 
 def get_spark(settings: Settings, app_name: str = "kafka-audit"):
@@ -28,7 +42,8 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):
         # started by us: the master and the pinned jars from the settings; under
         # spark-submit (which starts the JVM first) its --master and --jars apply instead
-        builder = builder.master(settings.spark.master).config("spark.jars", spark_jars())
+        master = local_master(settings.spark.master, settings.spark.local_task_attempts)
+        builder = builder.master(master).config("spark.jars", spark_jars())
     master = settings.spark.master
     if master.startswith("local") or "127.0.0.1" in master or "localhost" in master:
         # keep the driver on loopback: by default it binds to the host's first interface

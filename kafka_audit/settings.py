@@ -152,6 +152,11 @@ class ProducerSettings(_Section):
 
 class SparkSettings(_Section):
     master: str = "local[2]"
+    local_task_attempts: int = Field(
+        6, ge=1, description="in local mode, a failed task is tried this many times before "
+        "its job fails (Spark's local[N] tries once: a Kafka read that times out while a "
+        "partition's leader fails over then failed the whole micro-batch and restarted the "
+        "stream); a master given as local[N,F] keeps its own F")
     driver_memory: str = "2g"
     shuffle_partitions: int = 4
     consume_trigger_seconds: float = 2
