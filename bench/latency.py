@@ -3,12 +3,16 @@
 For each settle period asked (``--settle 10 30``): a fresh warehouse, ``kafka-audit run``
 as a process of its own (watcher, consume, audit, API), an ``acks=1`` producer at
 ``--rate`` msg/s, and ``--kills`` leader kills at random times over ``--minutes``
-(partition 0's followers frozen half a second, its leader SIGKILLed, the node restarted).
+(a partition's followers frozen half a second, its leader SIGKILLed, the node restarted:
+partition 0's with ``--victim any``; with ``--victim broker`` the first partition whose
+leader is not the active controller, as on a cluster with dedicated controllers, where
+a broker's death never takes the controller with it).
 A poller asks ``GET /v1/findings?kind=lost&kind=lost_after_seen`` every second and
 notes when each lost write is first answered. At the end a full read of the topic gives
 the ground truth; each truly lost write belongs to the kill that followed its sending.
 Per kill: the time from the kill until *every* write it destroyed is answered over REST.
-Reported: p50, p95 and max over the kills against settle + 15 s, the per-finding
+Reported: p50, p95 and max over the kills against settle + 15 s (and apart, over the
+kills of a leader that was also the active controller and over the others), the per-finding
 ack-to-detection percentiles (``kafka_audit/latency.py``), and whether the losses found
 equal the ground truth.
 
@@ -82,6 +86,18 @@ def kill_times(rng: random.Random, kills: int, start: float, span: float, gap: f
     return [start + p + i * gap for i, p in enumerate(points)]
 
 
+def victim_partition(cluster: LocalCluster, topic: str, victim: str) -> int:
+    """The partition whose leader is killed: 0 (``any``), or the first whose leader is not
+    the active controller (``broker``; 0 if every leader is)."""
+    if victim == "any":
+        return 0
+    controller = cluster.active_controller()
+    for p in sorted(cluster.partitions(topic), key=lambda p: p.partition):
+        if p.leader not in (-1, controller):
+            return p.partition
+    return 0
+
+
 def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random) -> dict:
     base_settings = bench_settings(settle)
     home = base_settings.home_dir / f"latency-s{settle:g}-{time.strftime('%H%M%S')}"
@@ -101,7 +117,8 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random) -> d
         killed = []
         for at in kill_times(rng, args.kills, args.warmup, args.minutes * 60, args.gap):
             time.sleep(max(0.0, at - (time.monotonic() - t0)))
-            killed.append(kill_leader(cluster, topic)[0])
+            part = victim_partition(cluster, topic, args.victim)
+            killed.append((*kill_leader(cluster, topic, partition=part), part))
         time.sleep(settle + 30)  # later writes carry the frontier past the last loss
         load.stop()
         say(f"producer stopped: {load.producer.acked} acked")
@@ -119,23 +136,31 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random) -> d
     findings = read_table(settings.table_path("findings"), "findings").to_pylist()
     per_finding = loss_latency(findings, topic)
     # each lost write belongs to the first kill after its sending (5 s of slack: in flight)
-    bounds = [load.sent_by(k + 5) for k in killed]
+    bounds = [load.sent_by(k[0] + 5) for k in killed]
     per_kill = []
-    for i, k in enumerate(killed):
+    for i, (k, node, controller, part) in enumerate(killed):
         lo = bounds[i - 1] if i else -1
         mine = [w for w in truth if lo < w[2] <= bounds[i]]
         seen = [poller.first_seen.get(w) for w in mine]
-        per_kill.append({"killed_at": k, "lost": len(mine),
+        per_kill.append({"killed_at": k, "node": node, "partition": part,
+                         "controller": controller, "lost": len(mine),
                          "answered_after": None if not mine or None in seen
                          else round(max(seen) - k, 1)})
     lat = [k["answered_after"] for k in per_kill if k["answered_after"] is not None]
+    by_class = {}
+    for name, want in (("controller", True), ("broker", False)):
+        xs = [k["answered_after"] for k in per_kill
+              if k["controller"] is want and k["answered_after"] is not None]
+        by_class[name] = xs and {"kills": len(xs), "p50": nearest_rank(xs, 0.5),
+                                 "p95": nearest_rank(xs, 0.95), "max": max(xs)}
     result = {
         "settle": settle, "target": settle + 15, "topic": topic, "acked": load.producer.acked,
         "kills": per_kill, "lost_truth": len(truth), "lost_rest": len(found),
         "equal": set(truth) == found, "unanswered": len(set(truth) - found),
         "false": len(found - set(truth)),
         "p50": lat and nearest_rank(lat, 0.5), "p95": lat and nearest_rank(lat, 0.95),
-        "max": lat and max(lat), "per_finding": per_finding.__dict__ if per_finding else None,
+        "max": lat and max(lat), "by_class": by_class, "victim": args.victim,
+        "per_finding": per_finding.__dict__ if per_finding else None,
         "passes": service_log.count("audit pass "),
     }
     (home / "latency.json").write_text(json.dumps(result, indent=1, default=str))
@@ -153,6 +178,9 @@ def main() -> None:
     ap.add_argument("--wait", type=float, default=300,
                     help="after the full read, how long to wait for the last answers")
     ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--victim", choices=["any", "broker"], default="any",
+                    help="any: partition 0's leader, whichever node; broker: a leader that "
+                    "is not the active controller")
     ap.add_argument("--keep-cluster", action="store_true")
     args = ap.parse_args()
     rng = random.Random(args.seed)
@@ -166,10 +194,16 @@ def main() -> None:
             cluster_down(cluster)
     print()
     for r in results:
-        kills = ", ".join(f"{k['answered_after']}" for k in r["kills"])
-        print(f"settle {r['settle']:g}s: per kill (s): {kills}")
+        kills = ", ".join(f"{k['answered_after']}{'c' if k['controller'] else ''}"
+                          for k in r["kills"])
+        print(f"settle {r['settle']:g}s: per kill (s; c: the leader was also the active "
+              f"controller): {kills}")
         print(f"  p50 {r['p50']}s  p95 {r['p95']}s  max {r['max']}s  against settle + 15 = "
               f"{r['target']:g}s: {'met' if r['p95'] and r['p95'] <= r['target'] else 'NOT met'}")
+        for name, c in r["by_class"].items():
+            if c:
+                print(f"  {name} kills ({c['kills']}): p50 {c['p50']}s  p95 {c['p95']}s  "
+                      f"max {c['max']}s")
         pf = r["per_finding"]
         if pf:
             print(f"  per loss finding, ack to detection: p50 {pf['p50']:.1f}s p95 "

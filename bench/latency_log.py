@@ -63,7 +63,8 @@ def main() -> None:
         first_ack, first_read = _first_ack_read(acks, stream, p, at)
         found = max(mine, key=lambda f: f["detected_at"])
         when, phases = passes.get(found["pass_id"], ("?", ""))
-        print(f"kill {at:%H:%M:%S} p{p}: elected {_after(at, elected)}, read past "
+        both = " (leader and active controller)" if kill.get("controller") else ""
+        print(f"kill {at:%H:%M:%S} p{p}{both}: elected {_after(at, elected)}, read past "
               f"{_after(at, read)}, first ack {_after(at, first_ack)} read "
               f"{_after(at, first_read)}, settled {_after(at, read + settle if read else None)}, "
               f"detected {_after(at, found['detected_at'])}, answered "

@@ -7,7 +7,7 @@
 * :class:`Load`: an ``acks=1`` instrumented producer in a thread at a steady rate, whose
   own record of acks (ground truth) is kept in typed arrays (a list of tuples would
   take about 150 bytes a write: 2.7 GB for the soak's 18 million);
-* :func:`kill_leader`: partition 0's followers frozen for half a second (they stay in the
+* :func:`kill_leader`: a partition's followers frozen for half a second (they stay in the
   ISR, the leader acknowledges alone), its leader SIGKILLed, the node restarted and
   back in every ISR;
 * :func:`missing_from_log`: the ground truth, a plain full read of the topic with the
@@ -147,12 +147,15 @@ def fresh_cluster(settings: Settings) -> LocalCluster:
 
 
 def kill_leader(cluster: LocalCluster, topic: str, lag_seconds: float = 0.5,
-                progress=say) -> tuple[float, int]:
-    """Freeze partition 0's followers ``lag_seconds`` (they stay in the ISR: shorter than
+                progress=say, partition: int = 0) -> tuple[float, int, bool]:
+    """Freeze ``partition``'s followers ``lag_seconds`` (they stay in the ISR: shorter than
     replica.lag.time.max.ms), SIGKILL its leader meanwhile, thaw them; wait for a new
     leader, restart the node and wait until it is back in every ISR. Returns the wall
-    time of the kill and the node killed."""
-    leader = cluster.leader_of(topic, 0)
+    time of the kill, the node killed and whether it was the active controller too (on
+    the test cluster's combined nodes: a second fail-over before the first, see
+    ``LocalCluster.active_controller``)."""
+    leader = cluster.leader_of(topic, partition)
+    controller = cluster.active_controller() == leader
     followers = [n for n in cluster.running() if n != leader]
     for n in followers:
         cluster.signal(n, signal.SIGSTOP)
@@ -163,16 +166,17 @@ def kill_leader(cluster: LocalCluster, topic: str, lag_seconds: float = 0.5,
     finally:
         for n in followers:
             cluster.signal(n, signal.SIGCONT)
-    progress(f"SIGKILL node {leader}, leader of {topic}-0 (followers {followers} frozen "
-             f"{lag_seconds}s before)")
-    wait_until(lambda: cluster.leader_of(topic, 0) not in (-1, leader), 60,
-               f"a new leader of {topic}-0")
+    progress(f"SIGKILL node {leader}, leader of {topic}-{partition}"
+             f"{' and the active controller' if controller else ''} (followers {followers} "
+             f"frozen {lag_seconds}s before)")
+    wait_until(lambda: cluster.leader_of(topic, partition) not in (-1, leader), 60,
+               f"a new leader of {topic}-{partition}")
     cluster.start(leader)
     wait_until(lambda: leader in cluster.registered_brokers(), 90, f"node {leader} to rejoin")
     wait_until(lambda: all(leader in p.isr for p in cluster.partitions(topic)), 120,
                f"node {leader} back in every ISR of {topic}")
     progress(f"node {leader} back in every ISR of {topic}")
-    return killed_at, leader
+    return killed_at, leader, controller
 
 
 def missing_from_log(bootstrap: str, topic: str, record: _Record, producer_id: str,

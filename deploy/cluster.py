@@ -20,6 +20,7 @@ Command: ``kafka-audit cluster up|status|down|kill N|stop N|start N``.
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import subprocess
@@ -411,6 +412,25 @@ class LocalCluster:
         futures = admin.list_offsets({TopicPartition(topic, partition): OffsetSpec.latest()},
                                      request_timeout=5)
         return int(next(iter(futures.values())).result(timeout=10).offset)
+
+    def active_controller(self, nodes: list[int] | None = None) -> int | None:
+        """The KRaft quorum's leader (the active controller) as the running nodes' own
+        election state files say: the newest epoch's leader, None if none knows one. In
+        combined mode a kill of that node is two fail-overs: the quorum elects another
+        controller, which then waits a whole broker session before it fences the dead
+        broker and moves its partitions (a leader kill alone: one session). ``nodes``:
+        the nodes to ask (the running ones by default)."""
+        best: tuple[int, int] | None = None
+        for node in self.running() if nodes is None else nodes:
+            path = self.node_dir(node) / "meta" / "__cluster_metadata-0" / "quorum-state"
+            try:
+                state = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # being rewritten, or not written yet
+            leader, epoch = state.get("leaderId", -1), state.get("leaderEpoch", -1)
+            if leader is not None and leader >= 0 and (best is None or epoch > best[0]):
+                best = (epoch, leader)
+        return None if best is None else best[1]
 
     def leader_of(self, topic: str, partition: int, seen_by: int | None = None) -> int:
         for info in self.partitions(topic, seen_by):
