@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import subprocess
 import time
@@ -40,8 +41,26 @@ def mappings(pid: int) -> dict[str, list]:
 
 
 def _pid(match: str) -> int | None:
+    """The oldest process whose command line holds ``match``, never this sampler or the
+    shells and wrappers that started it (their command lines hold it too: started before
+    the process, the sampler sampled itself)."""
     found = subprocess.run(["pgrep", "-f", match], capture_output=True, text=True).stdout.split()
-    return int(found[0]) if found else None
+    mine = _ancestors()
+    found = [int(p) for p in found if int(p) not in mine]
+    return found[0] if found else None
+
+
+def _ancestors() -> set[int]:
+    """This process and its parents up to init."""
+    out, pid = set(), os.getpid()
+    while pid > 1 and pid not in out:
+        out.add(pid)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                pid = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            break
+    return out
 
 
 def watch(match: str, every: float, out: Path) -> None:
