@@ -86,6 +86,13 @@ def kill_times(rng: random.Random, kills: int, start: float, span: float, gap: f
     return [start + p + i * gap for i, p in enumerate(points)]
 
 
+def spread(xs: list[float]) -> dict:
+    """How many, p50, p95 and max of ``xs`` (answers of kills, seconds); the figures ``[]``
+    when there are none."""
+    return {"count": len(xs), "p50": xs and nearest_rank(xs, 0.5),
+            "p95": xs and nearest_rank(xs, 0.95), "max": xs and max(xs)}
+
+
 def victim_partition(cluster: LocalCluster, topic: str, victim: str) -> int:
     """The partition whose leader is killed: 0 (``any``), or the first whose leader is not
     the active controller (``broker``; 0 if every leader is)."""
@@ -146,20 +153,17 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random) -> d
                          "controller": controller, "lost": len(mine),
                          "answered_after": None if not mine or None in seen
                          else round(max(seen) - k, 1)})
-    lat = [k["answered_after"] for k in per_kill if k["answered_after"] is not None]
-    by_class = {}
-    for name, want in (("controller", True), ("broker", False)):
-        xs = [k["answered_after"] for k in per_kill
-              if k["controller"] is want and k["answered_after"] is not None]
-        by_class[name] = xs and {"kills": len(xs), "p50": nearest_rank(xs, 0.5),
-                                 "p95": nearest_rank(xs, 0.95), "max": max(xs)}
+    overall = spread([k["answered_after"] for k in per_kill if k["answered_after"] is not None])
+    by_class = {name: spread([k["answered_after"] for k in per_kill if k["controller"] is want
+                              and k["answered_after"] is not None])
+                for name, want in (("controller", True), ("broker", False))}
     result = {
         "settle": settle, "target": settle + 15, "topic": topic, "acked": load.producer.acked,
         "kills": per_kill, "lost_truth": len(truth), "lost_rest": len(found),
         "equal": set(truth) == found, "unanswered": len(set(truth) - found),
         "false": len(found - set(truth)),
-        "p50": lat and nearest_rank(lat, 0.5), "p95": lat and nearest_rank(lat, 0.95),
-        "max": lat and max(lat), "by_class": by_class, "victim": args.victim,
+        "p50": overall["p50"], "p95": overall["p95"], "max": overall["max"],
+        "by_class": by_class, "victim": args.victim,
         "per_finding": per_finding.__dict__ if per_finding else None,
         "passes": service_log.count("audit pass "),
     }
@@ -201,8 +205,8 @@ def main() -> None:
         print(f"  p50 {r['p50']}s  p95 {r['p95']}s  max {r['max']}s  against settle + 15 = "
               f"{r['target']:g}s: {'met' if r['p95'] and r['p95'] <= r['target'] else 'NOT met'}")
         for name, c in r["by_class"].items():
-            if c:
-                print(f"  {name} kills ({c['kills']}): p50 {c['p50']}s  p95 {c['p95']}s  "
+            if c["count"]:
+                print(f"  {name} kills ({c['count']}): p50 {c['p50']}s  p95 {c['p95']}s  "
                       f"max {c['max']}s")
         pf = r["per_finding"]
         if pf:

@@ -41,7 +41,7 @@ def mappings(pid: int) -> dict[str, list]:
 
 
 def _pid(match: str) -> int | None:
-    """The oldest process whose command line holds ``match``, never this sampler or the
+    """The process of lowest pid whose command line holds ``match``, never this sampler or the
     shells and wrappers that started it (their command lines hold it too: started before
     the process, the sampler sampled itself)."""
     found = subprocess.run(["pgrep", "-f", match], capture_output=True, text=True).stdout.split()

@@ -83,6 +83,10 @@ class LocalCluster:
     def node_dir(self, node: int) -> Path:
         return self.root / f"node{node}"
 
+    def meta_dir(self, node: int) -> Path:
+        """The node's metadata log dir (``metadata.log.dir``: the quorum's log and state)."""
+        return self.node_dir(node) / "meta"
+
     def _pid_file(self, node: int) -> Path:
         return self.node_dir(node) / "broker.pid"
 
@@ -138,7 +142,7 @@ class LocalCluster:
             "controller.listener.names": "CONTROLLER",
             "inter.broker.listener.name": "REPLICATION",
             "log.dirs": str(self.node_dir(node) / "data"),
-            "metadata.log.dir": str(self.node_dir(node) / "meta"),
+            "metadata.log.dir": str(self.meta_dir(node)),
             **(self.security.broker_properties() if c.secure else {}),
             **c.broker_overrides,
         }
@@ -172,7 +176,7 @@ class LocalCluster:
             id_file.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
         cluster_id = id_file.read_text().strip()
         todo = [n for n in self.nodes
-                if not (self.node_dir(n) / "meta" / "meta.properties").exists()]
+                if not (self.meta_dir(n) / "meta.properties").exists()]
         scram: list[str] = []
         if todo and self.cfg.secure:
             # the SCRAM users exist from the first moment the SECURE listener serves
@@ -422,7 +426,7 @@ class LocalCluster:
         the nodes to ask (the running ones by default)."""
         best: tuple[int, int] | None = None
         for node in self.running() if nodes is None else nodes:
-            path = self.node_dir(node) / "meta" / "__cluster_metadata-0" / "quorum-state"
+            path = self.meta_dir(node) / "__cluster_metadata-0" / "quorum-state"
             try:
                 state = json.loads(path.read_text())
             except (OSError, ValueError):

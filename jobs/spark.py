@@ -39,12 +39,11 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)  # workers use this venv
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # local mode talks over loopback only
     builder = SparkSession.builder.appName(app_name)
+    master = local_master(settings.spark.master, settings.spark.local_task_attempts)
     if not os.environ.get("PYSPARK_GATEWAY_PORT"):
         # started by us: the master and the pinned jars from the settings; under
         # spark-submit (which starts the JVM first) its --master and --jars apply instead
-        master = local_master(settings.spark.master, settings.spark.local_task_attempts)
         builder = builder.master(master).config("spark.jars", spark_jars())
-    master = settings.spark.master
     if master.startswith("local") or "127.0.0.1" in master or "localhost" in master:
         # keep the driver on loopback: by default it binds to the host's first interface
         # (a cluster elsewhere must reach it: then Spark picks, or spark.properties say)

@@ -7,11 +7,11 @@ from kafka_audit.settings import Settings
 
 
 def node(cluster: LocalCluster, n: int, state: dict | str | None) -> None:
-    d = cluster.node_dir(n)
-    (d / "meta" / "__cluster_metadata-0").mkdir(parents=True)
+    d = cluster.meta_dir(n) / "__cluster_metadata-0"
+    d.mkdir(parents=True)
     if state is not None:
         text = state if isinstance(state, str) else json.dumps(state)
-        (d / "meta" / "__cluster_metadata-0" / "quorum-state").write_text(text)
+        (d / "quorum-state").write_text(text)
 
 
 def test_the_newest_epochs_leader_among_running_nodes(tmp_path):
