@@ -30,7 +30,7 @@ from kafka_audit.clients import consumer_config
 from kafka_audit.jobs.model import ReadRun, Reread
 from kafka_audit.schemas.stamp import MALFORMED, NO_STAMP, StampError, checksum_ok, stamp_of_headers
 
-__all__ = ["Record", "fold_records", "reread"]
+__all__ = ["Record", "batch_size", "fold_records", "reread"]
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +103,17 @@ def fold_records(req: Reread, records: Iterable[Record], low: int, high: int,
     return runs
 
 
+#: records asked of one ``consume`` call at most
+MAX_BATCH = 5000
+
+
+def batch_size(pos: int, stop: int) -> int:
+    """Records to ask of one ``consume`` call while re-reading ``[pos, stop)``: the offsets
+    left (at least one: the call that sees the partition's end), at most
+    :data:`MAX_BATCH`."""
+    return max(1, min(MAX_BATCH, stop - pos))
+
+
 def reread(cluster: dict, requests: Sequence[Reread], timeout: float = 30.0) -> list[ReadRun]:
     """Read every requested range directly from the cluster (``cluster``: its client
     properties, :func:`~kafka_audit.clients.cluster_config`); one answer per offset asked."""
@@ -141,7 +152,10 @@ def _reread_one(c, req: Reread, timeout: float) -> list[ReadRun]:
                 if time.monotonic() > deadline:
                     raise TimeoutError(f"re-read of {req.topic}/{req.partition} "
                                        f"[{start}, {stop}) stuck at {pos}")
-                for m in c.consume(5000, timeout=1):
+                # no more than the offsets left: consume() returns when it has as many
+                # records as asked or its timeout has passed, and a range near the log's
+                # end followed by fewer than 5,000 records waited the whole second
+                for m in c.consume(batch_size(pos, stop), timeout=1):
                     err = m.error()
                     if err is not None:
                         if err.code() == KafkaError._PARTITION_EOF:

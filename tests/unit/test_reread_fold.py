@@ -1,7 +1,7 @@
 """Folding a direct re-read into runs: every offset asked gets an answer."""
 
 from kafka_audit.jobs.model import Reread
-from kafka_audit.jobs.reread import Record, fold_records
+from kafka_audit.jobs.reread import Record, _reread_one, batch_size, fold_records
 
 from ..support.histories import at
 
@@ -42,3 +42,59 @@ def test_records_outside_the_range_are_ignored():
     runs = fold_records(Reread("t", 0, 3, 5, "x"), [rec(2, 2), rec(3, 3), rec(4, 4), rec(5, 5)],
                         low=0, high=10, read_time=at(1))
     assert shape(runs) == [(3, 2, "record", "p", 3, 3)]
+
+
+def test_a_consume_call_asks_for_no_more_than_the_offsets_left():
+    # consume(n) returns when it has n records or its timeout passed: asking 5,000 for a
+    # range of 300 near the log's end waited the whole timeout (bench/reread.py)
+    assert [batch_size(0, 300), batch_size(0, 10**6), batch_size(299, 300)] == [300, 5000, 1]
+    assert batch_size(5, 5) == 1 and batch_size(7, 3) == 1  # at least the end-of-log event
+
+
+class _Msg:
+    def __init__(self, offset):
+        self._offset = offset
+
+    def error(self):
+        return None
+
+    def offset(self):
+        return self._offset
+
+    def leader_epoch(self):
+        return 3
+
+    def headers(self):
+        return None
+
+    def value(self):
+        return b""
+
+
+class _Consumer:
+    """A log of offsets [0, 1000) behind a consumer whose consume(n) gives n records."""
+
+    def __init__(self):
+        self.asked, self.pos = [], 0
+
+    def get_watermark_offsets(self, tp, timeout):
+        return 0, 1000
+
+    def assign(self, tps):
+        self.pos = tps[0].offset
+
+    def unassign(self):
+        pass
+
+    def consume(self, n, timeout):
+        self.asked.append(n)
+        out = [_Msg(o) for o in range(self.pos, min(self.pos + n, 1000))]
+        self.pos += len(out)
+        return out
+
+
+def test_a_reread_asks_the_consumer_for_the_range_it_reads():
+    c = _Consumer()
+    runs = _reread_one(c, Reread("t", 0, 200, 500, "x"), timeout=5)
+    assert c.asked == [300]  # one call, for the 300 offsets asked
+    assert shape(runs) == [(200, 300, "record", None, None, 3)]
