@@ -26,16 +26,22 @@ KEEP = {"audit_hot": pc.field("kind") == "progress"}
 COLUMNS = {"audit_hot": ["kind", "pass_id", "progress"]}
 #: tables whose rows the snapshots fold and let go: they gain rows with every write (the
 #: ledger, the consumed stream); a request that needs their rows reads them from the
-#: table. The findings are held whole: the default listing starts with confirmations, and
-#: reading those from the table at every pass cost 1.7-2.2 s a page under a live audit's
-#: commits (``bench/api_bench.py --churn --live``, 2026-11-26)
+#: table. The findings are held whole (in the spool, below): the default listing starts
+#: with confirmations, and reading those from the table at every pass cost 1.7-2.2 s a page
+#: under a live audit's commits (``bench/api_bench.py --churn --live``, 2026-11-26)
 UNHELD = frozenset({"acks", "consumed"})
+#: tables whose rows are held in files mapped into memory (``snapshots._Spool``), not on the
+#: heap: the findings gain a row per batch of writes judged, and held on the heap they made
+#: the API's memory grow with the hours it ran (30-40 MB an hour at 5,000 msg/s)
+SPOOLED = frozenset({"findings"})
 
 
 def new_snapshots(settings: Settings) -> Snapshots:
     """The API's snapshots of ``settings``' warehouse: the running sums of every table, the
-    rows of those that do not grow with every write (``UNHELD``)."""
-    return Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS, COLUMNS, UNHELD)
+    rows of those that do not grow with every write (``UNHELD``), the findings' in files
+    mapped into memory under ``<home>/api-spool`` (``SPOOLED``)."""
+    return Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS, COLUMNS, UNHELD, SPOOLED,
+                     settings.home_dir / "api-spool")
 
 
 #: (home as configured, working directory) -> the warehouse's resolved path
@@ -87,9 +93,10 @@ class TableReader:
             t = t.filter(where)
         return t.select(columns) if columns else t
 
-    def memo(self, key: Any, tables: tuple[str, ...], compute) -> Any:
-        """``compute(*snapshots)``, kept until one of ``tables`` changes."""
-        return self.snapshots.memo(key, tables, compute)
+    def memo(self, key: Any, tables: tuple[str, ...], compute, family: Any = None) -> Any:
+        """``compute(*snapshots)``, kept until one of ``tables`` changes (the last few of a
+        ``family`` only)."""
+        return self.snapshots.memo(key, tables, compute, family)
 
     def exists(self, table: str) -> bool:
         return table_exists(self.settings.table_path(table))

@@ -30,6 +30,7 @@ response cache does not keep it under the newer version.
 from __future__ import annotations
 
 import contextvars
+import logging
 import os
 import threading
 from bisect import bisect_right
@@ -51,6 +52,8 @@ from kafka_audit.store import (
 )
 
 __all__ = ["Fold", "Snapshot", "Snapshots", "answering_stale"]
+
+log = logging.getLogger(__name__)
 
 #: per request (the response cache sets it): a list that gets True when an answer was
 #: computed from a version held while a newer one was being read
@@ -160,7 +163,8 @@ class Snapshots:
     def __init__(self, table_path: Callable[[str], str],
                  keep: dict[str, Any] | None = None, folds: tuple[Fold, ...] = (),
                  columns: dict[str, list[str]] | None = None,
-                 unheld: Collection[str] = ()) -> None:
+                 unheld: Collection[str] = (), spooled: Collection[str] = (),
+                 spool_dir: str | os.PathLike | None = None) -> None:
         """``keep``: per table, a filter (a pyarrow expression) on the rows held: the rest is
         never read (``audit_hot``: its progress rows, not the audit's whole state).
         ``folds``: the running aggregates kept per table (:class:`Fold`). ``columns``: per
@@ -168,8 +172,18 @@ class Snapshots:
         rows are folded and let go (the ledger and the consumed stream grow with every
         write: a copy in memory grows with the hours the API runs); their snapshots carry
         the version and the folds, ``data`` is None, and their rows are read from the
-        table when asked (:meth:`read`, :meth:`rows_of`)."""
+        table when asked (:meth:`read`, :meth:`rows_of`). ``spooled``: tables whose rows
+        are held in files under ``spool_dir``, mapped into memory, not on the heap
+        (:class:`_Spool`: the findings, whose rows grow with the writes judged)."""
         self._table_path = table_path
+        self._spooled = frozenset(spooled)
+        self._spool = None
+        if self._spooled and spool_dir is not None:
+            try:
+                self._spool = _Spool(spool_dir)
+            except OSError as exc:  # a read-only home: held on the heap, as before
+                log.warning("the findings are held on the heap: no spool at %s (%s)",
+                            spool_dir, exc)
         self._paths: dict[str, str] = {}
         self._keep = keep or {}
         self._columns = columns or {}
@@ -183,6 +197,7 @@ class Snapshots:
         self._seen: dict[str, int] = {}  # versions seen by version(), to probe from
         self._lock = threading.Lock()
         self._memo: dict[Any, tuple[tuple, Any]] = {}
+        self._families: dict[Any, OrderedDict] = {}  # family -> its keys, the oldest first
         self._memo_lock = threading.Lock()
         self._computing: dict[Any, threading.Lock] = {}
         self.loads = 0  # full table reads: for tests and the benchmark
@@ -271,7 +286,7 @@ class Snapshots:
                     for fold in folds:
                         states[fold.name] = fold.add(states[fold.name], t, v)
                     if held:
-                        segments = _merged(segments, t.combine_chunks())
+                        segments = _merged(segments, t, self._keeper(name))
                         rows += t.num_rows
             marks.append((v, rows))
         if not held:
@@ -298,12 +313,19 @@ class Snapshots:
             self.loads += 1
             return Snapshot(name, version, None, (), states)
         data = dt.to_pyarrow_dataset().to_table(columns=self._columns.get(name), filter=keep)
-        data = conform(data, self._schema(name, data)).combine_chunks()  # the one copy held
+        data = self._keeper(name)(conform(data, self._schema(name, data)))  # the one copy
         version = dt.version()
         self.loads += 1
         return Snapshot(name, version, data, ((version, data.num_rows),),
                         {f.name: f.add(f.empty(), data, version) for f in folds},
                         (data,) if data.num_rows else ())
+
+    def _keeper(self, name: str) -> Callable[[pa.Table], pa.Table]:
+        """How the rows of ``name`` are held: in one chunk on the heap, or in a file of the
+        spool mapped into memory."""
+        if self._spool is not None and name in self._spooled:
+            return self._spool.keep
+        return _one_chunk
 
     def as_of(self, name: str, version: int) -> pa.Table:
         """The held rows of ``name`` as its ``version`` held them: a prefix of the held rows
@@ -359,8 +381,11 @@ class Snapshots:
         return conform(read_table(self._path(name), name, columns=columns or self._columns.get(
             name), where=_and(where, self._keep.get(name)), version=version), schema)
 
-    def memo(self, key: Any, tables: tuple[str, ...], compute: Callable[..., Any]) -> Any:
-        """``compute(*snapshots)`` of ``tables``, kept until one of them changes version."""
+    def memo(self, key: Any, tables: tuple[str, ...], compute: Callable[..., Any],
+             family: Any = None, keep: int = 4) -> Any:
+        """``compute(*snapshots)`` of ``tables``, kept until one of them changes version.
+        Keys of one ``family`` (values that may be large, e.g. a listing per pass it is as
+        of): only the ``keep`` stored last are kept."""
         snaps = tuple(self.get(t) for t in tables)
         versions = tuple(s.version for s in snaps)
         hit = self._memo.get(key)
@@ -385,9 +410,17 @@ class Snapshots:
                 self._computing.clear()
             self._memo.pop(key, None)
             self._memo[key] = (versions, value)
+            if family is not None:
+                members = self._families.setdefault(family, OrderedDict())
+                members.pop(key, None)
+                members[key] = None
+                while len(members) > keep:
+                    self._memo.pop(members.popitem(last=False)[0], None)
             if len(self._memo) > _MAX_MEMO:  # the oldest half goes (one per query shape)
                 for old in list(self._memo)[:_MAX_MEMO // 2]:
                     del self._memo[old]
+                if len(self._families) > _MAX_MEMO:
+                    self._families.clear()
         return value
 
 
@@ -410,13 +443,71 @@ def _and(a: Any, b: Any) -> Any:
     return a if b is None else b if a is None else a & b
 
 
-def _merged(segments: list[pa.Table], new: pa.Table) -> list[pa.Table]:
+def _one_chunk(t: pa.Table) -> pa.Table:
+    return t.combine_chunks()
+
+
+def _merged(segments: list[pa.Table], new: pa.Table,
+            keep: Callable[[pa.Table], pa.Table] = _one_chunk) -> list[pa.Table]:
     """``segments`` with ``new`` after them, the trailing ones merged while the last is at
     least half the one before (as a binary counter carries): a few dozen one-chunk pieces
     for any number of appends, each row copied O(log rows) times in all, never the whole
-    table at one append."""
-    out = [*segments, new]
+    table at one append. ``keep`` makes a piece of a table (one chunk on the heap, or a
+    file of the spool)."""
+    out = [*segments, keep(new)]
     while len(out) >= 2 and 2 * out[-1].num_rows >= out[-2].num_rows:
         last = out.pop()
-        out[-1] = pa.concat_tables([out[-1], last]).combine_chunks()
+        out[-1] = keep(pa.concat_tables([out[-1], last]))
     return out
+
+
+class _Spool:
+    """Rows held in files mapped into memory instead of on the heap.
+
+    A table of rows that only grows (the findings: a row per batch of writes judged, some
+    200 bytes each, 30-40 MB an hour at 5,000 msg/s) held on the heap makes the API's
+    memory grow with the hours it runs. Here each piece is written once as an Arrow IPC file
+    and read back memory-mapped (zero copy); the file is unlinked at once, so it lives as
+    long as a table refers to it and no longer (nothing is left behind, even by a crash, but
+    the files a crash interrupted between write and unlink, removed at the next start). Its
+    pages are the kernel's page cache: read when a request scans them, dropped under memory
+    pressure, never anonymous memory of the process."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.dir = os.fspath(directory)
+        os.makedirs(self.dir, exist_ok=True)
+        for name in os.listdir(self.dir):  # left by a process that died mid-write
+            if name.endswith(".arrow") and not _alive(name.split("-", 1)[0]):
+                try:
+                    os.unlink(os.path.join(self.dir, name))
+                except OSError:
+                    pass
+        self._n = 0
+        self._lock = threading.Lock()
+
+    def keep(self, t: pa.Table) -> pa.Table:
+        with self._lock:
+            self._n += 1
+            path = os.path.join(self.dir, f"{os.getpid()}-{id(self):x}-{self._n}.arrow")
+        try:
+            with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, t.schema) as writer:
+                writer.write_table(t.combine_chunks(), max_chunksize=max(t.num_rows, 1))
+            return pa.ipc.open_file(pa.memory_map(path)).read_all()
+        finally:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+
+
+def _alive(pid: str) -> bool:
+    """Whether ``pid`` names a running process (a spool file's owner)."""
+    if not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

@@ -306,9 +306,8 @@ _KEY = "__key"
 _CURSOR_VERSION = 1
 
 
-def _sorted_findings(findings) -> pa.Table:
-    """The findings table with its sort key, sorted by it (memoized per version)."""
-    t = findings.data
+def _sorted_findings(t: pa.Table) -> pa.Table:
+    """Findings rows with their sort key, sorted by it."""
     if t.num_rows == 0:
         return t.append_column(_KEY, pa.array([], pa.string()))
 
@@ -341,8 +340,12 @@ def _matching(reader, f: FindingFilters, as_of: int) -> pa.Table:
         pc.field("pass_id") > pa.scalar(f.after_pass, pa.int64()) if f.after_pass is not None
         else None,
     ])
-    t = reader.memo("findings_sorted", ("findings",), _sorted_findings)
-    return t.filter(where)
+    # the matching rows only are copied and sorted: a sorted copy of every finding, kept
+    # per version, grew with the findings held (they are in the spool, deps.SPOOLED)
+    fingerprint = f.fingerprint()
+    return reader.memo(("findings_matching", fingerprint, as_of), ("findings",),
+                       lambda findings: _sorted_findings(findings.data.filter(where)),
+                       family=("findings_matching", fingerprint))
 
 
 def _encode_cursor(as_of: int, key: str, f: FindingFilters) -> str:
@@ -418,12 +421,14 @@ def committed_finding_sums(reader, committed: int) -> dict:
     """(topic, partition, kind) -> (writes, newest loss) of the passes up to ``committed``:
     from the running sums, or the committed findings when the sums cannot say."""
     return findings_through(reader.snapshots.fold("finding_sums"), committed,
-                            lambda: committed_findings(reader))
+                            lambda: reader.read("findings", _committed(reader, [], committed)))
 
 
 def committed_findings(reader) -> pa.Table:
-    """Every finding of a committed pass (memoized per findings and audit_hot version)."""
+    """Every finding of a committed pass but the confirmations (memoized per findings and
+    audit_hot version): what the producers' totals and the timelines show. A copy of the
+    confirmations too would grow with the writes judged."""
     def compute(findings, _hot):
-        return findings.data.filter(pc.field("pass_id") <= pa.scalar(reader.committed_pass(),
-                                                                     pa.int64()))
+        return findings.data.filter(_committed(reader, [
+            pc.field("kind") != Kind.confirmed.value]))
     return reader.memo("committed_findings", ("findings", "audit_hot"), compute)
