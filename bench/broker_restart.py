@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import shutil
 import statistics
 import time
 from pathlib import Path
 
-from kafka_audit.deploy.cluster import LocalCluster, wait_until
-from kafka_audit.settings import Settings
+from steady import cluster_of_its_own
+
+from kafka_audit.deploy.cluster import wait_until
 
 OFFSET = 3000
 TOPICS = 20
@@ -36,11 +36,7 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=0, help="cores kept busy meanwhile")
     args = ap.parse_args()
     home = Path("/tmp/kafka-audit-broker-restart")
-    ports = {"broker_base_port": 19091 + OFFSET, "controller_base_port": 19191 + OFFSET,
-             "replication_base_port": 19291 + OFFSET, "secure_base_port": 19391 + OFFSET}
-    cluster = LocalCluster(Settings(home=home, cluster=ports))
-    cluster.down()
-    shutil.rmtree(home / "kafka", ignore_errors=True)
+    cluster = cluster_of_its_own(home, OFFSET)
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in VARIANTS}
     try:

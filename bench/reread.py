@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import threading
 import time
 from pathlib import Path
 
-from kafka_audit.deploy.cluster import LocalCluster
+from steady import cluster_of_its_own
+
 from kafka_audit.jobs import reread as rr
 from kafka_audit.jobs.model import Reread
-from kafka_audit.settings import Settings
 
 OFFSET = 4000
 WAYS = {"offsets left": rr.batch_size, "5,000 a call": lambda pos, stop: rr.MAX_BATCH}
@@ -58,11 +57,7 @@ def main() -> None:
     from confluent_kafka import Consumer, TopicPartition
 
     home = Path("/tmp/kafka-audit-reread")
-    ports = {"broker_base_port": 19091 + OFFSET, "controller_base_port": 19191 + OFFSET,
-             "replication_base_port": 19291 + OFFSET, "secure_base_port": 19391 + OFFSET}
-    cluster = LocalCluster(Settings(home=home, cluster=ports))
-    cluster.down()
-    shutil.rmtree(home / "kafka", ignore_errors=True)
+    cluster = cluster_of_its_own(home, OFFSET)
     stop = threading.Event()
     times: dict[str, list[float]] = {k: [] for k in WAYS}
     try:

@@ -20,11 +20,13 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
 from array import array
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from kafka_audit.deploy.cluster import LocalCluster, wait_until
 from kafka_audit.settings import Settings, get_settings
@@ -143,6 +145,17 @@ def fresh_cluster(settings: Settings) -> LocalCluster:
     cluster = LocalCluster(settings)
     cluster_down(cluster)
     cluster.up(say)
+    return cluster
+
+
+def cluster_of_its_own(home: Path, offset: int) -> LocalCluster:
+    """A local cluster under ``home`` on the test cluster's ports plus ``offset`` (apart from
+    the demo's, the tests' and the other benchmarks'), stopped and wiped: ``up()`` it."""
+    ports = {"broker_base_port": 19091 + offset, "controller_base_port": 19191 + offset,
+             "replication_base_port": 19291 + offset, "secure_base_port": 19391 + offset}
+    cluster = LocalCluster(Settings(home=home, cluster=ports))
+    cluster.down()
+    shutil.rmtree(home / "kafka", ignore_errors=True)
     return cluster
 
 
