@@ -32,7 +32,7 @@ COLUMNS = {"audit_hot": ["kind", "pass_id", "progress"]}
 UNHELD = frozenset({"acks", "consumed"})
 #: tables whose rows are held in files mapped into memory (``snapshots._Spool``), not on the
 #: heap: the findings gain a row per batch of writes judged, and held on the heap they made
-#: the API's memory grow with the hours it ran (30-40 MB an hour at 5,000 msg/s)
+#: the API's memory grow with the hours it ran (25-40 MB an hour at 5,000 msg/s)
 SPOOLED = frozenset({"findings"})
 
 

@@ -465,7 +465,7 @@ class _Spool:
     """Rows held in files mapped into memory instead of on the heap.
 
     A table of rows that only grows (the findings: a row per batch of writes judged, some
-    200 bytes each, 30-40 MB an hour at 5,000 msg/s) held on the heap makes the API's
+    200 bytes each, 25-40 MB an hour at 5,000 msg/s) held on the heap makes the API's
     memory grow with the hours it runs. Here each piece is written once as an Arrow IPC file
     and read back memory-mapped (zero copy); the file is unlinked at once, so it lives as
     long as a table refers to it and no longer (nothing is left behind, even by a crash, but

@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from steady import cluster_of_its_own
+from steady import cluster_of_its_own, settings_of_its_own
 
 from kafka_audit.deploy.cluster import wait_until
 
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--busy", type=int, default=0, help="cores kept busy meanwhile")
     args = ap.parse_args()
     home = Path("/tmp/kafka-audit-broker-restart")
-    cluster = cluster_of_its_own(home, OFFSET)
+    cluster = cluster_of_its_own(settings_of_its_own(home, OFFSET))
     spinners = [multiprocessing.Process(target=_spin, daemon=True) for _ in range(args.busy)]
     times: dict[str, list[tuple[float, float]]] = {k: [] for k in VARIANTS}
     try:

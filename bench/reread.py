@@ -3,7 +3,8 @@ one ``consume`` call: the offsets left (``jobs/reread.batch_size``, since 2026-1
 5,000 a call as before.
 
 A cluster of its own (ports 23091-23393, under ``/tmp/kafka-audit-reread``), one topic of 3
-partitions written at ``--rate`` msg/s by a plain producer; each round re-reads, with each
+partitions written at ``--rate`` msg/s by the project's load generator (stamped records, as
+the audit re-reads them); each round re-reads, with each
 way in turn (interleaved, one warm consumer as the audit loop keeps), the ``--records``
 offsets that end ``--behind`` offsets before partition 0's end, as ``jobs/lookups.py``
 does after a kill. Wall time per re-read (the pass waits for it), medians:
@@ -14,36 +15,20 @@ does after a kill. Wall time per re-read (the pass waits for it), medians:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import threading
 import time
 from pathlib import Path
 
-from steady import cluster_of_its_own
+from steady import cluster_of_its_own, settings_of_its_own
 
+from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.jobs import reread as rr
 from kafka_audit.jobs.model import Reread
+from kafka_audit.producers.load import LoadSpec, run_load
 
 OFFSET = 4000
 WAYS = {"offsets left": rr.batch_size, "5,000 a call": lambda pos, stop: rr.MAX_BATCH}
-
-
-def _produce(bootstrap: str, topic: str, rate: float, stop: threading.Event) -> None:
-    from confluent_kafka import Producer
-
-    p, pad, start, i = Producer({"bootstrap.servers": bootstrap, "acks": "1",
-                                 "linger.ms": 5}), os.urandom(100), time.monotonic(), 0
-    while not stop.is_set():
-        if i > (time.monotonic() - start) * rate:
-            p.poll(0.005)
-            continue
-        try:
-            p.produce(topic, pad)
-            i += 1
-        except BufferError:
-            p.poll(0.05)
-    p.flush(10)
 
 
 def main() -> None:
@@ -56,25 +41,28 @@ def main() -> None:
     args = ap.parse_args()
     from confluent_kafka import Consumer, TopicPartition
 
-    home = Path("/tmp/kafka-audit-reread")
-    cluster = cluster_of_its_own(home, OFFSET)
-    stop = threading.Event()
+    settings = settings_of_its_own(Path("/tmp/kafka-audit-reread"), OFFSET)
+    cluster = cluster_of_its_own(settings)
+    stop, producer = threading.Event(), None
     times: dict[str, list[float]] = {k: [] for k in WAYS}
     try:
         cluster.up(print)
         cluster.create_topic("t", partitions=3, replication=3)
         bootstrap = cluster.bootstrap
-        producer = threading.Thread(target=_produce, args=(bootstrap, "t", args.rate, stop),
-                                    daemon=True)
+        producer = threading.Thread(target=run_load, args=(
+            settings, LoadSpec("t", args.rate, acks="1", producer_id="bench-reread"), stop),
+            daemon=True)
         producer.start()
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-reread",
                       "enable.auto.commit": False, "auto.offset.reset": "error",
                       "enable.partition.eof": True})
-        time.sleep(5)  # the log holds some seconds of writes before the first round
+        tp = TopicPartition("t", 0)
+        wait_until(lambda: c.get_watermark_offsets(tp, timeout=10)[1] >= 10 * (
+            args.records + args.behind), 120, "records in partition 0 before the first round")
         for r in range(args.rounds):
             for name, way in WAYS.items():
                 rr.batch_size = way
-                _low, high = c.get_watermark_offsets(TopicPartition("t", 0), timeout=10)
+                _low, high = c.get_watermark_offsets(tp, timeout=10)
                 end = high - args.behind
                 t0 = time.monotonic()
                 runs = rr._reread_one(c, Reread("t", 0, end - args.records, end, "bench"), 30)
@@ -85,6 +73,8 @@ def main() -> None:
         c.close()
     finally:
         stop.set()
+        if producer is not None:
+            producer.join(60)  # flushed and closed before its cluster goes
         cluster.down()
     for name, t in times.items():
         print(f"{name}: median {statistics.median(t) * 1000:.0f} ms, {min(t) * 1000:.0f}-"

@@ -148,14 +148,20 @@ def fresh_cluster(settings: Settings) -> LocalCluster:
     return cluster
 
 
-def cluster_of_its_own(home: Path, offset: int) -> LocalCluster:
-    """A local cluster under ``home`` on the test cluster's ports plus ``offset`` (apart from
-    the demo's, the tests' and the other benchmarks'), stopped and wiped: ``up()`` it."""
+def settings_of_its_own(home: Path, offset: int) -> Settings:
+    """Settings whose home is ``home`` and whose local cluster runs on the test cluster's
+    ports plus ``offset`` (apart from the demo's, the tests' and the other benchmarks')."""
     ports = {"broker_base_port": 19091 + offset, "controller_base_port": 19191 + offset,
              "replication_base_port": 19291 + offset, "secure_base_port": 19391 + offset}
-    cluster = LocalCluster(Settings(home=home, cluster=ports))
+    return Settings(home=home, cluster=ports)
+
+
+def cluster_of_its_own(settings: Settings) -> LocalCluster:
+    """The local cluster of ``settings`` (:func:`settings_of_its_own`), stopped and wiped:
+    ``up()`` it."""
+    cluster = LocalCluster(settings)
     cluster.down()
-    shutil.rmtree(home / "kafka", ignore_errors=True)
+    shutil.rmtree(settings.home_dir / "kafka", ignore_errors=True)
     return cluster
 
 
