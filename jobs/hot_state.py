@@ -265,13 +265,151 @@ def step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
 
 
 def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
-                  cfg: AuditConfig, log_ends: dict[tuple[str, int], int]):
-    """:func:`step_fn` over Arrow rows of :func:`step_arrow_schema` (UTC), for the driver."""
+                  cfg: AuditConfig, log_ends: dict[tuple[str, int], int], idle: bool = True):
+    """:func:`step_fn` over Arrow rows of :func:`step_arrow_schema` (UTC), for the driver;
+    the state rows no judgement can touch stay Arrow (:func:`split_idle`; ``idle`` False:
+    every row goes through the engine, as on Spark)."""
 
     def step(key, table: pa.Table) -> pa.Table:
-        return _judge(key, hot_from_arrow(table), events, now, cfg, log_ends, "UTC")
+        if not idle:
+            return _judge(key, hot_from_arrow(table), events, now, cfg, log_ends, "UTC")
+        busy, kept = split_idle(key, table, now, cfg)
+        out = _judge(key, hot_from_arrow(busy), events, now, cfg, log_ends, "UTC")
+        return pa.concat_tables([out, kept.cast(out.schema)]) if kept.num_rows else out
 
     return step
+
+
+#: the columns a passed-through state row of each kind keeps (what :func:`_hot_blocks`
+#: writes for it); the others are null, as in a row the engine wrote
+_KEPT_COLUMNS = {"read": frozenset(("kind", "row") + _READ_RUN),
+                 "judged": frozenset(("kind", "row") + _JUDGED)}
+
+
+def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Table, pa.Table]:
+    """One partition's rows (:func:`step_arrow_schema`, UTC) as ``(busy, kept)``: what the
+    engine must see, and the ``read`` and ``judged`` rows it cannot use in this step,
+    already as the engine would keep them (within ``cfg.read_retention_seconds``, tagged
+    ``row = hot``).
+
+    At a steady rate the state is mostly runs read or judged minutes ago and kept for the
+    read retention (tens of thousands at 5,000 msg/s), and every step turned all of them
+    into Python objects and back; a loss found in a pass took seconds longer for it. The
+    engine reads a read run only where it overlaps an unjudged run's offsets, a copy of its
+    seqs or that copy's offsets (:func:`~kafka_audit.jobs.rules.retained_reads` keeps
+    exactly those), and a judged run only as a reorder witness: a lower seq of the same
+    producer run above a confirmed write (``_Written.candidates``). So a read is idle when
+    it touches none of the ack rows' offsets, copies or copies' offsets (inclusive ends, a
+    superset of what is needed), and was read at least ``cfg.settle_seconds`` ago; a judged
+    run when no placed ack of its producer run has a last seq at or above its seq and a
+    first offset at or below its last. The stream's idle reads still count as frontier
+    observations (``rules.settled_frontier``): they are handed in as one observation, their
+    highest end when it was last read, which changes neither the settled frontier nor
+    what is kept (all of them lie a settle period back). The engine's verdicts do not
+    depend on the order of its rows (Spark hands them in any order); the step equals
+    the one without this split (``tests/unit/test_hot_state.py``)."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    kind = t.column("kind")
+    reads_at, judged_at = pc.equal(kind, "read"), pc.equal(kind, "judged")
+    if not (pc.any(reads_at).as_py() or pc.any(judged_at).as_py()):
+        return t, t.schema.empty_table()
+
+    def ints(rows: pa.Table, name: str) -> np.ndarray:
+        return pc.fill_null(rows.column(name), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+    acks = t.filter(pc.equal(kind, "ack"))
+    placed = acks.filter(pc.is_valid(acks.column("offset")))
+    reads = t.filter(reads_at)
+    r_off, r_n = ints(reads, "offset"), ints(reads, "count")
+    r_seq = ints(reads, "seq")
+    r_stamped = pc.and_(pc.and_(pc.equal(reads.column("status"), "record"),
+                                pc.is_valid(reads.column("producer_id"))),
+                        pc.is_valid(reads.column("seq"))).to_numpy(zero_copy_only=False)
+    spans = [(ints(placed, "offset"), ints(placed, "offset") + ints(placed, "count"))]
+    for run in _runs(acks):
+        mine = acks.filter(_of_run(acks, run))
+        s_lo, s_n = ints(mine, "seq"), ints(mine, "count")
+        theirs = _of_run(reads, run).to_numpy(zero_copy_only=False) & r_stamped
+        copies = theirs & _touching(r_seq, r_seq + r_n, s_lo, s_lo + s_n)
+        spans.append((r_off[copies], r_off[copies] + r_n[copies]))
+    lo = np.concatenate([s[0] for s in spans])
+    hi = np.concatenate([s[1] for s in spans])
+    settled = now - timedelta(seconds=cfg.settle_seconds)
+    old = pc.fill_null(pc.less_equal(reads.column("read_time"), settled), False)
+    idle_reads = (~_touching(r_off, r_off + r_n, lo, hi) & (r_n > 0)
+                  & old.to_numpy(zero_copy_only=False))
+
+    judged = t.filter(judged_at)
+    j_seq, j_last = ints(judged, "seq"), ints(judged, "offset") + ints(judged, "count") - 1
+    idle_judged = pc.and_(pc.is_valid(judged.column("seq")),
+                          pc.is_valid(judged.column("offset"))).to_numpy(zero_copy_only=False)
+    for run in _runs(placed):
+        mine = placed.filter(_of_run(placed, run))
+        last_seq = int((ints(mine, "seq") + ints(mine, "count") - 1).max())
+        first_offset = int(ints(mine, "offset").min())
+        theirs = _of_run(judged, run).to_numpy(zero_copy_only=False)
+        idle_judged &= ~(theirs & (j_seq <= last_seq) & (j_last >= first_offset))
+
+    idle_r, idle_j = reads.filter(pa.array(idle_reads)), judged.filter(pa.array(idle_judged))
+    others = pc.invert(pc.or_(reads_at, judged_at))
+    busy = [t.filter(others), reads.filter(pa.array(~idle_reads)),
+            judged.filter(pa.array(~idle_judged))]
+    stream = idle_r.filter(pc.equal(idle_r.column("source"), "stream"))
+    if stream.num_rows:
+        ends = pc.add(stream.column("offset"), stream.column("count"))
+        top = pc.max(ends)
+        at = pc.max(stream.filter(pc.equal(ends, top)).column("read_time"))
+        busy.append(_table_of([_block("observation", key[0], int(key[1]), "hot", 1,
+                                      offset=[top.as_py()], observed_at=[at.as_py()])],
+                              t.schema))
+    keep = now - timedelta(seconds=cfg.read_retention_seconds)
+    kept = [_as_kept(rows.filter(pc.fill_null(pc.greater_equal(rows.column(col), keep), False)),
+                     k)
+            for rows, k, col in ((idle_r, "read", "read_time"), (idle_j, "judged", "judged_at"))]
+    return pa.concat_tables(busy), pa.concat_tables(kept)
+
+
+def _runs(rows: pa.Table) -> list[tuple]:
+    """The producer runs (``producer_id``, ``run_id``) of ``rows``."""
+    return sorted({(p, r) for p, r in zip(rows.column("producer_id").to_pylist(),
+                                          rows.column("run_id").to_pylist(), strict=True)},
+                  key=repr)
+
+
+def _of_run(rows: pa.Table, run: tuple):
+    """Where ``rows`` belong to producer run ``run`` (a null in it matches a null)."""
+    import pyarrow.compute as pc
+
+    def same(name: str, v):
+        col = rows.column(name)
+        return pc.is_null(col) if v is None else pc.fill_null(pc.equal(col, v), False)
+
+    return pc.and_(same("producer_id", run[0]), same("run_id", run[1]))
+
+
+def _touching(lo, hi, span_lo, span_hi):
+    """Which intervals ``[lo, hi]`` touch one of ``[span_lo, span_hi]`` (ends included)."""
+    import numpy as np
+
+    if not len(span_lo):
+        return np.zeros(len(lo), dtype=bool)
+    order = np.argsort(span_lo, kind="stable")
+    s_lo, s_hi = span_lo[order], np.maximum.accumulate(span_hi[order])
+    # the first span (sorted by start) whose running highest end reaches lo
+    i = np.searchsorted(s_hi, lo, side="left")
+    ok = i < len(s_lo)
+    return ok & (s_lo[np.minimum(i, len(s_lo) - 1)] <= hi)
+
+
+def _as_kept(rows: pa.Table, kind: str) -> pa.Table:
+    """State rows passed through as the engine writes a kept row of ``kind``."""
+    cols = _KEPT_COLUMNS[kind]
+    n = rows.num_rows
+    return pa.Table.from_arrays(
+        [pa.array(["hot"] * n, f.type) if f.name == "row" else rows.column(f.name)
+         if f.name in cols else pa.nulls(n, f.type) for f in rows.schema], schema=rows.schema)
 
 
 @functools.cache

@@ -3,22 +3,28 @@ next pass judges, through the driver's Arrow path and Spark's pandas path alike;
 rows of a state are cut into partitions exactly as a scan of their keys would."""
 
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafka_audit.jobs.engine import AuditConfig, PartitionHot
 from kafka_audit.jobs.hot_state import (
+    arrow_step_fn,
     hot_from_arrow,
     hot_from_rows,
     hot_table,
+    split_idle,
     step_arrow_schema,
 )
-from kafka_audit.jobs.model import AckRun
+from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.jobs.rules import partition_events
 from kafka_audit.store import partition_slices
 
-from ..support.random_histories import histories
+from ..support.random_histories import histories, log_end_fn
+from .test_engine_vs_reference import CFG as CFG_ALL
 from .test_engine_vs_reference import run_engine
 
 CFG = AuditConfig(settle_seconds=5, lookback_seconds=3, unseen_after_seconds=20,
@@ -84,3 +90,70 @@ def test_partitions_are_cut_where_the_key_changes(keys, chunk):
     if 0 < chunk < len(keys):  # several chunks, as concatenated reads give
         t = pa.concat_tables([t.slice(0, chunk), t.slice(chunk)])
     assert [(k, s.column("x").to_pylist()) for k, s in partition_slices(t)] == scanned(t)
+
+
+def run_arrow_steps(rows, passes, cfg, idle: bool) -> list[dict]:
+    """A history judged pass by pass as the driver judges it (each partition's state as
+    Arrow rows through :func:`arrow_step_fn`): per pass and partition, the findings,
+    re-reads and status it returned and the state it kept, each as a sorted list."""
+    schema = step_arrow_schema()
+    ordered = sorted(rows, key=lambda x: x[0])
+    log_end = log_end_fn(rows)
+    keys = sorted({(r.topic, r.partition) for _w, r in rows})
+    state = {k: schema.empty_table() for k in keys}
+    events: list[ClusterEvent] = []
+    fed, out = 0, []
+    for now in passes:
+        new = [row for when, row in ordered[fed:] if when <= now]
+        fed += len(new)
+        events += [r for r in new if isinstance(r, ClusterEvent)]
+        ends = {k: e for k in keys if (e := log_end(*k, now)) is not None}
+        step = arrow_step_fn({k: partition_events(events, k) for k in keys}, now, cfg, ends,
+                             idle=idle)
+        for key in keys:
+            fresh = PartitionHot(
+                acks=[r for r in new if isinstance(r, AckRun) and (r.topic, r.partition) == key],
+                reads=[r for r in new if isinstance(r, ReadRun)
+                       and (r.topic, r.partition) == key])
+            res = step(key, pa.concat_tables([state[key], hot_table(*key, fresh, schema)]))
+            state[key] = res.filter(pc.equal(res.column("row"), "hot"))
+            out.append({row: sorted(res.filter(pc.equal(res.column("row"), row)).to_pylist(),
+                                    key=repr)
+                        for row in ("hot", "finding", "reread", "status")})
+    return out
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(histories(topics=("t", "c", "u")))
+def test_a_step_that_passes_idle_rows_through_equals_one_that_judges_them_all(history):
+    rows, passes = history
+    assert run_arrow_steps(rows, passes, CFG_ALL, idle=True) == run_arrow_steps(
+        rows, passes, CFG_ALL, idle=False)
+
+
+def test_idle_rows_are_read_and_judged_runs_far_from_every_unjudged_one():
+    now = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
+    t0 = now - timedelta(seconds=100)
+    run = ("p", "r")
+    # a minute-old history: reads and judged runs at offsets 0..999 (seq = offset + 5000)
+    reads = [ReadRun("t", 0, o, 10, *run, o + 5000, t0) for o in range(0, 1000, 10)]
+    judged = [(AckRun("t", 0, *run, o + 5000, 10, o, t0, t0), t0) for o in range(0, 1000, 10)]
+    # unjudged: offsets 990..1009, and a failed write whose seqs were read at offsets 500..509
+    # (busy: the reads touching either, ends included, and those touching such copies': the
+    # read at 980 holds seq 5990 at its end, so the one at 970 touching it is busy too)
+    acks = [AckRun("t", 0, *run, 5990, 20, 990, now, now),
+            AckRun("t", 0, *run, 5500, 10, None, now, now, "timed_out")]
+    fresh = ReadRun("t", 0, 1000, 10, *run, 6000, now)  # read this second: never idle
+    hot = PartitionHot(acks=acks, reads=[*reads, fresh], judged=judged)
+    busy, kept = split_idle(("t", 0), hot_table("t", 0, hot, step_arrow_schema()), now, CFG_ALL)
+    back = hot_from_arrow(busy)
+    assert {(r.offset, r.read_time) for r in back.reads} == {
+        (1000, now), *((o, t0) for o in (480, 490, 500, 510, 520, 970, 980, 990))}
+    # judged runs: only those of seq at most 6009 whose last offset reaches 990
+    assert sorted(a.offset for a, _ in back.judged) == [990]
+    assert back.acks == acks
+    # the idle stream reads count as one observation: their highest end, when it was read
+    assert back.observations == [(970, t0)]
+    assert kept.num_rows == (100 - 8) + (100 - 1)
+    assert set(kept.column("row").to_pylist()) == {"hot"}
+    assert kept.column("error_name").null_count == kept.num_rows
