@@ -13,6 +13,10 @@ can be given instead of a warehouse, so before and after a change judge the same
 
     .venv/bin/python bench/judge.py var/latency-s10-<id>/warehouse [--pass-id N] [--save g.parquet]
     .venv/bin/python bench/judge.py g.parquet
+
+``--compare`` judges with the idle state rows passed through as Arrow
+(:func:`~kafka_audit.jobs.hot_state.split_idle`, as a pass does) and with every row
+through the engine, interleaved round by round: both medians and both digests (equal).
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--settle", type=float, default=10)
     ap.add_argument("--save", help="write the generation to this Parquet file")
+    ap.add_argument("--compare", action="store_true",
+                    help="also judge with every row through the engine, interleaved")
     args = ap.parse_args()
     pass_id, rows = generation(args.warehouse, args.pass_id)
     if args.save:
@@ -62,21 +68,30 @@ def main() -> None:
     if newest is None:
         raise SystemExit(f"generation {pass_id} holds no reads")
     now = newest.astimezone(UTC) + timedelta(seconds=2)
-    step = arrow_step_fn({}, now, AuditConfig(args.settle), {})
-    cpu, out = [], None
+    ways = {"idle rows passed through": True, **({"every row judged": False}
+                                                 if args.compare else {})}
+    steps = {name: arrow_step_fn({}, now, AuditConfig(args.settle), {}, idle=idle)
+             for name, idle in ways.items()}
+    cpu: dict[str, list[float]] = {name: [] for name in ways}
+    outs = {}
     for _ in range(args.rounds):
-        c0 = time.process_time()
-        out = judge_on_driver(rows, step)
-        cpu.append(time.process_time() - c0)
-    ordered = out.sort_by([(c, "ascending") for c in
-                           ("row", "kind", "partition", "offset", "seq")])
-    digest = hashlib.sha1(str(ordered.to_pylist()).encode()).hexdigest()[:12]
+        for name, step in steps.items():
+            c0 = time.process_time()
+            outs[name] = judge_on_driver(rows, step)
+            cpu[name].append(time.process_time() - c0)
     kinds = rows.group_by("kind").aggregate([("kind", "count")]).to_pylist()
     held = ", ".join(f"{k['kind_count']} {k['kind']}" for k in kinds)
-    print(f"generation {pass_id}: {rows.num_rows} rows ({held}) -> {out.num_rows}")
-    print(f"judge CPU median {statistics.median(cpu):.3f} s over {args.rounds} rounds "
-          f"({', '.join(f'{c:.3f}' for c in cpu)}); output digest {digest}")
+    print(f"generation {pass_id}: {rows.num_rows} rows ({held})")
+    for name, out in outs.items():
+        print(f"{name}: judge CPU median {statistics.median(cpu[name]):.3f} s over "
+              f"{args.rounds} rounds ({', '.join(f'{c:.3f}' for c in cpu[name])}); "
+              f"{out.num_rows} rows out, digest {digest(out)}")
 
+
+def digest(out) -> str:
+    """The output rows whatever their order (every column sorted on)."""
+    ordered = out.sort_by([(c, "ascending") for c in out.column_names])
+    return hashlib.sha1(str(ordered.to_pylist()).encode()).hexdigest()[:12]
 
 if __name__ == "__main__":
     main()
