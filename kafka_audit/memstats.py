@@ -190,6 +190,15 @@ def rss_parts() -> dict[str, float]:
     return got
 
 
+def _os_threads() -> int | str:
+    """This process's threads as the kernel counts them (native ones too: the tokio
+    workers deltalake starts, librdkafka's); ``?`` where ``/proc`` lacks them."""
+    try:
+        return len(os.listdir("/proc/self/task"))
+    except OSError:
+        return "?"
+
+
 def _top_types(n: int = 6) -> list[tuple[str, int]]:
     return Counter(type(o).__name__ for o in gc.get_objects()).most_common(n)
 
@@ -211,7 +220,10 @@ def memory_line(first: tracemalloc.Snapshot | None = None) -> str:
                      f"({pa.default_memory_pool().backend_name})")
     except ImportError:
         pass
-    parts.append(f"threads {threading.active_count()}")
+    parts.append(f"threads {threading.active_count()} (all {_os_threads()})")
+    # blocks Python's small-object allocator holds now: flat while its arenas (anonymous
+    # mappings of 1 MB, merged by the kernel) grow means fragmentation, not more objects
+    parts.append(f"pymalloc blocks {sys.getallocatedblocks()}")
     parts.append("objects " + ", ".join(f"{k} {v}" for k, v in _top_types()))
     if tracemalloc.is_tracing():
         current, _peak = tracemalloc.get_traced_memory()

@@ -29,13 +29,18 @@ def test_the_trim_gives_freed_memory_back():
 
 def test_the_memory_line_names_each_part():
     line = memory_line()
-    for part in ("rss ", "malloc in use ", "free held ", "arrow pool ", "threads ", "objects "):
+    for part in ("rss ", "malloc in use ", "free held ", "arrow pool ", "threads ", "(all ",
+                 "pymalloc blocks ", "objects "):
         assert part in line, line
     # the kernel's split of RSS adds up to it (each part rounded to a MB)
     m = re.match(r"rss (\d+) MB \(anon (\d+), file (\d+), shmem (\d+)\)", line)
     assert m, line
     rss, *split = map(int, m.groups())
     assert abs(rss - sum(split)) <= 3, line
+    # the kernel's threads include every Python one; pymalloc holds some blocks
+    py, native = map(int, re.search(r"threads (\d+) \(all (\d+)\)", line).groups())
+    assert native >= py >= 1, line
+    assert int(re.search(r"pymalloc blocks (\d+)", line).group(1)) > 0, line
 
 
 def test_the_watcher_logs_and_stops(caplog):
