@@ -93,5 +93,6 @@ def digest(out) -> str:
     ordered = out.sort_by([(c, "ascending") for c in out.column_names])
     return hashlib.sha1(str(ordered.to_pylist()).encode()).hexdigest()[:12]
 
+
 if __name__ == "__main__":
     main()

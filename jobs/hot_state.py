@@ -18,8 +18,10 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from kafka_audit.jobs.engine import AuditConfig, PartitionHot, step_partition
 from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
@@ -142,8 +144,6 @@ def hot_from_arrow(t: pa.Table) -> PartitionHot:
     """:func:`hot_from_rows` of rows held as Arrow (the driver's judgement): the rows of each
     kind taken apart first, so that only the columns a kind uses become Python values (a
     pass converts its whole state: 70,000 rows and more)."""
-    import pyarrow.compute as pc
-
     kinds = t.column("kind")
 
     def columns(kind: str, names: tuple[str, ...]) -> list[list]:
@@ -271,11 +271,9 @@ def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: dateti
     every row goes through the engine, as on Spark)."""
 
     def step(key, table: pa.Table) -> pa.Table:
-        if not idle:
-            return _judge(key, hot_from_arrow(table), events, now, cfg, log_ends, "UTC")
-        busy, kept = split_idle(key, table, now, cfg)
+        busy, kept = split_idle(key, table, now, cfg) if idle else (table, None)
         out = _judge(key, hot_from_arrow(busy), events, now, cfg, log_ends, "UTC")
-        return pa.concat_tables([out, kept.cast(out.schema)]) if kept.num_rows else out
+        return pa.concat_tables([out, kept.cast(out.schema)]) if kept else out
 
     return step
 
@@ -308,54 +306,19 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Ta
     what is kept (all of them lie a settle period back). The engine's verdicts do not
     depend on the order of its rows (Spark hands them in any order); the step equals
     the one without this split (``tests/unit/test_hot_state.py``)."""
-    import numpy as np
-    import pyarrow.compute as pc
-
     kind = t.column("kind")
     reads_at, judged_at = pc.equal(kind, "read"), pc.equal(kind, "judged")
     if not (pc.any(reads_at).as_py() or pc.any(judged_at).as_py()):
         return t, t.schema.empty_table()
-
-    def ints(rows: pa.Table, name: str) -> np.ndarray:
-        return pc.fill_null(rows.column(name), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-
     acks = t.filter(pc.equal(kind, "ack"))
     placed = acks.filter(pc.is_valid(acks.column("offset")))
-    reads = t.filter(reads_at)
-    r_off, r_n = ints(reads, "offset"), ints(reads, "count")
-    r_seq = ints(reads, "seq")
-    r_stamped = pc.and_(pc.and_(pc.equal(reads.column("status"), "record"),
-                                pc.is_valid(reads.column("producer_id"))),
-                        pc.is_valid(reads.column("seq"))).to_numpy(zero_copy_only=False)
-    spans = [(ints(placed, "offset"), ints(placed, "offset") + ints(placed, "count"))]
-    for run in _runs(acks):
-        mine = acks.filter(_of_run(acks, run))
-        s_lo, s_n = ints(mine, "seq"), ints(mine, "count")
-        theirs = _of_run(reads, run).to_numpy(zero_copy_only=False) & r_stamped
-        copies = theirs & _touching(r_seq, r_seq + r_n, s_lo, s_lo + s_n)
-        spans.append((r_off[copies], r_off[copies] + r_n[copies]))
-    lo = np.concatenate([s[0] for s in spans])
-    hi = np.concatenate([s[1] for s in spans])
-    settled = now - timedelta(seconds=cfg.settle_seconds)
-    old = pc.fill_null(pc.less_equal(reads.column("read_time"), settled), False)
-    idle_reads = (~_touching(r_off, r_off + r_n, lo, hi) & (r_n > 0)
-                  & old.to_numpy(zero_copy_only=False))
-
-    judged = t.filter(judged_at)
-    j_seq, j_last = ints(judged, "seq"), ints(judged, "offset") + ints(judged, "count") - 1
-    idle_judged = pc.and_(pc.is_valid(judged.column("seq")),
-                          pc.is_valid(judged.column("offset"))).to_numpy(zero_copy_only=False)
-    for run in _runs(placed):
-        mine = placed.filter(_of_run(placed, run))
-        last_seq = int((ints(mine, "seq") + ints(mine, "count") - 1).max())
-        first_offset = int(ints(mine, "offset").min())
-        theirs = _of_run(judged, run).to_numpy(zero_copy_only=False)
-        idle_judged &= ~(theirs & (j_seq <= last_seq) & (j_last >= first_offset))
+    reads, judged = t.filter(reads_at), t.filter(judged_at)
+    idle_reads = _idle_reads(reads, acks, placed, now - timedelta(seconds=cfg.settle_seconds))
+    idle_judged = _idle_judged(judged, placed)
 
     idle_r, idle_j = reads.filter(pa.array(idle_reads)), judged.filter(pa.array(idle_judged))
-    others = pc.invert(pc.or_(reads_at, judged_at))
-    busy = [t.filter(others), reads.filter(pa.array(~idle_reads)),
-            judged.filter(pa.array(~idle_judged))]
+    busy = [t.filter(pc.invert(pc.or_(reads_at, judged_at))),
+            reads.filter(pa.array(~idle_reads)), judged.filter(pa.array(~idle_judged))]
     stream = idle_r.filter(pc.equal(idle_r.column("source"), "stream"))
     if stream.num_rows:
         ends = pc.add(stream.column("offset"), stream.column("count"))
@@ -371,17 +334,59 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Ta
     return pa.concat_tables(busy), pa.concat_tables(kept)
 
 
-def _runs(rows: pa.Table) -> list[tuple]:
+def _int_array(rows: pa.Table, name: str) -> np.ndarray:
+    """A column as int64 (nulls: 0)."""
+    return pc.fill_null(rows.column(name), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _idle_reads(reads: pa.Table, acks: pa.Table, placed: pa.Table, settled: datetime
+                ) -> np.ndarray:
+    """Which ``reads`` touch none of the unjudged runs' offsets, their copies' seqs or those
+    copies' offsets (ends included) and were read at or before ``settled``."""
+    r_off, r_n, r_seq = (_int_array(reads, c) for c in ("offset", "count", "seq"))
+    r_stamped = pc.and_(pc.and_(pc.equal(reads.column("status"), "record"),
+                                pc.is_valid(reads.column("producer_id"))),
+                        pc.is_valid(reads.column("seq"))).to_numpy(zero_copy_only=False)
+    p_off = _int_array(placed, "offset")
+    spans = [(p_off, p_off + _int_array(placed, "count"))]
+    for run in _runs(acks):
+        mine = acks.filter(_of_run(acks, run))
+        s_lo, s_n = _int_array(mine, "seq"), _int_array(mine, "count")
+        theirs = _of_run(reads, run).to_numpy(zero_copy_only=False) & r_stamped
+        copies = theirs & _touching(r_seq, r_seq + r_n, s_lo, s_lo + s_n)
+        spans.append((r_off[copies], r_off[copies] + r_n[copies]))
+    lo = np.concatenate([s[0] for s in spans])
+    hi = np.concatenate([s[1] for s in spans])
+    old = pc.fill_null(pc.less_equal(reads.column("read_time"), settled), False)
+    return ~_touching(r_off, r_off + r_n, lo, hi) & (r_n > 0) & old.to_numpy(
+        zero_copy_only=False)
+
+
+def _idle_judged(judged: pa.Table, placed: pa.Table) -> np.ndarray:
+    """Which ``judged`` runs no placed ack of their producer run can have as a reorder
+    witness: none with a last seq at or above theirs and a first offset at or below their
+    last."""
+    j_seq = _int_array(judged, "seq")
+    j_last = _int_array(judged, "offset") + _int_array(judged, "count") - 1
+    idle = pc.and_(pc.is_valid(judged.column("seq")),
+                   pc.is_valid(judged.column("offset"))).to_numpy(zero_copy_only=False)
+    for run in _runs(placed):
+        mine = placed.filter(_of_run(placed, run))
+        last_seq = int((_int_array(mine, "seq") + _int_array(mine, "count") - 1).max())
+        first_offset = int(_int_array(mine, "offset").min())
+        theirs = _of_run(judged, run).to_numpy(zero_copy_only=False)
+        idle &= ~(theirs & (j_seq <= last_seq) & (j_last >= first_offset))
+    return idle
+
+
+def _runs(rows: pa.Table) -> set[tuple]:
     """The producer runs (``producer_id``, ``run_id``) of ``rows``."""
-    return sorted({(p, r) for p, r in zip(rows.column("producer_id").to_pylist(),
-                                          rows.column("run_id").to_pylist(), strict=True)},
-                  key=repr)
+    return set(zip(rows.column("producer_id").to_pylist(), rows.column("run_id").to_pylist(),
+                   strict=True))
 
 
 def _of_run(rows: pa.Table, run: tuple):
     """Where ``rows`` belong to producer run ``run`` (a null in it matches a null)."""
-    import pyarrow.compute as pc
-
     def same(name: str, v):
         col = rows.column(name)
         return pc.is_null(col) if v is None else pc.fill_null(pc.equal(col, v), False)
@@ -391,8 +396,6 @@ def _of_run(rows: pa.Table, run: tuple):
 
 def _touching(lo, hi, span_lo, span_hi):
     """Which intervals ``[lo, hi]`` touch one of ``[span_lo, span_hi]`` (ends included)."""
-    import numpy as np
-
     if not len(span_lo):
         return np.zeros(len(lo), dtype=bool)
     order = np.argsort(span_lo, kind="stable")

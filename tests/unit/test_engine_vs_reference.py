@@ -14,8 +14,9 @@ CFG = AuditConfig(settle_seconds=5, lookback_seconds=3, unseen_after_seconds=20,
                   unknown_policy_topics=frozenset({"u"}))
 
 
-def run_engine(rows, passes, cfg=CFG):
-    auditor = InMemoryAuditor(cfg)
+def fed_passes(rows, passes):
+    """Per pass of a history: ``(now, the rows that arrived since the pass before, the log
+    ends the pass sees)``."""
     fed = 0
     ordered = sorted(rows, key=lambda x: x[0])
     log_end = log_end_fn(rows)
@@ -23,7 +24,12 @@ def run_engine(rows, passes, cfg=CFG):
     for now in passes:
         new = [row for when, row in ordered[fed:] if when <= now]
         fed += len(new)
-        ends = {k: e for k in keys if (e := log_end(*k, now)) is not None}
+        yield now, new, {k: e for k in keys if (e := log_end(*k, now)) is not None}
+
+
+def run_engine(rows, passes, cfg=CFG):
+    auditor = InMemoryAuditor(cfg)
+    for now, new, ends in fed_passes(rows, passes):
         auditor.run_pass(now, [r for r in new if isinstance(r, AckRun)],
                          [r for r in new if isinstance(r, ReadRun)],
                          [r for r in new if isinstance(r, ClusterEvent)], ends)

@@ -23,9 +23,9 @@ from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.jobs.rules import partition_events
 from kafka_audit.store import partition_slices
 
-from ..support.random_histories import histories, log_end_fn
+from ..support.random_histories import histories
 from .test_engine_vs_reference import CFG as CFG_ALL
-from .test_engine_vs_reference import run_engine
+from .test_engine_vs_reference import fed_passes, run_engine
 
 CFG = AuditConfig(settle_seconds=5, lookback_seconds=3, unseen_after_seconds=20,
                   read_retention_seconds=200)
@@ -97,17 +97,12 @@ def run_arrow_steps(rows, passes, cfg, idle: bool) -> list[dict]:
     Arrow rows through :func:`arrow_step_fn`): per pass and partition, the findings,
     re-reads and status it returned and the state it kept, each as a sorted list."""
     schema = step_arrow_schema()
-    ordered = sorted(rows, key=lambda x: x[0])
-    log_end = log_end_fn(rows)
     keys = sorted({(r.topic, r.partition) for _w, r in rows})
     state = {k: schema.empty_table() for k in keys}
     events: list[ClusterEvent] = []
-    fed, out = 0, []
-    for now in passes:
-        new = [row for when, row in ordered[fed:] if when <= now]
-        fed += len(new)
+    out = []
+    for now, new, ends in fed_passes(rows, passes):
         events += [r for r in new if isinstance(r, ClusterEvent)]
-        ends = {k: e for k in keys if (e := log_end(*k, now)) is not None}
         step = arrow_step_fn({k: partition_events(events, k) for k in keys}, now, cfg, ends,
                              idle=idle)
         for key in keys:
@@ -135,7 +130,7 @@ def test_idle_rows_are_read_and_judged_runs_far_from_every_unjudged_one():
     now = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
     t0 = now - timedelta(seconds=100)
     run = ("p", "r")
-    # a minute-old history: reads and judged runs at offsets 0..999 (seq = offset + 5000)
+    # a history 100 s old: reads and judged runs at offsets 0..999 (seq = offset + 5000)
     reads = [ReadRun("t", 0, o, 10, *run, o + 5000, t0) for o in range(0, 1000, 10)]
     judged = [(AckRun("t", 0, *run, o + 5000, 10, o, t0, t0), t0) for o in range(0, 1000, 10)]
     # unjudged: offsets 990..1009, and a failed write whose seqs were read at offsets 500..509
