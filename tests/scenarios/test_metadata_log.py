@@ -32,8 +32,13 @@ def test_a_leader_kill_at_the_controllers_times(cluster, settings):
         cluster.start(leader)
         wait_until(lambda: len(cluster.partitions(topic)[0].isr) == 3, 120, "the ISR full")
         admin = cluster.admin()
-        answer = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()})
-        epoch = next(iter(answer.values())).result(10).leader_epoch
+
+        def latest():  # retriable: a broker behind on metadata answers UNKNOWN_LEADER_EPOCH
+            answer = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()},
+                                        request_timeout=5)
+            return next(iter(answer.values())).result(10)
+
+        epoch = wait_until(latest, 30, "the leader's epoch").leader_epoch
 
         def caught_up() -> list[dict]:
             rows = sorted((r for r in read_table(settings.table_path("cluster_events"),
