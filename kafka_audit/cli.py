@@ -104,11 +104,12 @@ def _watch(args) -> int:
 def _run(args) -> int:
     import signal
 
-    from kafka_audit.memstats import configure_allocators
+    from kafka_audit.memstats import configure_allocators, restart_with_python_allocator
 
     s = get_settings()
     # before any thread starts (librdkafka's too) and before deltalake and pyarrow are
     # imported: the modules below may import them one day
+    restart_with_python_allocator(s.steady.python_allocator)  # returns once it is in place
     configure_allocators(s.steady)
     from kafka_audit.jobs.watcher import ClusterWatcher
     from kafka_audit.service import build, stop_consume_query

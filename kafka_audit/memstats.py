@@ -22,8 +22,9 @@ import tracemalloc
 from collections import Counter
 
 __all__ = ["cap_malloc_arenas", "configure_allocators", "configure_arrow_pool",
-           "configure_deltalake_malloc", "glibc_heap", "memory_line", "release_free_memory",
-           "rss_parts", "watch_memory"]
+           "configure_deltalake_malloc", "configure_python_allocator", "glibc_heap",
+           "memory_line", "release_free_memory", "restart_with_python_allocator", "rss_parts",
+           "watch_memory"]
 
 log = logging.getLogger("kafka_audit.memory")
 
@@ -127,15 +128,52 @@ def configure_arrow_pool(name: str, env=None) -> bool:
     return True
 
 
+#: the environment variable CPython reads its object allocator from when it starts
+PYTHON_MALLOC = "PYTHONMALLOC"
+
+
+def configure_python_allocator(name: str, env) -> bool:
+    """Make ``name`` (``malloc``, ``pymalloc``, ...) the allocator of Python's objects in a
+    process started with ``env``, unless ``env`` names one already; True if set.
+
+    CPython reads it only when it starts: for this process see
+    :func:`restart_with_python_allocator`. Python's own allocator (pymalloc) takes memory
+    from the system in arenas of 1 MB and gives an arena back only when every object in it
+    is gone: a service that makes and drops millions of small objects an hour keeps arenas
+    pinned by a few long-lived ones, and its RSS creeps up while its objects do not.
+    ``malloc`` puts Python's objects in glibc's heap, whose free pages
+    :func:`release_free_memory` hands back each minute whatever still lives beside them."""
+    if not name or env.get(PYTHON_MALLOC):
+        return False
+    env[PYTHON_MALLOC] = name
+    return True
+
+
+def restart_with_python_allocator(name: str) -> None:
+    """Start this program again in this process (``exec``: the pid, the arguments and the
+    rest of the environment kept) with Python's allocator ``name`` when the environment
+    names none; return if it names one (an operator's ``PYTHONMALLOC`` wins) or ``name`` is
+    empty. Call it first thing, before any thread starts."""
+    env = dict(os.environ)
+    if configure_python_allocator(name, env):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os.execve(sys.executable, sys.orig_argv, env)
+
+
 def configure_allocators(steady, env=None) -> None:
     """The allocator settings of ``steady`` (:class:`~kafka_audit.settings.SteadySettings`:
-    ``malloc_arenas``, ``deltalake_malloc_conf``, ``arrow_memory_pool``) for this process,
-    called before any thread starts and before deltalake or pyarrow is imported, or, given
-    ``env``, for a child process started with it (glibc then reads ``MALLOC_ARENA_MAX``)."""
+    ``malloc_arenas``, ``deltalake_malloc_conf``, ``arrow_memory_pool``,
+    ``python_allocator``) for this process, called before any thread starts and before
+    deltalake or pyarrow is imported, or, given ``env``, for a child process started with
+    it (glibc then reads ``MALLOC_ARENA_MAX``, Python ``PYTHONMALLOC``); this process's
+    own Python allocator is :func:`restart_with_python_allocator`'s."""
     if env is None:
         cap_malloc_arenas(steady.malloc_arenas)
-    elif steady.malloc_arenas > 0:
-        env["MALLOC_ARENA_MAX"] = str(steady.malloc_arenas)
+    else:
+        if steady.malloc_arenas > 0:
+            env["MALLOC_ARENA_MAX"] = str(steady.malloc_arenas)
+        configure_python_allocator(steady.python_allocator, env)
     configure_deltalake_malloc(steady.deltalake_malloc_conf, env)
     configure_arrow_pool(steady.arrow_memory_pool, env)
 
@@ -222,8 +260,11 @@ def memory_line(first: tracemalloc.Snapshot | None = None) -> str:
         pass
     parts.append(f"threads {threading.active_count()} (all {_os_threads()})")
     # blocks Python's small-object allocator holds now: flat while its arenas (anonymous
-    # mappings of 1 MB, merged by the kernel) grow means fragmentation, not more objects
-    parts.append(f"pymalloc blocks {sys.getallocatedblocks()}")
+    # mappings of 1 MB, merged by the kernel) grow means fragmentation, not more objects;
+    # under PYTHONMALLOC=malloc the objects are in glibc's heap ("malloc in use")
+    parts.append(f"python allocator {os.environ.get(PYTHON_MALLOC) or 'pymalloc'}")
+    if os.environ.get(PYTHON_MALLOC, "pymalloc").startswith("pymalloc"):
+        parts.append(f"pymalloc blocks {sys.getallocatedblocks()}")
     parts.append("objects " + ", ".join(f"{k} {v}" for k, v in _top_types()))
     if tracemalloc.is_tracing():
         current, _peak = tracemalloc.get_traced_memory()

@@ -346,6 +346,13 @@ class SteadySettings(_Section):
         "wins): system is glibc's malloc, capped by malloc_arenas and trimmed every "
         "trim_every_seconds; pyarrow's default, mimalloc, kept 96-158 MB resident for 2-52 MB "
         "allocated in an hour soak (README); empty: pyarrow's default")
+    python_allocator: typing.Literal["", "malloc", "pymalloc"] = Field(
+        "malloc", description="in `kafka-audit run` (its service and API processes), the "
+        "allocator of Python's objects (PYTHONMALLOC; one already in the environment wins; "
+        "the service starts itself again in the same process to apply it): malloc is "
+        "glibc's, capped by malloc_arenas and trimmed every trim_every_seconds; pymalloc, "
+        "Python's default, keeps each 1 MB arena while one object in it lives (README); "
+        "empty: Python's default")
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:

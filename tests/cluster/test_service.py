@@ -3,11 +3,13 @@ stream, the audit loop and the REST API.
 
 Findings appear over REST; its consume query stopped from outside (SIGUSR1) is restarted;
 SIGTERM stops it within 30 s; started again it goes on where it stopped, and no write
-is judged twice or missed.
+is judged twice or missed. It runs its Python objects on glibc's malloc
+(``steady.python_allocator``), started again in the process the user started.
 """
 
 import signal
 import time
+from pathlib import Path
 
 import httpx
 
@@ -26,6 +28,17 @@ def summary(settings, topic) -> dict | None:
     return r.json() if r.status_code == 200 else None
 
 
+def environ(pid: int) -> list[bytes]:
+    return Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+
+
+def api_child(pid: int) -> int:
+    children = [c for t in Path(f"/proc/{pid}/task").iterdir()
+                for c in (t / "children").read_text().split()]  # any thread's
+    return next(int(c) for c in children
+                if b"kafka_audit.api_process" in Path(f"/proc/{c}/cmdline").read_bytes())
+
+
 def judged(settings, topic, n: int) -> bool:
     s = summary(settings, topic)
     return s is not None and s["acked"] == n and s["pending"] == 0
@@ -40,6 +53,10 @@ def test_the_service_audits_restarts_and_stops_cleanly(cluster, settings, topic)
             f"http://{settings.api.host}:{settings.api.port}/readyz", timeout=10)
         ).status_code == 200 and r.json(), 120, "/readyz to say every component is ready")
         assert ready["components"]["consume"]["detail"]["lag_offsets"] == 0
+        # the pid the user started runs with glibc's malloc for Python, and so does its API
+        api = wait_until(lambda: api_child(service.proc.pid), 30, "the API process's pid")
+        for pid in (service.proc.pid, api):
+            assert b"PYTHONMALLOC=malloc" in environ(pid), pid
         # the consume query stopped from outside: the service starts it again
         service.proc.send_signal(signal.SIGUSR1)
         wait_until(lambda: (read_statuses(settings.home_dir).get("consume").detail or {})

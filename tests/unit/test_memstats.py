@@ -13,6 +13,7 @@ from kafka_audit.memstats import (
     ARROW_POOL,
     configure_arrow_pool,
     configure_deltalake_malloc,
+    configure_python_allocator,
     memory_line,
     release_free_memory,
     watch_memory,
@@ -30,7 +31,7 @@ def test_the_trim_gives_freed_memory_back():
 def test_the_memory_line_names_each_part():
     line = memory_line()
     for part in ("rss ", "malloc in use ", "free held ", "arrow pool ", "threads ", "(all ",
-                 "pymalloc blocks ", "objects "):
+                 "python allocator pymalloc", "pymalloc blocks ", "objects "):
         assert part in line, line
     # the kernel's split of RSS adds up to it (each part rounded to a MB)
     m = re.match(r"rss (\d+) MB \(anon (\d+), file (\d+), shmem (\d+)\)", line)
@@ -168,3 +169,40 @@ def test_pyarrow_allocates_from_the_pool_given_before_or_after_its_import():
     env = {ARROW_POOL: "jemalloc"}
     assert not configure_arrow_pool("system", env) and env[ARROW_POOL] == "jemalloc"
     assert configure_arrow_pool("system", {}) and not configure_arrow_pool("", {})
+
+
+#: a program that starts itself again with Python's allocator argv[1] (empty: none asked);
+#: it prints its pid at each start, then the allocator in its environment and the blocks
+#: pymalloc holds (none when Python's objects live in glibc's heap)
+_RESTART = """
+import os, sys
+print("start", os.getpid(), flush=True)
+from kafka_audit.memstats import restart_with_python_allocator
+restart_with_python_allocator(sys.argv[1])
+print(os.environ.get("PYTHONMALLOC"), sys.getallocatedblocks(), sys.argv[2])
+"""
+
+
+def _restart_process(name: str, env_malloc: str | None = None) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
+    if env_malloc is not None:
+        env["PYTHONMALLOC"] = env_malloc
+    out = subprocess.run([sys.executable, "-c", _RESTART, name, "kept"], env=env,
+                         capture_output=True, text=True, timeout=60, check=True)
+    return out.stdout.splitlines()
+
+
+def test_the_service_starts_itself_again_with_python_s_allocator_in_the_same_process():
+    first, again, last = _restart_process("malloc")
+    assert first == again and first.startswith("start "), (first, again)  # one pid, twice
+    allocator, blocks, arg = last.split()
+    assert (allocator, int(blocks), arg) == ("malloc", 0, "kept")
+    # an allocator the environment names wins, and an empty setting changes nothing: no
+    # second start, Python's own allocator holding the objects
+    for name, env_malloc, want in (("malloc", "pymalloc", "pymalloc"), ("", None, "None")):
+        start, last = _restart_process(name, env_malloc)
+        allocator, blocks, _ = last.split()
+        assert allocator == want and int(blocks) > 0, (name, env_malloc, last)
+    env = {"PYTHONMALLOC": "pymalloc"}
+    assert not configure_python_allocator("malloc", env) and env["PYTHONMALLOC"] == "pymalloc"
+    assert configure_python_allocator("malloc", {}) and not configure_python_allocator("", {})
