@@ -334,6 +334,12 @@ class SteadySettings(_Section):
         "keeps at most this many malloc arenas (M_ARENA_MAX, set before any thread starts; "
         "by default up to 8 per core, and free memory held across many arenas is not given "
         "back); 0: glibc's default")
+    malloc_mmap_threshold_kb: int = Field(
+        256, ge=0, description="in `kafka-audit run` (its service and API processes), glibc "
+        "gives blocks of at least this many KB a mapping of their own, unmapped when freed "
+        "(M_MMAP_THRESHOLD; glibc's own threshold climbs to 32 MB as mapped blocks are "
+        "freed, and a pass's Arrow buffers then stay resident until the next trim); 0: "
+        "glibc's default")
     deltalake_malloc_conf: str = Field(
         "narenas:2,dirty_decay_ms:1000,muzzy_decay_ms:0,background_thread:true",
         description="in `kafka-audit run` (its service and API processes), the options of the "

@@ -63,11 +63,11 @@ def cluster():
     # other test keeps using PLAINTEXT, whose principal is a super user
     settings = Settings(home=home, cluster={**CLUSTER, "secure": True})
     c = LocalCluster(settings)
-    c.down()  # a cluster left by an interrupted run
+    c.down(discard=True)  # a cluster left by an interrupted run: its data goes next
     shutil.rmtree(home / "kafka", ignore_errors=True)
     c.up(print)
     yield c
-    c.down()
+    c.down(discard=True)  # the next session starts from an empty folder
 
 
 @pytest.fixture

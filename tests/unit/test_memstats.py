@@ -206,3 +206,31 @@ def test_the_service_starts_itself_again_with_python_s_allocator_in_the_same_pro
     env = {"PYTHONMALLOC": "pymalloc"}
     assert not configure_python_allocator("malloc", env) and env["PYTHONMALLOC"] == "pymalloc"
     assert configure_python_allocator("malloc", {}) and not configure_python_allocator("", {})
+
+
+#: a process that frees a mapped 4 MB block, then allocates 512 KB, after
+#: fix_mmap_threshold(argv[1]) (0: glibc's default); it prints the bytes malloc mapped for it
+_MMAP = r"""
+import ctypes, sys
+from kafka_audit.memstats import fix_mmap_threshold, glibc_heap
+print(fix_mmap_threshold(int(sys.argv[1])))
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+libc.free.argtypes = [ctypes.c_void_p]
+libc.free(libc.malloc(4 << 20))  # mapped (over 128 KB), and freed: glibc raises its threshold
+before = glibc_heap()[2]
+p = libc.malloc(512 << 10)
+print(glibc_heap()[2] - before)
+"""
+
+
+def test_a_fixed_mmap_threshold_keeps_large_blocks_out_of_the_heap():
+    def run(kb: int) -> tuple[str, int]:
+        out = subprocess.run([sys.executable, "-c", _MMAP, str(kb)], capture_output=True,
+                             text=True, timeout=60, check=True).stdout.split()
+        return out[0], int(out[1])
+
+    was_set, mapped = run(256)
+    assert was_set == "True" and mapped >= 512 << 10, mapped  # its own mapping
+    was_set, mapped = run(0)  # glibc's default: the threshold climbed to 4 MB
+    assert was_set == "False" and mapped == 0, mapped
