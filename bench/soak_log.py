@@ -32,6 +32,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 import pyarrow.compute as pc
+from soak import slope_per_hour
 
 from kafka_audit.schemas.verdicts import LOSSES
 from kafka_audit.store import read_table
@@ -47,6 +48,11 @@ MEMORY = re.compile(r"^(\d\d):(\d\d):(\d\d) .*memory \((?P<proc>\w+)\): rss (?P<
 #: written since the memory line split RSS
 MEMORY_PARTS = [("rss", "rss"), ("anon", "anon"), ("file", "file"), ("malloc in use", "used"),
                 ("free held", "free"), ("arrow pool", "arrow"), ("trim gave back", "trim")]
+
+
+def _slope(points: list[tuple[float, float]]) -> str:
+    per_hour = slope_per_hour(points)
+    return "?" if per_hour is None else f"{per_hour:+.0f}/h"
 
 
 def _minutes(h: str, m: str, s: str, start: int | None) -> tuple[float, int]:
@@ -87,9 +93,12 @@ def main() -> None:
         late = [m for minute, m in lines if lo <= minute <= hi]
         if not late:
             continue
-        print(f"memory ({proc}), minutes {lo:g}-{hi:g}, MB: " + ", ".join(
-            f"{label} {min(int(m[g]) for m in late)}-{max(int(m[g]) for m in late)}"
-            for label, g in MEMORY_PARTS if all(m[g] is not None for m in late)))
+        timed = [(minute, m) for minute, m in lines if lo <= minute <= hi]
+        print(f"memory ({proc}), minutes {lo:g}-{hi:g}, MB (slope per hour; each line is "
+              f"logged right after the trim): " + ", ".join(
+                  f"{label} {min(int(m[g]) for m in late)}-{max(int(m[g]) for m in late)} "
+                  f"({_slope([(t, int(m[g])) for t, m in timed])})"
+                  for label, g in MEMORY_PARTS if all(m[g] is not None for m in late)))
         print(f"  objects, first line: {lines[0][1]['objects']}")
         print(f"  objects, last line:  {lines[-1][1]['objects']}")
     warehouse = args.home / "warehouse"

@@ -212,7 +212,7 @@ class Upkeep:
         try:
             size = footprint(path)
             if size is not None and size.live_files >= s.compact_min_files:
-                metrics = compact(path)
+                metrics = compact(path, int(s.compact_target_mb * 2**20))
                 what.append(f"compacted {metrics['numFilesRemoved']} files into "
                             f"{metrics['numFilesAdded']}" if metrics else "compaction lost "
                             "to a concurrent commit")

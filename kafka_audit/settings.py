@@ -312,6 +312,11 @@ class SteadySettings(_Section):
                                          "compacted (OPTIMIZE), checkpointed and vacuumed")
     compact_min_files: int = Field(10, ge=2, description="a table is compacted once it "
                                    "holds at least this many live files")
+    compact_target_mb: float = Field(
+        16, gt=0, description="a compaction writes files of about this size and leaves "
+        "files this large alone, so each round rewrites what was appended since the last "
+        "one (Delta's default, 100 MB, had every round rewrite the whole of a table "
+        "smaller than that: the ledger, a few MB an hour, all of it every 10 minutes)")
     vacuum_retention_hours: int = Field(
         1, ge=1, description="files a compaction replaced are deleted this long after: "
         "longer than any reader holds an older version (an audit pass: seconds)")

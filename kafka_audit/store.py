@@ -434,9 +434,11 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
 def compact(path: str, target_size: int | None = None) -> dict | None:
     """OPTIMIZE: rewrite the table's small files into few (``dataChange`` false: readers of
     appended rows, :func:`files_added_since`, are not fooled), then write a checkpoint so
-    readers replay the log from there. Returns delta-rs's metrics; None if the table is
-    absent or a concurrent commit conflicted with this one (nothing changed: try again
-    later). Appends by other writers meanwhile are kept: they do not conflict."""
+    readers replay the log from there. Files of ``target_size`` bytes or more (delta-rs's
+    default: 100 MB) are left as they are, and a file that would be rewritten alone is
+    too. Returns delta-rs's metrics; None if the table is absent or a concurrent commit
+    conflicted with this one (nothing changed: try again later). Appends by other writers
+    meanwhile are kept: they do not conflict."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 

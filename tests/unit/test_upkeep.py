@@ -276,3 +276,23 @@ def test_a_round_of_upkeep_over_a_warehouse(tmp_path):
 @pytest.mark.parametrize("table", COMPACTED)
 def test_every_compacted_table_is_declared(table):
     assert arrow_schema(table).names
+
+
+def test_a_compaction_leaves_files_of_the_target_size_alone(tmp_path):
+    path = str(tmp_path / "acks")
+    append_rows(path, "acks", [ack(s) for s in range(20_000)])  # one file, larger than ...
+    big = DeltaTable(path).file_uris()
+    size = footprint(path).live_bytes
+    for s in range(20_000, 20_010):
+        append_rows(path, "acks", [ack(s)])
+    target = size // 2  # ... the target: it stays, the ten small ones become one
+    metrics = compact(path, target)
+    assert metrics["numFilesRemoved"] == 10 and metrics["numFilesAdded"] == 1, metrics
+    live = DeltaTable(path).file_uris()
+    assert len(live) == 2 and set(big) < set(live)
+    assert seqs_in(live) == list(range(20_010))
+    # Delta's default target (100 MB) would have rewritten all eleven
+    for s in range(20_010, 20_020):
+        append_rows(path, "acks", [ack(s)])
+    assert compact(path)["numFilesRemoved"] == 12
+    assert seqs_in(DeltaTable(path).file_uris()) == list(range(20_020))
