@@ -55,22 +55,56 @@ QUERY_NAME = "kafka_audit_consume"
 DEFAULT_PATTERN = "^[^_].*$"
 
 
-def audited_pattern(settings: Settings) -> str:
+class LedgerTopics:
+    """The topics the ack ledger holds, kept from one look to the next: a look reads the
+    topic column of the files appended since the last one, not the whole ledger (the
+    consume job looks every ``spark.topic_refresh_seconds``, and a day's ledger at 5,000
+    msg/s is millions of rows). ``files_read`` and ``full_reads`` count the two kinds of
+    read (for tests)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.version, self.topics = path, -1, set()
+        self.files_read = self.full_reads = 0
+
+    def read(self) -> set[str]:
+        import pyarrow.parquet as pq
+
+        from kafka_audit.store import files_added_since, latest_version, read_table, table_exists
+
+        if not table_exists(self.path) or latest_version(self.path, self.version) == \
+                self.version:
+            return self.topics
+        try:
+            version, files, _ = files_added_since(self.path, self.version)
+            for f in files:  # topics are never removed: what was seen stays
+                self.topics.update(pq.read_table(f, columns=["topic"]).column("topic")
+                                   .unique().to_pylist())
+            self.files_read += len(files)
+        except Exception as exc:  # noqa: BLE001 - a file vacuumed meanwhile: read it all
+            log.info("ledger topics read whole (%s)", exc)
+            version = latest_version(self.path)
+            ledger = read_table(self.path, "acks", columns=["topic"], version=version)
+            self.topics = set(ledger.column("topic").unique().to_pylist())
+            self.full_reads += 1
+        self.version = version
+        return self.topics
+
+
+def audited_pattern(settings: Settings, ledger: LedgerTopics | None = None) -> str:
     """The subscribe pattern of the audited topics: the profile's ``topics.include``
     patterns less its ``exclude`` ones, or, with no ``include``, the topics the ack ledger
-    holds (a pattern naming each; it grows as producers write to new topics). Topics
-    starting with ``_`` are audited only when an include pattern names them."""
+    holds (a pattern naming each; it grows as producers write to new topics), as
+    ``ledger`` has seen them (a fresh read without). Topics starting with ``_`` are
+    audited only when an include pattern names them."""
     from kafka_audit.profile import audited, topic_pattern
-    from kafka_audit.store import read_table
 
     sel = settings.profile.topics
     if sel.include:
         inc = "|".join(f"(?:{p})" for p in sel.include)
         exc = "|".join(f"(?:{p})" for p in sel.exclude)
         return f"^(?!(?:{exc})$)(?:{inc})$" if exc else f"^(?:{inc})$"
-    ledger = read_table(settings.table_path("acks"), "acks", columns=["topic"])
-    topics = sorted(set(ledger.column("topic").unique().to_pylist()))
-    return topic_pattern(audited(sel, topics))
+    ledger = ledger or LedgerTopics(settings.table_path("acks"))
+    return topic_pattern(audited(sel, sorted(ledger.read())))
 
 
 def consume_app_id(settings: Settings) -> str:
@@ -176,10 +210,11 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
     restarts = 0  # queries started again after an error, shown in the status file
     outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
+    ledger = LedgerTopics(settings.table_path("acks"))
     while not stop.is_set():
         query = None
         try:
-            current = pattern or audited_pattern(settings)
+            current = pattern or audited_pattern(settings, ledger)
             query = start_consume(spark, settings, current, once=once, on_commit=on_commit)
             seen, looked = None, time.monotonic()
             while not stop.is_set():
@@ -195,7 +230,7 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                 if pattern is None and time.monotonic() - looked > \
                         settings.spark.topic_refresh_seconds:
                     looked = time.monotonic()
-                    if audited_pattern(settings) != current:
+                    if audited_pattern(settings, ledger) != current:
                         log.warning("consume: the audited topics changed; restarting on them")
                         query.stop()
                         break

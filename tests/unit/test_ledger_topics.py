@@ -1,0 +1,44 @@
+"""The audited topics the consume job subscribes to, from the ack ledger read
+incrementally (real Delta tables): each look reads only the files appended since the
+last, a compaction reads nothing, and the answer equals a whole read of the ledger."""
+
+from datetime import UTC, datetime
+
+from kafka_audit.jobs.consume_job import LedgerTopics, audited_pattern
+from kafka_audit.settings import Settings
+from kafka_audit.store import append_rows, compact, read_table
+
+T = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def ack(topic: str, seq: int) -> dict:
+    return {"run_id": "r", "producer_id": "p", "seq": seq, "count": 1, "topic": topic,
+            "partition": 0, "offset": seq, "send_time": T, "ack_time": T,
+            "last_ack_time": T, "acks": "all", "idempotence": False, "retries": 2,
+            "max_in_flight": 5}
+
+
+def whole(path: str) -> set[str]:
+    return set(read_table(path, "acks", columns=["topic"]).column("topic").to_pylist())
+
+
+def test_the_ledger_s_topics_are_read_from_the_files_appended_since(tmp_path):
+    s = Settings(home=tmp_path)
+    path = s.table_path("acks")
+    seen = LedgerTopics(path)
+    assert seen.read() == set() and audited_pattern(s, seen) == audited_pattern(s)
+    for i, topic in enumerate(["orders", "orders", "events"]):
+        append_rows(path, "acks", [ack(topic, i)])
+    assert seen.read() == {"orders", "events"} == whole(path) and seen.files_read == 3
+    assert seen.read() == {"orders", "events"} and seen.files_read == 3  # nothing new
+    for i in range(10):
+        append_rows(path, "acks", [ack("orders", 10 + i)])
+    seen.read()
+    assert seen.files_read == 13
+    assert compact(path)["numFilesRemoved"] == 13
+    assert seen.read() == whole(path) and seen.files_read == 13  # the compaction: none read
+    append_rows(path, "acks", [ack("payments", 99)])
+    assert seen.read() == {"orders", "events", "payments"} == whole(path)
+    assert seen.files_read == 14 and seen.full_reads == 0
+    # the pattern names the same topics as one from a whole read
+    assert audited_pattern(s, seen) == audited_pattern(s)
