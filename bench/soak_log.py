@@ -90,10 +90,10 @@ def main() -> None:
         print(f"  {ten:3d}-{ten + 10:<3d} {medians} ({len(named['pass'])} passes)")
     for proc, lines in memory.items():
         lo, hi = args.window
-        late = [m for minute, m in lines if lo <= minute <= hi]
+        timed = [(minute, m) for minute, m in lines if lo <= minute <= hi]
+        late = [m for _, m in timed]
         if not late:
             continue
-        timed = [(minute, m) for minute, m in lines if lo <= minute <= hi]
         print(f"memory ({proc}), minutes {lo:g}-{hi:g}, MB (slope per hour; each line is "
               f"logged right after the trim): " + ", ".join(
                   f"{label} {min(int(m[g]) for m in late)}-{max(int(m[g]) for m in late)} "

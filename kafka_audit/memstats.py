@@ -23,9 +23,8 @@ from collections import Counter
 
 __all__ = ["cap_malloc_arenas", "configure_allocators", "configure_arrow_pool",
            "configure_deltalake_malloc", "configure_python_allocator", "fix_mmap_threshold",
-           "glibc_heap",
-           "memory_line", "release_free_memory", "restart_with_python_allocator", "rss_parts",
-           "watch_memory"]
+           "glibc_heap", "memory_line", "release_free_memory", "restart_with_python_allocator",
+           "rss_parts", "watch_memory"]
 
 log = logging.getLogger("kafka_audit.memory")
 
@@ -84,9 +83,10 @@ def fix_mmap_threshold(kb: int) -> bool:
     glibc starts at 128 KB but raises the threshold, up to 32 MB, each time a mapped block
     is freed, so after the first pass the Arrow buffers and pandas columns of every pass
     come from the heap, and their freed pages stay resident until the next trim: in the
-    hour soak of 2026-11-27 06:08 the service's RSS after each minute's trim was nearly
-    flat (+38 MB/h, the Arrow pool's own allocations most of it) while RSS sampled at any
-    moment grew +122 MB/h. A fixed threshold also turns the raising off."""
+    hour soak of 2026-11-27 06:08 (README) the service's anonymous memory right after each
+    minute's trim grew +50 MB/h while its RSS sampled at any moment grew +140 MB/h, and
+    what each trim gave back grew +97 MB/h (``bench/soak_log.py``). A fixed threshold also
+    turns the raising off."""
     mallopt = _glibc("mallopt")
     return kb > 0 and mallopt is not None and bool(mallopt(M_MMAP_THRESHOLD, kb * 1024))
 
@@ -286,8 +286,9 @@ def memory_line(first: tracemalloc.Snapshot | None = None) -> str:
     # blocks Python's small-object allocator holds now: flat while its arenas (anonymous
     # mappings of 1 MB, merged by the kernel) grow means fragmentation, not more objects;
     # under PYTHONMALLOC=malloc the objects are in glibc's heap ("malloc in use")
-    parts.append(f"python allocator {os.environ.get(PYTHON_MALLOC) or 'pymalloc'}")
-    if os.environ.get(PYTHON_MALLOC, "pymalloc").startswith("pymalloc"):
+    allocator = os.environ.get(PYTHON_MALLOC) or "pymalloc"  # empty: Python's default
+    parts.append(f"python allocator {allocator}")
+    if allocator.startswith("pymalloc"):  # pymalloc_debug too
         parts.append(f"pymalloc blocks {sys.getallocatedblocks()}")
     parts.append("objects " + ", ".join(f"{k} {v}" for k, v in _top_types()))
     if tracemalloc.is_tracing():

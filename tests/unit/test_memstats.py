@@ -87,9 +87,19 @@ with tempfile.TemporaryDirectory() as d:
 """
 
 
+def _child(script: str, *args, variable: str | None = None, value: str | None = None
+           ) -> subprocess.CompletedProcess:
+    """``script`` run by a Python process of its own with ``args``; the environment this
+    one's without ``variable``, or with it set to ``value``."""
+    env = {k: v for k, v in os.environ.items() if k != variable}
+    if variable is not None and value is not None:
+        env[variable] = value
+    return subprocess.run([sys.executable, "-c", script, *map(str, args)], env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
+
+
 def _heaps(cap: int) -> tuple[str, int]:
-    out = subprocess.run([sys.executable, "-c", _ARENAS, str(cap)], capture_output=True,
-                         text=True, timeout=60, check=True).stdout.split()
+    out = _child(_ARENAS, cap).stdout.split()
     return out[0], int(out[1])
 
 
@@ -115,12 +125,8 @@ write_deltalake(sys.argv[1], pa.table({"i": [1, 2]}), mode="append")
 
 
 def _delta_process(tmp_path, conf: str, env_conf: str | None = None) -> str:
-    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
-    if env_conf is not None:
-        env["_RJEM_MALLOC_CONF"] = env_conf
-    out = subprocess.run([sys.executable, "-c", _DELTA, str(tmp_path / "t"), conf,
-                          env_conf or ""], env=env,
-                         capture_output=True, text=True, timeout=120, check=True)
+    out = _child(_DELTA, tmp_path / "t", conf, env_conf or "", variable="_RJEM_MALLOC_CONF",
+                 value=env_conf)
     return out.stdout + out.stderr
 
 
@@ -151,12 +157,7 @@ print(pa.default_memory_pool().backend_name)
 
 
 def _arrow_process(name: str, when: str, env_pool: str | None = None) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k != ARROW_POOL}
-    if env_pool is not None:
-        env[ARROW_POOL] = env_pool
-    out = subprocess.run([sys.executable, "-c", _ARROW, name, when], env=env,
-                         capture_output=True, text=True, timeout=120, check=True)
-    return out.stdout.split()
+    return _child(_ARROW, name, when, variable=ARROW_POOL, value=env_pool).stdout.split()
 
 
 def test_pyarrow_allocates_from_the_pool_given_before_or_after_its_import():
@@ -184,12 +185,8 @@ print(os.environ.get("PYTHONMALLOC"), sys.getallocatedblocks(), sys.argv[2])
 
 
 def _restart_process(name: str, env_malloc: str | None = None) -> list[str]:
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONMALLOC"}
-    if env_malloc is not None:
-        env["PYTHONMALLOC"] = env_malloc
-    out = subprocess.run([sys.executable, "-c", _RESTART, name, "kept"], env=env,
-                         capture_output=True, text=True, timeout=60, check=True)
-    return out.stdout.splitlines()
+    return _child(_RESTART, name, "kept", variable="PYTHONMALLOC",
+                  value=env_malloc).stdout.splitlines()
 
 
 def test_the_service_starts_itself_again_with_python_s_allocator_in_the_same_process():
@@ -200,7 +197,7 @@ def test_the_service_starts_itself_again_with_python_s_allocator_in_the_same_pro
     # an allocator the environment names wins, and an empty setting changes nothing: no
     # second start, Python's own allocator holding the objects
     for name, env_malloc, want in (("malloc", "pymalloc", "pymalloc"), ("", None, "None")):
-        start, last = _restart_process(name, env_malloc)
+        _start, last = _restart_process(name, env_malloc)
         allocator, blocks, _ = last.split()
         assert allocator == want and int(blocks) > 0, (name, env_malloc, last)
     env = {"PYTHONMALLOC": "pymalloc"}
@@ -226,8 +223,7 @@ print(glibc_heap()[2] - before)
 
 def test_a_fixed_mmap_threshold_keeps_large_blocks_out_of_the_heap():
     def run(kb: int) -> tuple[str, int]:
-        out = subprocess.run([sys.executable, "-c", _MMAP, str(kb)], capture_output=True,
-                             text=True, timeout=60, check=True).stdout.split()
+        out = _child(_MMAP, kb).stdout.split()
         return out[0], int(out[1])
 
     was_set, mapped = run(256)
