@@ -85,7 +85,7 @@ from kafka_audit.schemas.verdicts import (
 __all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "judge_partition",
            "likely_cause", "duplicate_cases", "reorder_witness", "Verdict", "Judgement",
            "retained_reads", "coalesce_rereads", "split_brain_pairs", "split_brain_spans",
-           "acked_in_split_brain"]
+           "acked_in_split_brain", "merge_spans"]
 
 #: of two reads made at one instant, the direct re-read is the later word: it was asked
 #: for because the stream's view was in doubt
@@ -458,6 +458,22 @@ class _Intervals:
         return [r for _, r in sorted(hits, key=lambda h: h[0])]
 
 
+def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Half-open spans ``[lo, hi)`` as their union: sorted, those that overlap or touch
+    made one. An empty span (``hi <= lo``) is kept as it is, apart: it overlaps no offset,
+    but a span strictly around its point does, which merging would forget."""
+    merged: list[list[int]] = []
+    empty: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if hi <= lo:
+            empty.append((lo, hi))
+        elif merged and lo <= merged[-1][1]:
+            merged[-1][1] = max(merged[-1][1], hi)
+        else:
+            merged.append([lo, hi])
+    return sorted([(lo, hi) for lo, hi in merged] + empty)
+
+
 class _Cover:
     """The union of half-open spans ``[lo, hi)``: ``touches(lo, hi)`` is ``any(lo < h and
     hi > l for l, h in spans)``, answered by bisection over the merged spans (a pass asks
@@ -466,12 +482,7 @@ class _Cover:
     def __init__(self, spans: Sequence[tuple[int, int]]) -> None:
         self._spans = list(spans)
         self._empty = [s for s in self._spans if s[1] <= s[0]]  # merging would lose them
-        merged: list[list[int]] = []
-        for lo, hi in sorted(s for s in spans if s[1] > s[0]):
-            if merged and lo <= merged[-1][1]:
-                merged[-1][1] = max(merged[-1][1], hi)
-            else:
-                merged.append([lo, hi])
+        merged = merge_spans(s for s in spans if s[1] > s[0])
         self._los = [m[0] for m in merged]
         self._his = [m[1] for m in merged]
 

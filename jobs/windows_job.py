@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
+from kafka_audit.jobs.rules import merge_spans
 from kafka_audit.jobs.windows import Window, partition_windows
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.schemas.verdicts import LOSSES
@@ -109,19 +110,26 @@ class WindowInputs:
                                    where=pc.field("kind").isin(sorted(LOSSES)))
         self._over: tuple[tuple, AppendedRows] | None = None
 
-    def confirmed_over(self, spans: dict[tuple[str, int], tuple[int, int]]) -> pa.Table:
-        """The confirmed findings overlapping ``[lo, hi)`` in each partition ``spans`` names
-        (what sits at the lost offsets now, for split-brain windows); read again whole only
-        when the spans change (a new loss), else from the findings appended since."""
-        key = tuple(sorted(spans.items()))
+    def confirmed_over(self, spans: dict[tuple[str, int], list[tuple[int, int]]]
+                       ) -> pa.Table:
+        """The confirmed findings overlapping a span ``[lo, hi)`` that ``spans`` names for
+        their partition (the lost offsets: what sits there now, for split-brain windows);
+        read again whole only when the spans change (a new loss), else from the findings
+        appended since. The spans are the lost offsets themselves, merged: one span from a
+        partition's first lost offset to its last took in every write confirmed between two
+        kills, and with them a read and a conversion that grew with the run."""
+        key = tuple(sorted((k, tuple(v)) for k, v in spans.items()))
         if self._over is None or self._over[0] != key:
             where = pc.scalar(False)
-            for (topic, partition), (lo, hi) in key:
-                where = where | ((pc.field("topic") == topic)
-                                 & (pc.field("partition") == pa.scalar(partition, pa.int32()))
-                                 & (pc.field("offset") < pa.scalar(hi, pa.int64()))
-                                 & (pc.add(pc.field("offset"), pc.field("count"))
-                                    > pa.scalar(lo, pa.int64())))
+            for (topic, partition), cover in key:
+                at = ((pc.field("topic") == topic)
+                      & (pc.field("partition") == pa.scalar(partition, pa.int32())))
+                inside = pc.scalar(False)
+                for lo, hi in cover:
+                    inside = inside | ((pc.field("offset") < pa.scalar(hi, pa.int64()))
+                                       & (pc.add(pc.field("offset"), pc.field("count"))
+                                          > pa.scalar(lo, pa.int64())))
+                where = where | (at & inside)
             self._over = (key, AppendedRows(
                 self.settings.table_path("findings"), "findings",
                 where=(pc.field("kind") == "confirmed") & where))
@@ -214,7 +222,7 @@ def compute_windows(settings: Settings, now: datetime | None = None,
     for key, lost in losses.items():
         offsets = [(f.offset, f.offset + f.count) for f in lost if f.offset is not None]
         if offsets:
-            spans[key] = (min(a for a, _ in offsets), max(b for _, b in offsets))
+            spans[key] = merge_spans(offsets)
     over = _findings(kept.confirmed_over(spans), committed) if spans else {}
     found: list[Window] = []
     for key in sorted(set(events) | set(refused) | set(losses)):

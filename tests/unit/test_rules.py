@@ -6,7 +6,14 @@ from hypothesis import strategies as st
 
 from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
 from kafka_audit.jobs.model import ClusterEvent
-from kafka_audit.jobs.rules import SUSPECT, _Cover, likely_cause, partition_events, settled_frontier
+from kafka_audit.jobs.rules import (
+    SUSPECT,
+    _Cover,
+    likely_cause,
+    merge_spans,
+    partition_events,
+    settled_frontier,
+)
 
 from ..support.histories import ack, at, leader_change, read
 
@@ -532,3 +539,20 @@ def test_a_cover_answers_as_the_scan_it_replaces(spans, queries):
     cover = _Cover(spans)
     for lo, hi in queries:
         assert cover.touches(lo, hi) == any(lo < e and hi > s for s, e in spans)
+
+
+@given(st.lists(_span, max_size=12), st.lists(_span, min_size=1, max_size=12))
+def test_merged_spans_overlap_what_the_spans_overlap(spans, queries):
+    """The union of the spans, sorted, none touching another, overlapping every query the
+    spans overlap and no other (empty ones kept apart: a span around their point). An
+    empty query at the point where two spans touch overlaps neither but their union: a
+    superset, as a filter before the exact check may be."""
+    merged = merge_spans(spans)
+    full = [(lo, hi) for lo, hi in merged if hi > lo]
+    assert all(a[1] < b[0] for a, b in zip(full, full[1:], strict=False))
+    assert {x for lo, hi in merged for x in range(lo, hi)} == {
+        x for lo, hi in spans for x in range(lo, hi)}
+    for lo, hi in queries:
+        by_merged = any(lo < e and hi > s for s, e in merged)
+        by_spans = any(lo < e and hi > s for s, e in spans)
+        assert by_merged == by_spans if hi > lo else by_merged >= by_spans

@@ -411,3 +411,23 @@ def test_windows_from_kept_inputs_equal_a_fresh_computation_as_findings_arrive(t
     _commit_pass(s, 3)
     assert split(both()) == [(at(20), at(30))]  # the two pairs, one window
     assert kept.losses.full_reads == 1 and kept.refused.full_reads <= 1
+
+
+def test_only_the_writes_confirmed_at_lost_offsets_are_read_for_split_brain(tmp_path):
+    """The confirmed findings read for split-brain windows are those at the lost offsets,
+    not every one between a partition's first and last loss (two kills apart, that was
+    every write confirmed between them, read and converted at every computation)."""
+    from kafka_audit.jobs.windows_job import WindowInputs, compute_windows
+
+    s = _shrunk_warehouse(tmp_path)
+    append_rows(s.table_path("findings"), "findings", [
+        _finding_row("lost", 100, 24, 1), _finding_row("confirmed", 100, 20, 1, count=10),
+        _finding_row("confirmed", 110, 21, 1, count=90),  # between the two losses
+        _finding_row("lost", 300, 30, 1, count=2), _finding_row("confirmed", 299, 26, 1, count=2)])
+    _commit_pass(s, 1)
+    kept = WindowInputs(s)
+    mine = sorted((w.kind, w.start, w.end, w.losses) for w in compute_windows(s, at(90), kept))
+    assert sorted(kept._over[1].read().column("offset").to_pylist()) == [100, 299]
+    assert ("split_brain", at(20), at(30), 3) in mine
+    assert mine == sorted((w.kind, w.start, w.end, w.losses)
+                          for w in compute_windows(s, at(90)))
