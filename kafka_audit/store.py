@@ -47,8 +47,28 @@ __all__ = ["table_exists", "check_table", "read_table", "append_rows", "append_o
 log = logging.getLogger(__name__)
 
 _CHECKED: set[str] = set()  # table paths whose columns were checked in this process
-# what Spark gives the tables it creates (jobs/spark.py); delta-rs gives new tables the same
-_NEW_TABLE = {"delta.checkpointInterval": "100"}
+#: how long a file that a compaction or an overwrite removed stays named in the table's
+#: checkpoints (Delta's ``delta.deletedFileRetentionDuration``, a week by default). Every
+#: load of a table reads its last checkpoint whole, and a table appended every second and
+#: compacted every 10 minutes removes a file a second: after the hour soak of 2026-11-27
+#: the ledger's checkpoint named 3,086 removed files beside 1 live one, a week's would
+#: name half a million. Two hours is more than the upkeep's vacuum retention
+#: (``steady.vacuum_retention_hours``, 1 h) plus its round, and :func:`vacuum` lists the
+#: folder, so a file whose entry has expired is still deleted.
+TOMBSTONE_RETENTION_HOURS = 2
+
+
+def tombstone_retention() -> str:
+    """:data:`TOMBSTONE_RETENTION_HOURS` as a Delta interval (Spark's and delta-rs's)."""
+    hours = TOMBSTONE_RETENTION_HOURS
+    return (f"interval {int(hours)} hours" if hours == int(hours)
+            else f"interval {round(hours * 3600)} seconds")
+
+
+def _new_table() -> dict[str, str]:
+    """What new tables get (Spark gives the tables it creates the same: jobs/spark.py)."""
+    return {"delta.checkpointInterval": "100",
+            "delta.deletedFileRetentionDuration": tombstone_retention()}
 
 
 def table_exists(path: str) -> bool:
@@ -160,7 +180,7 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
     schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
     data = data.select(schema.names).cast(schema)
     write_deltalake(path if target is None else target, data, mode=mode,
-                    configuration=_NEW_TABLE if target is None else None,
+                    configuration=_new_table() if target is None else None,
                     commit_properties=CommitProperties(
                         custom_metadata={"userMetadata": user_metadata}
                         if user_metadata is not None else None))
@@ -457,7 +477,14 @@ def compact(path: str, target_size: int | None = None) -> dict | None:
 def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
     """Delete the data files no version newer than ``retention_hours`` references (and,
     with ``keep_last_versions``, none of the last so many versions: a reader that loaded
-    one of them a moment ago still finds its files). Returns the files deleted."""
+    one of them a moment ago still finds its files). Returns the files deleted.
+
+    The table's folder is listed (delta-rs's ``full`` vacuum): its default deletes only
+    the files the log still names as removed, and those names leave the checkpoints after
+    :data:`TOMBSTONE_RETENTION_HOURS` (a service stopped longer than that would leave its
+    replaced files on disk for good), as do a failed writer's files that no commit names.
+    A removed file is deleted ``retention_hours`` after its removal either way; a file no
+    commit names, that long after it was written."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
@@ -468,7 +495,7 @@ def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
         if keep_last_versions else None
     try:
         return len(dt.vacuum(retention_hours=retention_hours, dry_run=False,
-                             enforce_retention_duration=False, keep_versions=keep))
+                             enforce_retention_duration=False, keep_versions=keep, full=True))
     except CommitFailedError as exc:  # its log entries only: nothing lost, retried later
         log.info("vacuum of %s lost to a concurrent commit, retried later: %s", path, exc)
         return 0

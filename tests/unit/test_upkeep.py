@@ -15,12 +15,14 @@ import os
 import threading
 import time
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable
 
+from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.errors import TableError
 from kafka_audit.jobs.maintenance import COMPACTED, Done, Plan, Upkeep, plan
 from kafka_audit.schemas.tables import arrow_schema
@@ -296,3 +298,50 @@ def test_a_compaction_leaves_files_of_the_target_size_alone(tmp_path):
         append_rows(path, "acks", [ack(s)])
     assert compact(path)["numFilesRemoved"] == 12
     assert seqs_in(DeltaTable(path).file_uris()) == list(range(20_020))
+
+
+def _removed_in_checkpoint(path: str) -> int:
+    import pyarrow.parquet as pq
+
+    checkpoint(path)
+    last = sorted((Path(path) / "_delta_log").glob("*.checkpoint.parquet"))[-1]
+    return pq.read_table(last, columns=["remove"]).column("remove").is_valid().to_pylist(
+        ).count(True)
+
+
+def test_new_tables_name_removed_files_for_hours_not_a_week(tmp_path, monkeypatch):
+    """A new table keeps the files a compaction removed in its checkpoints for
+    TOMBSTONE_RETENTION_HOURS (every load reads them; Delta's default kept a week's); once
+    they have left the checkpoints, the vacuum still deletes those files, where delta-rs's
+    default vacuum, which deletes only the files the log names as removed, keeps them for
+    good."""
+    from kafka_audit import store
+
+    path = str(tmp_path / "acks")
+    append_rows(path, "acks", [ack(0)])
+    assert DeltaTable(path).metadata().configuration[
+        "delta.deletedFileRetentionDuration"] == "interval 2 hours"
+    monkeypatch.setattr(store, "TOMBSTONE_RETENTION_HOURS", 1 / 3600)  # one second
+    path = str(tmp_path / "acks2")
+    for s in range(10):
+        append_rows(path, "acks", [ack(s)])
+    two_hours_ago = time.time() - 7200
+    replaced = DeltaTable(path).file_uris()
+    for f in replaced:
+        os.utime(f, (two_hours_ago, two_hours_ago))
+    assert compact(path)["numFilesRemoved"] == 10
+    assert vacuum(path, 1) == 0  # removed a moment ago: within the hour's retention
+    assert _removed_in_checkpoint(path) == 10
+    appended = 10
+
+    def expired() -> bool:  # the names expire as a later version is checkpointed
+        nonlocal appended
+        append_rows(path, "acks", [ack(appended)])
+        appended += 1
+        return _removed_in_checkpoint(path) == 0
+
+    wait_until(expired, 30, "the removed files to leave the checkpoint", every=0.5)
+    assert DeltaTable(path).vacuum(retention_hours=1, enforce_retention_duration=False) == []
+    assert vacuum(path, 1) == 10
+    assert not any(os.path.exists(f) for f in replaced)
+    assert seqs_in(DeltaTable(path).file_uris()) == list(range(appended))
