@@ -9,7 +9,10 @@ slow down and disk use grows for as long as the service runs. The schedule (sett
   :data:`COMPACTED` holding at least ``compact_min_files`` live files is rewritten into
   few files (delta-rs OPTIMIZE) and checkpointed, so loading it replays a short log over
   few files; then each is **vacuumed**: the files a compaction replaced more than
-  ``vacuum_retention_hours`` (1 h) ago are deleted;
+  ``vacuum_retention_hours`` (1 h) ago are deleted, and files that no commit names,
+  ``unnamed_retention_hours`` (24 h) after they were written (a failed writer's; one
+  replaced while the service was stopped longer than the 2 hours new tables keep the
+  names of removed files in their checkpoints: ``store.TOMBSTONE_RETENTION_HOURS``);
 * **audit_hot**: every pass appends a generation and every ``audit.hot_rewrite_passes``
   (10) passes one overwrites them all. After each rewrite the table is checkpointed;
   half-way to the next rewrite it is vacuumed with no retention but the files of its
@@ -141,7 +144,8 @@ class Upkeep:
                 n = trim_log(path, self.settings.steady.hot_log_retention_hours)
                 log.debug("audit_hot: %d log entries deleted", n)
             if p.hot_vacuum:
-                n = vacuum(path, 0, self.settings.steady.hot_keep_versions)
+                n = vacuum(path, 0, self.settings.steady.hot_keep_versions,
+                           self.settings.steady.unnamed_retention_hours)
                 self.done.hot_vacuum_round = round_
                 log.debug("audit_hot: %d files vacuumed", n)
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
@@ -217,7 +221,8 @@ class Upkeep:
                             f"{metrics['numFilesAdded']}" if metrics else "compaction lost "
                             "to a concurrent commit")
             if size is not None:
-                what.append(f"{vacuum(path, s.vacuum_retention_hours)} files vacuumed")
+                n = vacuum(path, s.vacuum_retention_hours, 0, s.unnamed_retention_hours)
+                what.append(f"{n} files vacuumed")
                 what.append(f"{trim_log(path, s.log_retention_hours)} log entries deleted")
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
             log.warning("upkeep of %s failed, tried again later: %s", table, exc)

@@ -320,6 +320,12 @@ class SteadySettings(_Section):
     vacuum_retention_hours: int = Field(
         1, ge=1, description="files a compaction replaced are deleted this long after: "
         "longer than any reader holds an older version (an audit pass: seconds)")
+    unnamed_retention_hours: int = Field(
+        24, ge=1, description="a table's files that no live commit names (a writer's that "
+        "failed between writing a file and committing it; a replaced file whose name left "
+        "the checkpoints, store.TOMBSTONE_RETENTION_HOURS, before its vacuum: a service "
+        "stopped that long) are deleted this long after they were written: longer than "
+        "any writer takes from writing a file to committing it")
     log_retention_hours: float = Field(
         24, gt=0, description="each table's Delta log (its commit history) is kept this long "
         "past its last checkpoint, then deleted at the next compaction round: time travel and "

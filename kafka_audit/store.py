@@ -53,8 +53,8 @@ _CHECKED: set[str] = set()  # table paths whose columns were checked in this pro
 #: compacted every 10 minutes removes a file a second: after the hour soak of 2026-11-27
 #: the ledger's checkpoint named 3,086 removed files beside 1 live one, a week's would
 #: name half a million. Two hours is more than the upkeep's vacuum retention
-#: (``steady.vacuum_retention_hours``, 1 h) plus its round, and :func:`vacuum` lists the
-#: folder, so a file whose entry has expired is still deleted.
+#: (``steady.vacuum_retention_hours``, 1 h) plus its round; a file whose name expired
+#: before its vacuum is deleted by the listing one (:func:`vacuum`'s ``unnamed_hours``).
 TOMBSTONE_RETENTION_HOURS = 2
 
 
@@ -474,17 +474,19 @@ def compact(path: str, target_size: int | None = None) -> dict | None:
     return metrics
 
 
-def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
+def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0,
+           unnamed_hours: int | None = None) -> int:
     """Delete the data files no version newer than ``retention_hours`` references (and,
     with ``keep_last_versions``, none of the last so many versions: a reader that loaded
     one of them a moment ago still finds its files). Returns the files deleted.
 
-    The table's folder is listed (delta-rs's ``full`` vacuum): its default deletes only
-    the files the log still names as removed, and those names leave the checkpoints after
-    :data:`TOMBSTONE_RETENTION_HOURS` (a service stopped longer than that would leave its
-    replaced files on disk for good), as do a failed writer's files that no commit names.
-    A removed file is deleted ``retention_hours`` after its removal either way; a file no
-    commit names, that long after it was written."""
+    That deletes the files the log names as removed (delta-rs's default vacuum). Those
+    names leave the checkpoints after :data:`TOMBSTONE_RETENTION_HOURS`, so a file
+    replaced while the service was stopped longer than that would stay on disk for good,
+    as would a failed writer's file that no commit names: with ``unnamed_hours`` the
+    table's folder is then listed (delta-rs's ``full`` vacuum) and such files are deleted
+    once they were written that long ago. Not with ``retention_hours``: a writer between
+    writing a file and committing it would lose the file."""
     from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
@@ -493,12 +495,17 @@ def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
     dt = DeltaTable(path)
     keep = list(range(max(0, dt.version() - keep_last_versions + 1), dt.version() + 1)) \
         if keep_last_versions else None
+    deleted = 0
     try:
-        return len(dt.vacuum(retention_hours=retention_hours, dry_run=False,
-                             enforce_retention_duration=False, keep_versions=keep, full=True))
+        deleted += len(dt.vacuum(retention_hours=retention_hours, dry_run=False,
+                                 enforce_retention_duration=False, keep_versions=keep))
+        if unnamed_hours is not None:
+            deleted += len(dt.vacuum(retention_hours=max(unnamed_hours, retention_hours),
+                                     dry_run=False, enforce_retention_duration=False,
+                                     keep_versions=keep, full=True))
     except CommitFailedError as exc:  # its log entries only: nothing lost, retried later
         log.info("vacuum of %s lost to a concurrent commit, retried later: %s", path, exc)
-        return 0
+    return deleted
 
 
 def checkpoint(path: str) -> None:

@@ -311,10 +311,11 @@ def _removed_in_checkpoint(path: str) -> int:
 
 def test_new_tables_name_removed_files_for_hours_not_a_week(tmp_path, monkeypatch):
     """A new table keeps the files a compaction removed in its checkpoints for
-    TOMBSTONE_RETENTION_HOURS (every load reads them; Delta's default kept a week's); once
-    they have left the checkpoints, the vacuum still deletes those files, where delta-rs's
-    default vacuum, which deletes only the files the log names as removed, keeps them for
-    good."""
+    TOMBSTONE_RETENTION_HOURS (every load reads them; Delta's default kept a week's). A
+    file whose name has left them before its vacuum (a service stopped for longer), or
+    that no commit names (a failed writer's), is deleted once ``unnamed_hours`` old, where
+    delta-rs's default vacuum would keep it for good; a file written more recently is kept
+    (a writer may be about to commit it)."""
     from kafka_audit import store
 
     path = str(tmp_path / "acks")
@@ -325,12 +326,16 @@ def test_new_tables_name_removed_files_for_hours_not_a_week(tmp_path, monkeypatc
     path = str(tmp_path / "acks2")
     for s in range(10):
         append_rows(path, "acks", [ack(s)])
-    two_hours_ago = time.time() - 7200
     replaced = DeltaTable(path).file_uris()
-    for f in replaced:
-        os.utime(f, (two_hours_ago, two_hours_ago))
+
+    def written_ago(files, hours):
+        t = time.time() - hours * 3600
+        for f in files:
+            os.utime(f, (t, t))
+
+    written_ago(replaced, 2)
     assert compact(path)["numFilesRemoved"] == 10
-    assert vacuum(path, 1) == 0  # removed a moment ago: within the hour's retention
+    assert vacuum(path, 1, unnamed_hours=24) == 0  # removed a moment ago: retention 1 h
     assert _removed_in_checkpoint(path) == 10
     appended = 10
 
@@ -341,7 +346,12 @@ def test_new_tables_name_removed_files_for_hours_not_a_week(tmp_path, monkeypatc
         return _removed_in_checkpoint(path) == 0
 
     wait_until(expired, 30, "the removed files to leave the checkpoint", every=0.5)
-    assert DeltaTable(path).vacuum(retention_hours=1, enforce_retention_duration=False) == []
-    assert vacuum(path, 1) == 10
-    assert not any(os.path.exists(f) for f in replaced)
+    stray = Path(path) / "part-00000-uncommitted.parquet"  # a writer about to commit
+    stray.write_bytes(Path(replaced[0]).read_bytes())
+    written_ago([str(stray)], 2)
+    assert vacuum(path, 1) == 0  # the names are gone: the default vacuum keeps the files
+    assert vacuum(path, 1, unnamed_hours=24) == 0  # and 2 hours is not 24
+    written_ago([*replaced, str(stray)], 25)
+    assert vacuum(path, 1, unnamed_hours=24) == 11
+    assert not any(os.path.exists(f) for f in [*replaced, str(stray)])
     assert seqs_in(DeltaTable(path).file_uris()) == list(range(appended))
