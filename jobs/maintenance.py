@@ -12,7 +12,8 @@ slow down and disk use grows for as long as the service runs. The schedule (sett
   ``vacuum_retention_hours`` (1 h) ago are deleted, and files that no commit names,
   ``unnamed_retention_hours`` (24 h) after they were written (a failed writer's; one
   replaced while the service was stopped longer than the 2 hours new tables keep the
-  names of removed files in their checkpoints: ``store.TOMBSTONE_RETENTION_HOURS``);
+  names of removed files in their checkpoints: ``store.TOMBSTONE_RETENTION_HOURS``),
+  ``audit_hot``'s too (a listing of its folder every round, not between passes);
 * **audit_hot**: every pass appends a generation and every ``audit.hot_rewrite_passes``
   (10) passes one overwrites them all. After each rewrite the table is checkpointed;
   half-way to the next rewrite it is vacuumed with no retention but the files of its
@@ -56,7 +57,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kafka_audit.settings import Settings
-from kafka_audit.store import checkpoint, compact, footprint, trim_log, vacuum
+from kafka_audit.store import checkpoint, compact, footprint, trim_log, vacuum, vacuum_unnamed
 
 if TYPE_CHECKING:
     from kafka_audit.jobs.windows_job import WindowInputs
@@ -144,8 +145,7 @@ class Upkeep:
                 n = trim_log(path, self.settings.steady.hot_log_retention_hours)
                 log.debug("audit_hot: %d log entries deleted", n)
             if p.hot_vacuum:
-                n = vacuum(path, 0, self.settings.steady.hot_keep_versions,
-                           self.settings.steady.unnamed_retention_hours)
+                n = vacuum(path, 0, self.settings.steady.hot_keep_versions)
                 self.done.hot_vacuum_round = round_
                 log.debug("audit_hot: %d files vacuumed", n)
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
@@ -182,6 +182,7 @@ class Upkeep:
             self.done.compact = self.clock()
             for table in COMPACTED:
                 did[table] = self.compact_table(table)
+            self.vacuum_hot_unnamed()
         self.rounds += 1
         self.last = did
         return did
@@ -221,13 +222,25 @@ class Upkeep:
                             f"{metrics['numFilesAdded']}" if metrics else "compaction lost "
                             "to a concurrent commit")
             if size is not None:
-                n = vacuum(path, s.vacuum_retention_hours, 0, s.unnamed_retention_hours)
+                n = vacuum(path, s.vacuum_retention_hours)
+                n += vacuum_unnamed(path, s.unnamed_retention_hours)
                 what.append(f"{n} files vacuumed")
                 what.append(f"{trim_log(path, s.log_retention_hours)} log entries deleted")
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
             log.warning("upkeep of %s failed, tried again later: %s", table, exc)
             what.append(f"failed: {exc}")
         return "; ".join(what), round(time.perf_counter() - t, 3)
+
+    def vacuum_hot_unnamed(self) -> None:
+        """audit_hot's files that no version names, once ``unnamed_retention_hours`` old:
+        a listing of its folder, so once a compaction round, not between passes (safe
+        beside the table's writer: its files in flight are seconds old)."""
+        try:
+            n = vacuum_unnamed(self.settings.table_path("audit_hot"),
+                               self.settings.steady.unnamed_retention_hours)
+            log.debug("audit_hot: %d unnamed files vacuumed", n)
+        except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
+            log.warning("audit_hot upkeep failed, tried again later: %s", exc)
 
     def close(self, timeout: float = 30) -> None:
         if self._thread is not None:

@@ -12,7 +12,8 @@ own Delta writer (``jobs/sink.py``) is the one other path into the tables.
 * write: :func:`append_rows`, :func:`write_arrow`, and the idempotent appends
   :func:`append_once` / :func:`append_arrow_once` keyed by ``(app_id, version)``;
 * upkeep: :func:`compact` (OPTIMIZE, then a checkpoint), :func:`vacuum`,
-  :func:`checkpoint`, :func:`footprint` (what a table holds on disk);
+  :func:`vacuum_unnamed`, :func:`checkpoint`, :func:`footprint` (what a table holds on
+  disk);
 * check: :func:`check_table` refuses a table whose columns are not the declared
   ones (a table of an older version of this project) with a clear error;
 * the audit's commit point: :func:`committed_progress` and :func:`committed_pass`
@@ -41,7 +42,8 @@ __all__ = ["table_exists", "check_table", "read_table", "append_rows", "append_o
            "files_added_since", "data_changes_since", "appends_by_commit", "latest_version",
            "AppendedRows", "conform",
            "max_in_files", "rows_in_files",
-           "compact", "vacuum", "checkpoint", "trim_log", "Footprint", "footprint", "Progress",
+           "compact", "vacuum", "vacuum_unnamed", "checkpoint", "trim_log", "Footprint",
+           "footprint", "Progress",
            "committed_progress", "committed_pass"]
 
 log = logging.getLogger(__name__)
@@ -54,7 +56,7 @@ _CHECKED: set[str] = set()  # table paths whose columns were checked in this pro
 #: the ledger's checkpoint named 3,086 removed files beside 1 live one, a week's would
 #: name half a million. Two hours is more than the upkeep's vacuum retention
 #: (``steady.vacuum_retention_hours``, 1 h) plus its round; a file whose name expired
-#: before its vacuum is deleted by the listing one (:func:`vacuum`'s ``unnamed_hours``).
+#: before its vacuum is deleted by the listing one (:func:`vacuum_unnamed`).
 TOMBSTONE_RETENTION_HOURS = 2
 
 
@@ -474,38 +476,46 @@ def compact(path: str, target_size: int | None = None) -> dict | None:
     return metrics
 
 
-def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0,
-           unnamed_hours: int | None = None) -> int:
+def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
     """Delete the data files no version newer than ``retention_hours`` references (and,
     with ``keep_last_versions``, none of the last so many versions: a reader that loaded
     one of them a moment ago still finds its files). Returns the files deleted.
 
-    That deletes the files the log names as removed (delta-rs's default vacuum). Those
-    names leave the checkpoints after :data:`TOMBSTONE_RETENTION_HOURS`, so a file
-    replaced while the service was stopped longer than that would stay on disk for good,
-    as would a failed writer's file that no commit names: with ``unnamed_hours`` the
-    table's folder is then listed (delta-rs's ``full`` vacuum) and such files are deleted
-    once they were written that long ago. Not with ``retention_hours``: a writer between
-    writing a file and committing it would lose the file."""
+    Only the files the log names as removed (delta-rs's default vacuum): those names
+    leave the checkpoints after :data:`TOMBSTONE_RETENTION_HOURS`; what that misses is
+    :func:`vacuum_unnamed`'s."""
     from deltalake import DeltaTable
-    from deltalake.exceptions import CommitFailedError
 
     if not table_exists(path):
         return 0
     dt = DeltaTable(path)
     keep = list(range(max(0, dt.version() - keep_last_versions + 1), dt.version() + 1)) \
         if keep_last_versions else None
-    deleted = 0
+    return _vacuum(path, dt, retention_hours=retention_hours, keep_versions=keep)
+
+
+def vacuum_unnamed(path: str, hours: int) -> int:
+    """Delete the table's files that no live version names and that were written (or
+    removed) ``hours`` ago: a file replaced while the service was stopped longer than
+    :data:`TOMBSTONE_RETENTION_HOURS` (its name gone from the checkpoints before
+    :func:`vacuum` saw it), a failed writer's file that no commit names. The folder is
+    listed (delta-rs's ``full`` vacuum). ``hours`` must exceed what any writer takes from
+    writing a file to committing it: a younger file may be about to be committed."""
+    from deltalake import DeltaTable
+
+    if not table_exists(path):
+        return 0
+    return _vacuum(path, DeltaTable(path), retention_hours=hours, full=True)
+
+
+def _vacuum(path: str, dt, **how) -> int:
+    from deltalake.exceptions import CommitFailedError
+
     try:
-        deleted += len(dt.vacuum(retention_hours=retention_hours, dry_run=False,
-                                 enforce_retention_duration=False, keep_versions=keep))
-        if unnamed_hours is not None:
-            deleted += len(dt.vacuum(retention_hours=max(unnamed_hours, retention_hours),
-                                     dry_run=False, enforce_retention_duration=False,
-                                     keep_versions=keep, full=True))
+        return len(dt.vacuum(dry_run=False, enforce_retention_duration=False, **how))
     except CommitFailedError as exc:  # its log entries only: nothing lost, retried later
         log.info("vacuum of %s lost to a concurrent commit, retried later: %s", path, exc)
-    return deleted
+        return 0
 
 
 def checkpoint(path: str) -> None:

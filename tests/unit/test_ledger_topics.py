@@ -2,20 +2,15 @@
 incrementally (real Delta tables): each look reads only the files appended since the
 last, a compaction reads nothing, and the answer equals a whole read of the ledger."""
 
-from datetime import UTC, datetime
-
 from kafka_audit.jobs.consume_job import LedgerTopics, audited_pattern
 from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows, compact, read_table
 
-T = datetime(2026, 1, 1, tzinfo=UTC)
+from ..support.rows import ledger_row
 
 
 def ack(topic: str, seq: int) -> dict:
-    return {"run_id": "r", "producer_id": "p", "seq": seq, "count": 1, "topic": topic,
-            "partition": 0, "offset": seq, "send_time": T, "ack_time": T,
-            "last_ack_time": T, "acks": "all", "idempotence": False, "retries": 2,
-            "max_in_flight": 5}
+    return ledger_row(seq, topic)
 
 
 def whole(path: str) -> set[str]:

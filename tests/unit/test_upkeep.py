@@ -14,7 +14,6 @@
 import os
 import threading
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow.compute as pc
@@ -39,17 +38,15 @@ from kafka_audit.store import (
     read_table,
     trim_log,
     vacuum,
+    vacuum_unnamed,
     write_arrow,
 )
 
-T = datetime(2026, 1, 1, tzinfo=UTC)
+from ..support.rows import T, ledger_row
 
 
 def ack(seq: int) -> dict:
-    return {"run_id": "r", "producer_id": "p", "seq": seq, "count": 1, "topic": "t",
-            "partition": 0, "offset": seq, "send_time": T, "ack_time": T,
-            "last_ack_time": T, "acks": "all", "idempotence": False, "retries": 2,
-            "max_in_flight": 5}
+    return ledger_row(seq)
 
 
 def seqs_in(files: list[str]) -> list[int]:
@@ -313,9 +310,9 @@ def test_new_tables_name_removed_files_for_hours_not_a_week(tmp_path, monkeypatc
     """A new table keeps the files a compaction removed in its checkpoints for
     TOMBSTONE_RETENTION_HOURS (every load reads them; Delta's default kept a week's). A
     file whose name has left them before its vacuum (a service stopped for longer), or
-    that no commit names (a failed writer's), is deleted once ``unnamed_hours`` old, where
-    delta-rs's default vacuum would keep it for good; a file written more recently is kept
-    (a writer may be about to commit it)."""
+    that no commit names (a failed writer's), is deleted by ``vacuum_unnamed`` once that
+    many hours old, where delta-rs's default vacuum keeps it for good; a file written more
+    recently is kept (a writer may be about to commit it)."""
     from kafka_audit import store
 
     path = str(tmp_path / "acks")
@@ -335,7 +332,7 @@ def test_new_tables_name_removed_files_for_hours_not_a_week(tmp_path, monkeypatc
 
     written_ago(replaced, 2)
     assert compact(path)["numFilesRemoved"] == 10
-    assert vacuum(path, 1, unnamed_hours=24) == 0  # removed a moment ago: retention 1 h
+    assert vacuum(path, 1) + vacuum_unnamed(path, 24) == 0  # removed a moment ago: 1 h
     assert _removed_in_checkpoint(path) == 10
     appended = 10
 
@@ -350,8 +347,30 @@ def test_new_tables_name_removed_files_for_hours_not_a_week(tmp_path, monkeypatc
     stray.write_bytes(Path(replaced[0]).read_bytes())
     written_ago([str(stray)], 2)
     assert vacuum(path, 1) == 0  # the names are gone: the default vacuum keeps the files
-    assert vacuum(path, 1, unnamed_hours=24) == 0  # and 2 hours is not 24
+    assert vacuum(path, 1) + vacuum_unnamed(path, 24) == 0  # and 2 hours is not 24
     written_ago([*replaced, str(stray)], 25)
-    assert vacuum(path, 1, unnamed_hours=24) == 11
+    assert vacuum(path, 1) + vacuum_unnamed(path, 24) == 11
     assert not any(os.path.exists(f) for f in [*replaced, str(stray)])
     assert seqs_in(DeltaTable(path).file_uris()) == list(range(appended))
+
+
+def test_audit_hot_s_unnamed_files_go_in_the_compaction_round_not_between_passes(tmp_path):
+    """A file in audit_hot's folder that no version names (a pass that died between writing
+    and committing) is deleted once a day old by the worker's compaction round; the
+    audit loop's own upkeep between passes does not list the folder."""
+    settings = Settings(home=tmp_path, audit={"hot_rewrite_passes": 10})
+    hot = settings.table_path("audit_hot")
+    for g in range(10, 16):
+        append_rows(hot, "audit_hot", [{"kind": "ack", "topic": "t", "partition": 0,
+                                        "pass_id": g}])
+    stray = Path(hot) / "part-00000-died-before-its-commit.parquet"
+    stray.write_bytes(Path(DeltaTable(hot).file_uris()[0]).read_bytes())
+    a_day_ago = time.time() - 25 * 3600
+    os.utime(stray, (a_day_ago, a_day_ago))
+    upkeep = Upkeep(settings, clock=lambda: 5000.0)
+    upkeep.between_passes(15)  # checkpoint and vacuum of audit_hot are due: no listing
+    assert upkeep.done.hot_vacuum_round == 1 and stray.exists()
+    upkeep.run(Plan(compact=True))
+    assert not stray.exists()
+    assert sorted(read_table(hot, "audit_hot").column("pass_id").to_pylist()) == list(
+        range(10, 16))
