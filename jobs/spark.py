@@ -13,6 +13,7 @@ import sys
 from importlib import resources
 
 from kafka_audit.deploy.jars import spark_jars
+from kafka_audit.redact import SPARK_REDACTION_REGEX
 from kafka_audit.settings import Settings
 
 __all__ = ["get_spark", "local_master"]
@@ -80,9 +81,9 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
             f"-Dlog4j2.configurationFile={_LOG4J}",
             f"-Dkafka_audit.spark.level={settings.spark.log_level}"]))
         # the Kafka source's options carry the SASL JAAS config (a password): Spark shows
-        # options in plans and errors, redacted by this pattern (its default: "(?i)url")
-        .config("spark.sql.redaction.options.regex",
-                r"(?i)url|jaas|password|secret|token|keystore\.key")
+        # options in plans and errors, redacted by this pattern: the one secret rule
+        # (kafka_audit/redact.py) and Spark's default, "(?i)url"
+        .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
         .config("spark.sql.warehouse.dir", str(settings.home_dir / "spark" / "warehouse"))
     )
     for key, value in settings.spark.properties.items():  # the operator's, last: they win

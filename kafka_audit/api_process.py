@@ -5,8 +5,9 @@ requests waited for the interpreter lock whenever an audit pass ran its rules: t
 measured ``GET /v1/summary`` at 0.3-3 s while the same summary, computed beside the
 running service in another process, took 1-40 ms (README, "The one-hour soak"). The
 service (``kafka_audit/service.py``) starts this module as a child process, hands it
-its settings through a pipe (secrets included: never on disk, never in its command
-line), restarts it if it dies, and stops it with SIGTERM. The child dies with the
+its settings through a pipe (never on disk, never in its command line; without the Kafka
+secrets, which it has no use for: :func:`child_settings`, :func:`child_environment`),
+restarts it if it dies, and stops it with SIGTERM. The child dies with the
 thread that started it (``PR_SET_PDEATHSIG``), so a killed service leaves no server
 holding the port.
 """
@@ -22,7 +23,8 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["start_api_process", "supervise_api_process", "main"]
+__all__ = ["start_api_process", "supervise_api_process", "main", "child_settings",
+           "child_environment"]
 
 log = logging.getLogger("kafka_audit.service")
 
@@ -42,14 +44,40 @@ def start_api_process(settings) -> subprocess.Popen:
     ``--log-json`` included)."""
     from kafka_audit.memstats import configure_allocators
 
-    env = dict(os.environ)
+    env = child_environment(settings)
     configure_allocators(settings.steady, env)
     proc = subprocess.Popen([sys.executable, "-m", "kafka_audit.api_process"],
                             stdin=subprocess.PIPE, preexec_fn=_die_with_parent, env=env)
     assert proc.stdin is not None
-    proc.stdin.write(pickle.dumps((settings, _own_formatter())))
+    proc.stdin.write(pickle.dumps((child_settings(settings), _own_formatter())))
     proc.stdin.close()
     return proc
+
+
+def child_settings(settings):
+    """``settings`` without a Kafka secret, for the API process: it never talks to Kafka.
+    The profile's secrets go (:meth:`ProfileSettings.without_secrets`), and any secret
+    property of the local cluster's brokers or of Spark (a JAAS config)."""
+    from kafka_audit.redact import is_secret_name
+
+    def keep(props: dict) -> dict:
+        return {k: v for k, v in props.items() if not is_secret_name(k)}
+
+    return settings.model_copy(update={
+        "profile": settings.profile.without_secrets(),
+        "cluster": settings.cluster.model_copy(
+            update={"broker_overrides": keep(settings.cluster.broker_overrides)}),
+        "spark": settings.spark.model_copy(update={"properties": keep(settings.spark.properties)})})
+
+
+def child_environment(settings, environ=None) -> dict[str, str]:
+    """This process's environment for the API process, without the variables that hold
+    Kafka secrets: those the profile names (``password_env``, ``key_password_env``) and
+    every ``KAFKA_AUDIT_PROFILE__*`` setting (the child gets its settings through the pipe)."""
+    environ = os.environ if environ is None else environ
+    drop = set(settings.profile.secret_environment())
+    return {k: v for k, v in environ.items()
+            if k not in drop and not k.upper().startswith("KAFKA_AUDIT_PROFILE__")}
 
 
 def _own_formatter() -> logging.Formatter | None:
@@ -85,12 +113,16 @@ def main() -> int:
     import uvicorn
 
     from kafka_audit.auditor_api.main import create_app
+    from kafka_audit.auditor_api.server import uvicorn_config
+    from kafka_audit.errors import ConfigError
     from kafka_audit.memstats import watch_memory
+    from kafka_audit.redact import ScrubFilter
 
     settings, formatter = pickle.load(sys.stdin.buffer)
     handler = logging.StreamHandler()
     if formatter is not None:
         handler.setFormatter(formatter)
+    handler.addFilter(ScrubFilter())
     logging.getLogger().handlers[:] = [handler]
     logging.getLogger().setLevel(logging.WARNING)
     logging.getLogger("kafka_audit.memory").setLevel(logging.INFO)
@@ -98,9 +130,13 @@ def main() -> int:
         logging.getLogger(noisy).setLevel(logging.ERROR)
     watch_memory(settings.steady.trim_every_seconds, settings.service.memory_log_seconds,
                  threading.Event(), "api")
-    server = uvicorn.Server(uvicorn.Config(create_app(settings), host=settings.api.host,
-                                           port=settings.api.port, log_config=None,
-                                           access_log=False))
+    try:  # refused open beyond loopback, TLS files that do not load: one line, exit 2
+        config = uvicorn_config(create_app(settings), settings, log_config=None,
+                                access_log=False)
+    except ConfigError as exc:
+        log.error("the API cannot start: %s", exc.message)
+        return 2
+    server = uvicorn.Server(config)
     server.run()  # SIGTERM: uvicorn finishes the requests in flight and returns
     return 0 if server.started else 1
 

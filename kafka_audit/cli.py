@@ -18,7 +18,8 @@ import traceback
 from kafka_audit import __version__
 from kafka_audit.clients import LIBRDKAFKA_LOGGER
 from kafka_audit.errors import AuditorError
-from kafka_audit.settings import get_settings, redacted
+from kafka_audit.redact import ScrubFilter, redacted, scrub
+from kafka_audit.settings import get_settings
 
 log = logging.getLogger("kafka_audit.cli")
 
@@ -111,9 +112,11 @@ def _run(args) -> int:
     # imported: the modules below may import them one day
     restart_with_python_allocator(s.steady.python_allocator)  # returns once it is in place
     configure_allocators(s.steady)
+    from kafka_audit.auditor_api.server import check_serving
     from kafka_audit.jobs.watcher import ClusterWatcher
     from kafka_audit.service import build, stop_consume_query
 
+    check_serving(s.api)  # an API refused (open beyond loopback, bad TLS files): exit 2
     ClusterWatcher(s).wait_reachable()  # a cluster never reached: one line, exit 2
     service = build(s)
     signal.signal(signal.SIGUSR1, lambda *_: threading.Thread(
@@ -188,10 +191,17 @@ def _scenario_row(name: str, seed: int, s, cluster, spark, seconds: float) -> tu
 def _serve(args) -> int:
     import uvicorn
 
+    from kafka_audit.auditor_api.main import create_app
+    from kafka_audit.auditor_api.server import uvicorn_config
+
     s = get_settings()
-    uvicorn.run("kafka_audit.auditor_api.main:app", host=args.host or s.api.host,
-                port=args.port or s.api.port)
-    return 0
+    # --host and --port as the settings' own: the Host names served follow the address
+    s = s.model_copy(update={"api": s.api.model_copy(update={
+        "host": args.host or s.api.host, "port": args.port or s.api.port})})
+    config = uvicorn_config(create_app(s), s)  # refused beyond loopback without a token
+    server = uvicorn.Server(config)
+    server.run()
+    return 0 if server.started else EXIT_ERROR
 
 
 def _setup(args) -> int:
@@ -389,8 +399,8 @@ class _JsonLines(logging.Formatter):
         out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
                "level": record.levelname, "logger": record.name,
                "message": record.getMessage()}
-        if record.exc_info:
-            out["traceback"] = self.formatException(record.exc_info)
+        if record.exc_info:  # exc_text: the traceback with secrets hidden (ScrubFilter)
+            out["traceback"] = record.exc_text or self.formatException(record.exc_info)
         return json.dumps(out)
 
 
@@ -400,6 +410,7 @@ def _logging(args) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(_JsonLines() if getattr(args, "log_json", False) else logging.Formatter(
         "%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
+    handler.addFilter(ScrubFilter())  # no line carries a secret, whoever logged it
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.INFO if getattr(args, "cmd", None) == "run" else logging.WARNING)
@@ -419,15 +430,15 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args)
     except AuditorError as exc:
         if args.verbose:
-            traceback.print_exc()
-        print(f"kafka-audit: {exc}", file=sys.stderr)
+            print(scrub(traceback.format_exc()), end="", file=sys.stderr)
+        print(scrub(f"kafka-audit: {exc}"), file=sys.stderr)
         return EXIT_ERROR
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - one line; the traceback with --verbose
         if args.verbose:
-            traceback.print_exc()
-        first = str(exc).splitlines()[0] if str(exc) else ""
+            print(scrub(traceback.format_exc()), end="", file=sys.stderr)
+        first = scrub(str(exc)).splitlines()[0] if str(exc) else ""
         print(f"kafka-audit: {type(exc).__name__}: {first} (--verbose shows the traceback)",
               file=sys.stderr)
         return EXIT_ERROR

@@ -17,7 +17,10 @@ Secrets (the SASL password, the client key's password) come from the
 environment or from files: ``password_env`` names a variable, ``password_file``
 a file, and ``password`` can be set by ``KAFKA_AUDIT_PROFILE__SASL__PASSWORD``.
 They are held as ``SecretStr`` (printed ``**********``), never written to a
-table, and :func:`describe` (logs, errors, ``config show``) never shows them.
+table, and never shown: :func:`describe` gives a client config fit to print, by the one
+secret rule (``kafka_audit/redact.py``), which also hides each resolved secret in errors
+and logs. :meth:`ProfileSettings.without_secrets` is the profile for a process that never
+talks to Kafka (the API's).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from kafka_audit.errors import ConfigError
+from kafka_audit.redact import is_secret_name, redact_config, remember_secret
 
 __all__ = ["ProfileSettings", "SaslSettings", "TlsSettings", "TopicSelection",
            "librdkafka_config", "spark_kafka_options", "describe", "topic_pattern",
@@ -56,14 +60,14 @@ def _secret(direct: SecretStr | None, env: str | None, file: Path | None,
     if len(given) > 1:
         raise ConfigError(f"{what}: set one of the value, the _env variable or the _file")
     if direct is not None:
-        return direct.get_secret_value()
+        return remember_secret(direct.get_secret_value())
     if env is not None:
         if env not in os.environ:
             raise ConfigError(f"{what}_env: the environment variable {env} is not set")
-        return os.environ[env]
+        return remember_secret(os.environ[env])
     if file is not None:
         try:
-            return Path(file).read_text().strip("\n")
+            return remember_secret(Path(file).read_text().strip("\n"))
         except OSError as exc:
             raise ConfigError(f"{what}_file: cannot read {file}: {exc.strerror}") from None
     return None
@@ -155,6 +159,23 @@ class ProfileSettings(_Section):
     def uses_tls(self) -> bool:
         return self.security_protocol in ("SSL", "SASL_SSL")
 
+    def without_secrets(self) -> ProfileSettings:
+        """This profile with no secret and no way to one: the SASL password and the key's
+        password dropped with their ``_env`` and ``_file``, secret client properties
+        removed. For a process that never talks to Kafka (the API's)."""
+        gone = dict.fromkeys(("password", "password_env", "password_file"))
+        sasl = self.sasl.model_copy(update=gone) if self.sasl is not None else None
+        tls = self.tls.model_copy(update={f"key_{k}": None for k in gone})
+        return self.model_copy(update={
+            "sasl": sasl, "tls": tls,
+            "librdkafka": {k: v for k, v in self.librdkafka.items() if not is_secret_name(k)},
+            "java": {k: v for k, v in self.java.items() if not is_secret_name(k)}})
+
+    def secret_environment(self) -> list[str]:
+        """The environment variables that hold this profile's secrets."""
+        named = [self.sasl.password_env if self.sasl else None, self.tls.key_password_env]
+        return [n for n in named if n]
+
 
 def _bootstrap(profile: ProfileSettings, local: str) -> str:
     return profile.bootstrap or local
@@ -191,6 +212,7 @@ def librdkafka_config(profile: ProfileSettings, local_bootstrap: str) -> dict[st
                 conf["ssl.key.password"] = key_password
         conf["ssl.endpoint.identification.algorithm"] = "https" if t.verify_hostname else "none"
     conf.update(profile.librdkafka)
+    _remember_inline(profile.librdkafka)
     return conf
 
 
@@ -219,24 +241,28 @@ def spark_kafka_options(profile: ProfileSettings, local_bootstrap: str) -> dict[
             # from the options, no key store file is written anywhere
             opts["kafka.ssl.keystore.type"] = "PEM"
             opts["kafka.ssl.keystore.certificate.chain"] = Path(t.cert_file).read_text()
-            opts["kafka.ssl.keystore.key"] = Path(t.key_file).read_text()  # type: ignore
+            opts["kafka.ssl.keystore.key"] = remember_secret(
+                Path(t.key_file).read_text())  # type: ignore
             key_password = t.key_secret()
             if key_password is not None:
                 opts["kafka.ssl.key.password"] = key_password
         opts["kafka.ssl.endpoint.identification.algorithm"] = \
             "https" if t.verify_hostname else ""
     opts.update({f"kafka.{k}": v for k, v in profile.java.items()})
+    _remember_inline(profile.java)
     return opts
 
 
-#: client property names that hold secrets (redacted wherever a config is shown)
-SECRET_KEYS = re.compile(r"password|secret|token|jaas|keystore\.key|sasl\.oauthbearer",
-                         re.IGNORECASE)
+def _remember_inline(props: dict[str, str]) -> None:
+    """Secrets given inline as client properties are hidden in errors and logs too."""
+    for k, v in props.items():
+        if is_secret_name(k):
+            remember_secret(v)
 
 
 def describe(conf: dict[str, str]) -> dict[str, str]:
-    """A client config fit to print: secret values replaced by ``***``."""
-    return {k: ("***" if SECRET_KEYS.search(k) else v) for k, v in conf.items()}
+    """A client config fit to print (a log line, an error): secret values as ``***``."""
+    return redact_config(conf)
 
 
 def topic_pattern(topics: list[str]) -> str:

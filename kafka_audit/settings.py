@@ -43,14 +43,15 @@ from pydantic_settings import (
 from kafka_audit.errors import ConfigError
 from kafka_audit.profile import ProfileSettings
 
+# the one secret rule: what config show, errors and logs hide (re-exported for them)
+from kafka_audit.redact import REDACTED, is_secret_name, redacted  # noqa: F401
+
 ENV_PREFIX = "KAFKA_AUDIT_"
 ENV_DELIMITER = "__"
 #: KAFKA_AUDIT_* variables that are not settings, accepted as they are:
 #: the overlay file, the JVM jar cache (deploy/jars.py) and a test knob
 #: (tests/spark/test_spark_engine.py).
 NON_SETTINGS_ENV = ("KAFKA_AUDIT_CONFIG", "KAFKA_AUDIT_JAR_CACHE", "KAFKA_AUDIT_SPARK_HISTORIES")
-REDACTED = "***"
-_SECRET_NAME = re.compile(r"password|secret|token|jaas", re.IGNORECASE)
 
 
 def default_home() -> Path:
@@ -148,6 +149,14 @@ class ProducerSettings(_Section):
         if str(v) not in {"0", "1", "all", "-1"}:
             raise ValueError("acks must be 0, 1, all or -1")
         return str(v)
+
+
+class StampSettings(_Section):
+    key_file: Path | None = Field(
+        None, description="a file holding the stamp key (16-4096 bytes, not readable by "
+        "others; the same file for producers and auditor): producers add a MAC to every "
+        "stamp, and the auditor counts a stamp without a valid one as forged (it confirms no "
+        "write). Unset: no MACs (schemas/stamp.py, The stamp MAC)")
 
 
 class SparkSettings(_Section):
@@ -262,6 +271,16 @@ class ApiToken(_Section):
         return v
 
 
+def _bracketed(host: str) -> str:
+    """An IPv6 address as a Host header carries it: in brackets."""
+    import ipaddress
+
+    try:
+        return f"[{host}]" if ipaddress.ip_address(host).version == 6 else host
+    except ValueError:
+        return host
+
+
 class ApiSettings(_Section):
     host: str = "127.0.0.1"
     port: int = 8088
@@ -277,6 +296,52 @@ class ApiSettings(_Section):
     response_cache: bool = Field(
         True, description="keep each /v1 answer with the table versions it was computed "
         "from; the same request is answered from memory while none changed")
+    response_cache_max_mb: float = Field(
+        64, gt=0, description="the response cache holds answers of at most this many MB in "
+        "all (the least recently used go first); an answer larger than a quarter of it is "
+        "sent, not kept")
+    max_concurrent_requests: int = Field(
+        64, ge=1, description="requests served at once (health's excepted); one more is "
+        "answered 503 with Retry-After at once rather than queued behind them (the load "
+        "benchmark's 50 clients stay below it)")
+    allow_open: bool = Field(
+        False, description="serve without api.tokens on an address beyond loopback. "
+        "Without it the API refuses to start there: anyone who reaches the address would "
+        "read the audit")
+    allowed_hosts: list[str] | None = Field(
+        None, description="Host header names the API answers to (a wrong one is a 400): a "
+        "page on another site that renames itself to this address (DNS rebinding) cannot "
+        "read the API. '*.example.com' matches its subdomains, '*' any name. Unset: "
+        "localhost, 127.0.0.1, [::1] and the bind address (the machine's host name too "
+        "when bound to every interface). /healthz and /readyz answer any name "
+        "(orchestrators probe by IP)")
+    tls_cert_file: Path | None = Field(
+        None, description="serve HTTPS with this PEM certificate (chain), and "
+        "api.tls_key_file its private key (unset: the certificate file holds the key too)")
+    tls_key_file: Path | None = Field(
+        None, description="the PEM private key of api.tls_cert_file")
+    tls_key_password: SecretStr | None = Field(
+        None, description="the password of an encrypted api.tls_key_file (e.g. from "
+        "KAFKA_AUDIT_API__TLS_KEY_PASSWORD)")
+
+    @field_validator("allowed_hosts")
+    @classmethod
+    def _host_patterns(cls, v: list[str] | None) -> list[str] | None:
+        if v is None:
+            return v
+        for pattern in v:
+            if not pattern or "*" in pattern[1:] or (
+                    pattern.startswith("*") and pattern != "*" and not pattern.startswith("*.")):
+                raise ValueError(f"{pattern!r} is not a host name pattern: a name, an "
+                                 f"address ([::1] for IPv6), '*.example.com' or '*'")
+        return [_bracketed(p.lower()) for p in v]
+
+    @field_validator("tls_key_file")
+    @classmethod
+    def _key_of_a_cert(cls, v: Path | None, info) -> Path | None:
+        if v is not None and info.data.get("tls_cert_file") is None:
+            raise ValueError("a key without api.tls_cert_file: set the certificate too")
+        return v
 
     @field_validator("tokens")
     @classmethod
@@ -560,6 +625,7 @@ class Settings(BaseSettings):
         "dev.sh sets var/)"))
     cluster: ClusterSettings = ClusterSettings()
     producer: ProducerSettings = ProducerSettings()
+    stamp: StampSettings = StampSettings()
     spark: SparkSettings = SparkSettings()
     audit: AuditSettings = AuditSettings()
     profile: ProfileSettings = ProfileSettings()
@@ -593,8 +659,9 @@ class Settings(BaseSettings):
 
 
 def _is_secret(path: tuple[str, ...]) -> bool:
-    """Whether the setting at ``path`` must never be printed: by its type or by its name."""
-    if _SECRET_NAME.search(_dotted(path)):
+    """Whether the setting at ``path`` must never be printed: by its name (it, or a section
+    or dict key above it: kafka_audit/redact.py's rule) or by its type."""
+    if any(is_secret_name(part) for part in path) or is_secret_name(_dotted(path)):
         return True
     parent = _model_at(path[:-1])
     field = parent.model_fields.get(path[-1]) if parent is not None and path else None
@@ -642,30 +709,6 @@ def describe_validation_error(exc: ValidationError) -> str:
             message += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
         problems.append(f"{_dotted(path) or 'settings'}{_origin(path)}: {message}")
     return _one_line("; ".join(problems))
-
-
-def redacted(value: Any) -> Any:
-    """``value`` (a settings model, or part of one) as plain data to print, secrets as "***".
-
-    A secret is a field typed SecretStr/SecretBytes, or any field or dict key whose name
-    contains password, secret, token or jaas (case-insensitive).
-    """
-    if isinstance(value, BaseModel):
-        out = {}
-        for name, field in type(value).model_fields.items():
-            secret = _secret_type(field.annotation) or _SECRET_NAME.search(name)
-            out[name] = REDACTED if secret else redacted(getattr(value, name))
-        return out
-    if isinstance(value, SecretStr | SecretBytes):
-        return REDACTED
-    if isinstance(value, dict):
-        return {str(k): REDACTED if _SECRET_NAME.search(str(k)) else redacted(v)
-                for k, v in value.items()}
-    if isinstance(value, list | tuple | set | frozenset):
-        return [redacted(v) for v in value]
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)
 
 
 @functools.cache
