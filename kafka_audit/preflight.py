@@ -13,7 +13,11 @@ saying what to change:
 4. per audited topic, its durability and the risk it carries: replication factor
    below 3, ``min.insync.replicas`` below 2 or equal to the replication factor,
    ``unclean.leader.election.enable=true``, producers seen in the ack ledger with
-   ``acks=0``/``1`` or without idempotence.
+   ``acks=0``/``1`` or without idempotence;
+5. how the clients connect, as each is configured (:func:`transport_risks`): SASL PLAIN
+   over a plaintext listener (the password in clear on the network), TLS without hostname
+   verification or without certificate verification (anyone in the path can pose as a
+   broker and take the password).
 
 A *blocker* stops the auditor from auditing (exit 3); a *risk* is reported and
 does not. Secrets never appear in the output.
@@ -33,7 +37,7 @@ from kafka_audit.schemas.policy import Durability, allowed_because
 from kafka_audit.schemas.verdicts import Kind
 from kafka_audit.settings import Settings
 
-__all__ = ["Finding", "Report", "run_check", "CheckFailed"]
+__all__ = ["Finding", "Report", "run_check", "CheckFailed", "transport_risks"]
 
 #: the permissions the auditor needs, and what each is for
 NEEDED_ON_TOPICS = {"READ": "the consume job and the re-reads read every record",
@@ -180,6 +184,9 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
     conf = cluster_config(settings)  # a missing file or secret: ConfigError, at once
     report = Report(settings.profile.name, conf["bootstrap.servers"],
                     settings.profile.security_protocol)
+    java = {k.removeprefix("kafka."): v for k, v in
+            spark_kafka_options(settings.profile, settings.cluster.bootstrap).items()}
+    report.findings += transport_risks(conf, java)
     admin, cluster = _describe_cluster(settings, timeout)
     report.cluster_id, report.brokers = cluster.cluster_id, len(cluster.nodes)
     report.kafka_metadata_version = _java_probe(settings, 3 * timeout)["metadata_version"]
@@ -231,6 +238,61 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
                                                  for p, a, i, *_ in producers})}
         _risks(report, t, rf, min_isr, unclean, producers)
     return report
+
+
+def transport_risks(librdkafka: dict[str, str], java: dict[str, str]) -> list[Finding]:
+    """How each client connects, as configured (librdkafka's properties; the Java client's,
+    the Spark Kafka source's, without the ``kafka.`` prefix): the risks to the credentials.
+
+    * SASL PLAIN over a plaintext listener sends the password in clear on every connection;
+    * TLS with hostname verification off (librdkafka ``ssl.endpoint.identification.algorithm``
+      ``none``, Java's empty) accepts any certificate the CA signed, for any host: anyone in
+      the path who holds one poses as the broker and receives the password (and the
+      records); with certificate verification off (librdkafka
+      ``enable.ssl.certificate.verification=false``) any certificate at all.
+    """
+    clients = {"librdkafka": librdkafka, "Java client": java}
+
+    def value(conf: dict[str, str], *names: str) -> str | None:
+        """The value in force: of aliases (sasl.mechanism, sasl.mechanisms) the one set
+        last, as the client applies them in order."""
+        found = [str(v).strip() for k, v in conf.items() if k in names]
+        return found[-1] if found else None
+
+    plain, no_hostname, no_certificate = [], [], []
+    for client, conf in clients.items():
+        protocol = (value(conf, "security.protocol") or "PLAINTEXT").upper()
+        mechanism = (value(conf, "sasl.mechanism", "sasl.mechanisms") or "").upper()
+        if protocol == "SASL_PLAINTEXT" and mechanism == "PLAIN":
+            plain.append(client)
+        if protocol in ("SSL", "SASL_SSL"):
+            algorithm = value(conf, "ssl.endpoint.identification.algorithm")
+            if algorithm is not None and algorithm.lower() in ("", "none"):
+                no_hostname.append(f"{client} ssl.endpoint.identification.algorithm="
+                                   f"{algorithm or '(empty)'}")
+            if (value(conf, "enable.ssl.certificate.verification") or "true").lower() \
+                    == "false":
+                no_certificate.append(client)
+    out = []
+    if plain:
+        out.append(Finding(
+            "risk", "profile", f"SASL PLAIN over a plaintext listener (security.protocol "
+            f"SASL_PLAINTEXT; {', '.join(plain)}): the password crosses the network in clear "
+            f"on every connection", "use SASL_SSL (TLS), or at least a SCRAM mechanism, "
+            "which never sends the password"))
+    if no_hostname:
+        out.append(Finding(
+            "risk", "profile", f"TLS hostname verification is off ({'; '.join(no_hostname)}): "
+            f"any certificate the CA signed, for any host, is taken for the broker's, and "
+            f"whoever holds one can receive the credentials", "set profile.tls.verify_hostname: "
+            "true and drop the override from profile.librdkafka / profile.java"))
+    if no_certificate:
+        out.append(Finding(
+            "risk", "profile", f"TLS certificate verification is off "
+            f"(enable.ssl.certificate.verification=false; {', '.join(no_certificate)}): any "
+            f"certificate at all is taken for the broker's", "remove "
+            "enable.ssl.certificate.verification from profile.librdkafka"))
+    return out
 
 
 def _risks(report: Report, t: str, rf: int, min_isr: int | None, unclean: bool | None,

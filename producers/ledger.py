@@ -24,6 +24,10 @@ a crashed run reach the table although no process of that run is left.
 Versions start at the wall clock in microseconds and go up by one a segment:
 a restarted app id never reuses a version, even if the warehouse is
 unreachable at start and its committed version cannot be read.
+
+A spool is its user's alone (:func:`private_dir`): anyone who could write a segment
+into it could add acks to the ledger. Its folders are created 0700, its files 0600, and
+a spool root that others may write is closed if it is the user's, refused if not.
 """
 
 from __future__ import annotations
@@ -49,10 +53,44 @@ from kafka_audit.schemas.policy import Durability
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.store import append_arrow_once, check_table, transaction_version
 
-__all__ = ["AckLedger"]
+__all__ = ["AckLedger", "private_dir", "private_file", "PRIVATE_DIR", "PRIVATE_FILE"]
 
 log = logging.getLogger(__name__)
 _SCHEMA = arrow_schema("acks")
+
+PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` as a folder of this user's alone: created 0700 with any missing parents; an
+    existing one of ours that others may enter is closed (0700); one of another user's that
+    others may write is refused (:class:`LedgerWriteError`)."""
+    path = Path(path)
+    missing = []
+    p = path
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            d.mkdir(mode=PRIVATE_DIR)
+        except FileExistsError:
+            pass
+    st = path.stat()
+    if st.st_uid == os.geteuid():
+        if st.st_mode & 0o077:
+            os.chmod(path, PRIVATE_DIR)
+    elif st.st_mode & 0o022:
+        raise LedgerWriteError(
+            f"spool folder {path} may be written by others (mode {st.st_mode & 0o777:03o}, "
+            f"owner uid {st.st_uid}): anyone who can write it can add acks; use a folder of "
+            f"your own")
+    return path
+
+
+def private_file(path: Path, flags: int = os.O_WRONLY | os.O_TRUNC) -> int:
+    """A descriptor of ``path``, created 0600 if it does not exist."""
+    return os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, PRIVATE_FILE)
 
 
 class SpoolCommitter:
@@ -65,10 +103,11 @@ class SpoolCommitter:
     def __init__(self, table_path: str, folder: Path, app_id: str | None = None) -> None:
         self.table_path = table_path
         self.folder = folder
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)
         id_file = folder / "app_id"
         if app_id is not None and not id_file.exists():
-            id_file.write_text(app_id)
+            with os.fdopen(private_file(id_file), "w") as f:
+                f.write(app_id)
         self.app_id = app_id or id_file.read_text().strip()
         self._lock_fd: int | None = None
         # the newest version this app id has in the table's transaction log, as last read or
@@ -82,7 +121,7 @@ class SpoolCommitter:
     # ---- ownership ----------------------------------------------------------------------
     def lock(self) -> bool:
         """Take the folder for this process; False if a live process holds it."""
-        fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = private_file(self.folder / ".lock", os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -109,6 +148,7 @@ class SpoolCommitter:
     def spool(self, table: pa.Table, version: int) -> None:
         path = self.folder / f"{version:020d}.arrow"
         tmp = path.with_suffix(".tmp")
+        os.close(private_file(tmp))  # 0600 before a byte is written; Arrow keeps the mode
         with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         fd = os.open(tmp, os.O_RDONLY)
@@ -202,7 +242,7 @@ class AckLedger:
         self.durability = durability
         self.flush_seconds = flush_seconds
         self.flush_rows = flush_rows
-        self.spool_root = Path(spool_dir)
+        self.spool_root = private_dir(Path(spool_dir))
         check_table(table_path, "acks")  # another version's table: say so before producing
         self._spool = SpoolCommitter(table_path, self.spool_root / _folder_name(app_id), app_id)
         if not self._spool.lock():

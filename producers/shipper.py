@@ -52,7 +52,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from kafka_audit.errors import AuditorError, LedgerWriteError
-from kafka_audit.producers.ledger import SpoolCommitter
+from kafka_audit.producers.ledger import SpoolCommitter, private_dir, private_file
 from kafka_audit.producers.native import SpoolState
 from kafka_audit.schemas.policy import Durability
 from kafka_audit.schemas.tables import arrow_schema
@@ -199,7 +199,7 @@ def runs_to_table(records: np.ndarray, topics: dict[int, str], meta: Meta) -> pa
 
 def _fsync_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
+    with os.fdopen(private_file(tmp), "wb") as f:
         f.write(data)
         f.flush()
         os.fsync(f.fileno())
@@ -240,7 +240,7 @@ class FolderShipper:
         """Whether the producing process still holds the folder (``.lock``)."""
         if not self.folder.is_dir():
             return False
-        fd = os.open(self.folder / ".lock", os.O_RDWR | os.O_CREAT, 0o644)
+        fd = private_file(self.folder / ".lock", os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -372,6 +372,7 @@ def ship_spools(root: Path, table_path: str, only_dead: bool = False,
     root = Path(root)
     if not root.is_dir():
         return report
+    private_dir(root)  # a root others may write could hold forged acks: refused
     check_table(table_path, "acks")
     for folder in sorted(p for p in root.iterdir() if (p / "meta").is_file()):
         if folder in skip:
