@@ -22,7 +22,10 @@ Variants:
 * ``plugin-nosync``: the same with ``kaudit.spool.fsync.ms=-1`` (the page cache only);
 * ``audited``: ``AuditedProducer`` on the native path (the default): plugin + shipper
   thread committing the ``acks`` table every second;
-* ``python``: ``AuditedProducer`` on the pure-Python path (the fallback).
+* ``python``: ``AuditedProducer`` on the pure-Python path (the fallback);
+* ``audited+mac``, ``python+mac``: the same two with a stamp key (``stamp.key_file``): a
+  ``kaudit-mac`` header (HMAC-SHA256 of the stamp, 16 bytes) beside every stamp, the cost
+  of forged-stamp detection (``schemas/stamp.py``, The stamp MAC).
 
 Every variant passes the same minimal error-checking delivery callback with each record
 (an application's own; ``AuditedProducer`` calls it as confluent-kafka does).
@@ -49,7 +52,7 @@ import uuid
 from pathlib import Path
 
 VARIANTS = ["bare+cb", "bare+cb+hdr", "bare+cb+chdr", "plugin", "plugin-nosync", "audited",
-            "python"]
+            "python", "audited+mac", "python+mac"]
 
 
 def conf(bootstrap: str) -> dict:
@@ -119,6 +122,13 @@ def one_round(variant: str, bootstrap: str, topic: str, n: int, size: int, home:
 
     value = os.urandom(size)
     settings = Settings(home=home)
+    if variant.endswith("+mac"):  # a stamp key: a MAC beside every stamp
+        key = Path(home) / "stamp.key"
+        if not key.exists():
+            key.write_bytes(os.urandom(32))
+            key.chmod(0o600)
+        settings = Settings(home=home, stamp={"key_file": str(key)})
+        variant = variant.removesuffix("+mac")
     errors = [0]
 
     def on_delivery(err, _msg):
@@ -245,6 +255,10 @@ def main() -> int:
                     print(f"  audited vs {base_v:<12} {cpu[base_v] / cpu['audited']:.3f}")
         if "python" in cpu and "bare+cb" in cpu:
             print(f"  python  vs bare+cb      {cpu['bare+cb'] / cpu['python']:.3f}")
+        for path in ("audited", "python"):  # what the stamp MAC costs each path
+            if f"{path}+mac" in cpu and path in cpu:
+                print(f"  {path}+mac vs {path:<8} {cpu[path] / cpu[path + '+mac']:.3f} "
+                      f"({cpu[path + '+mac'] - cpu[path]:+.2f} us/msg)")
         rows = [x.get("ledger_rows") for x in results.get((size, "audited"), [])]
         if rows and rows[0]:
             print(f"  ledger rows per message (audited): {statistics.median(rows) / n:.5f}")

@@ -184,6 +184,9 @@ PLUGIN_DIR = "kaudit-plugin"
 #: symbols resolve from the client's own library at load time), exporting conf_init only
 PLUGIN_CFLAGS = ["-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-std=gnu11",
                  "-Wall", "-Wextra", "-Werror", "-pthread"]
+#: after the sources (a library before them is dropped by --as-needed): OpenSSL's libcrypto,
+#: for the stamp MAC (HMAC-SHA256, kaudit.stamp.key.file)
+PLUGIN_LIBS = ["-lcrypto"]
 
 
 def _plugin_sources() -> list[Path]:
@@ -210,10 +213,16 @@ def plugin_library(quiet: bool = False, defines: tuple[str, ...] = (),
     if probe.returncode != 0:
         raise JarsMissing("the librdkafka headers are needed to build the kaudit plugin "
                           "(Debian: librdkafka-dev): " + probe.stderr.strip().splitlines()[-1])
+    ssl = subprocess.run(["gcc", "-E", "-M", "-x", "c", "-"], input="#include "
+                         "<openssl/evp.h>\n", capture_output=True, text=True)
+    if ssl.returncode != 0:
+        raise JarsMissing("OpenSSL's headers are needed to build the kaudit plugin (Debian: "
+                          "libssl-dev): " + ssl.stderr.strip().splitlines()[-1])
     headers = [Path(p) for p in probe.stdout.replace("\\\n", " ").split()[2:]
                if "rdkafka" in p]
     version = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True)
-    digest = hashlib.sha256("\n".join([version.stdout, *PLUGIN_CFLAGS, *defines]).encode())
+    digest = hashlib.sha256("\n".join([version.stdout, *PLUGIN_CFLAGS, *PLUGIN_LIBS,
+                                        *defines]).encode())
     sources = _plugin_sources()
     for src in [*sources, *headers]:
         digest.update(src.read_bytes())
@@ -228,7 +237,7 @@ def plugin_library(quiet: bool = False, defines: tuple[str, ...] = (),
     # the old library keeps it, a concurrent builder's rename is as good as ours
     tmp = target / f".libkaudit.{os.getpid()}.so"
     cmd = ["gcc", *PLUGIN_CFLAGS, *(f"-D{d}" for d in defines), "-o", str(tmp),
-           *(str(s) for s in sources if s.suffix == ".c")]
+           *(str(s) for s in sources if s.suffix == ".c"), *PLUGIN_LIBS]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tmp.unlink(missing_ok=True)

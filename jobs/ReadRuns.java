@@ -12,6 +12,10 @@ import java.util.Iterator;
 import java.util.List;
 import java.util.zip.CRC32;
 
+import javax.crypto.Mac;
+import javax.crypto.ShortBufferException;
+import javax.crypto.spec.SecretKeySpec;
+
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
@@ -45,8 +49,10 @@ import org.apache.spark.unsafe.types.UTF8String;
  * no stamp; two or more, a null or empty value, a version other than 1 and 2, fewer bytes than
  * its version's fixed part (15 for version 1, 19 for version 2), an empty id, lengths that do
  * not add up to the value's, an id that is not strict UTF-8 or a seq of 2^63 or more is a
- * malformed one. The checksum is CRC32 of the value for version 1, XXH64 with seed 42 for
- * version 2 (Spark's own {@link XXH64}, which SQL's {@code xxhash64} is).
+ * malformed one. With a stamp key, a well-formed stamp without exactly one {@code kaudit-mac}
+ * header holding its MAC (HMAC-SHA256 of the stamp, the first 16 bytes) is a forged one. The
+ * checksum is CRC32 of the value for version 1, XXH64 with seed 42 for version 2 (Spark's own
+ * {@link XXH64}, which SQL's {@code xxhash64} is).
  */
 public final class ReadRuns {
     private ReadRuns() {}
@@ -62,11 +68,17 @@ public final class ReadRuns {
     /** Fold {@code kafka} (the Kafka source's columns) into rows of the {@code consumed} schema. */
     public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
                                     long readTimeMicros) {
+        return fold(kafka, consumed, batchId, readTimeMicros, null);
+    }
+
+    /** The same, verifying stamps' MACs under {@code key} (the stamp key; null: none). */
+    public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
+                                    long readTimeMicros, byte[] key) {
         StructType in = kafka.schema();
         int[] idx = {in.fieldIndex("topic"), in.fieldIndex("partition"), in.fieldIndex("offset"),
                      in.fieldIndex("timestamp"), in.fieldIndex("value"), in.fieldIndex("headers")};
         JavaRDD<InternalRow> rows = sourceRows(kafka).toJavaRDD();
-        JavaRDD<Row> runs = rows.mapPartitions(it -> fold(it, idx, batchId, readTimeMicros));
+        JavaRDD<Row> runs = rows.mapPartitions(it -> fold(it, idx, batchId, readTimeMicros, key));
         return SparkSession.active().createDataFrame(runs, consumed);
     }
 
@@ -88,6 +100,11 @@ public final class ReadRuns {
     static final byte[] HEADER_BYTES = HEADER.getBytes(StandardCharsets.UTF_8);
     static final String NO_HEADER = "no " + HEADER + " header";
     static final String MALFORMED = "malformed stamp";
+    static final String FORGED = "forged stamp";
+    static final String MAC_HEADER = "kaudit-mac";
+    static final UTF8String MAC_KEY = UTF8String.fromString(MAC_HEADER);
+    static final byte[] MAC_HEADER_BYTES = MAC_HEADER.getBytes(StandardCharsets.UTF_8);
+    static final int MAC_LENGTH = 16;  // HMAC-SHA256's first 16 bytes
     static final boolean BIG_ENDIAN = ByteOrder.nativeOrder() == ByteOrder.BIG_ENDIAN;
 
     /**
@@ -129,8 +146,67 @@ public final class ReadRuns {
         long runSeq;
         Boolean runChecksumOk;
 
-        Folder(int[] idx) {
+        // with a stamp key: its HMAC, and the record's kaudit-mac headers (count, last view)
+        final Mac mac;
+        final byte[] macOut = new byte[32];
+        final byte[] stampCopy = new byte[FIXED_XXH64 + 2 * MAX_ID];
+        int nMacs;
+        Object mBase;  // null: a kaudit-mac header with a null value
+        long mOff;
+        int mLen;
+
+        Folder(int[] idx, byte[] key) {
             this.idx = idx;
+            if (key == null) {
+                mac = null;
+                return;
+            }
+            try {
+                mac = Mac.getInstance("HmacSHA256");
+                mac.init(new SecretKeySpec(key, "HmacSHA256"));
+            } catch (java.security.GeneralSecurityException e) {
+                throw new IllegalStateException("HmacSHA256: " + e, e);
+            }
+        }
+
+        /** A kaudit-mac header: counted, its value's view kept (mBase null: a null value). */
+        void seeMac(InternalRow h) {
+            nMacs++;
+            if (h.isNullAt(1)) {
+                mBase = null;
+                return;
+            }
+            if (h instanceof UnsafeRow u) {
+                long offsetAndSize = u.getLong(1);
+                mBase = u.getBaseObject();
+                mOff = u.getBaseOffset() + (offsetAndSize >> 32);
+                mLen = (int) offsetAndSize;
+            } else {
+                byte[] b = h.getBinary(1);
+                mBase = b;
+                mOff = Platform.BYTE_ARRAY_OFFSET;
+                mLen = b.length;
+            }
+        }
+
+        /** Whether the record's one kaudit-mac header holds the MAC of its {@code n}-byte stamp
+         *  (sBase/sOff). */
+        boolean macOk(int n) {
+            if (nMacs != 1 || mBase == null || mLen != MAC_LENGTH) {
+                return false;
+            }
+            Platform.copyMemory(sBase, sOff, stampCopy, Platform.BYTE_ARRAY_OFFSET, n);
+            mac.update(stampCopy, 0, n);
+            try {
+                mac.doFinal(macOut, 0);
+            } catch (ShortBufferException e) {
+                throw new IllegalStateException(e);
+            }
+            int diff = 0;
+            for (int i = 0; i < MAC_LENGTH; i++) {
+                diff |= macOut[i] ^ Platform.getByte(mBase, mOff + i);
+            }
+            return diff == 0;
         }
 
         int u8(long at) {
@@ -187,6 +263,9 @@ public final class ReadRuns {
                             return BAD;
                         }
                         found = view(h, 1);
+                    } else if (mac != null && !h.isNullAt(0)
+                               && MAC_KEY.equals(h.getUTF8String(0))) {
+                        seeMac(h);
                     }
                 }
                 return found;
@@ -200,11 +279,13 @@ public final class ReadRuns {
                 long h = headerArray.getLong(i);  // a struct element: its offset and size
                 header.pointTo(headerArray.getBaseObject(),
                                headerArray.getBaseOffset() + (h >> 32), (int) h);
-                if (!header.isNullAt(0) && isHeaderKey(header)) {
+                if (!header.isNullAt(0) && isKey(header, HEADER_BYTES)) {
                     if (found != NONE || header.isNullAt(1)) {
                         return BAD;
                     }
                     found = view(header, 1);  // sBase/sOff stay on it: views are not reused
+                } else if (mac != null && !header.isNullAt(0) && isKey(header, MAC_HEADER_BYTES)) {
+                    seeMac(header);  // its view is into the row: still valid when checked
                 }
             }
             return found;
@@ -236,12 +317,12 @@ public final class ReadRuns {
                                                     1 + p + r);
         }
 
-        /** Whether string field 0 of {@code h} is {@code kaudit}, compared where it lies. */
-        static boolean isHeaderKey(UnsafeRow h) {
+        /** Whether string field 0 of {@code h} is {@code key}, compared where it lies. */
+        static boolean isKey(UnsafeRow h, byte[] key) {
             long at = h.getLong(0);
-            return (int) at == HEADER_BYTES.length && ByteArrayMethods.arrayEquals(
-                    h.getBaseObject(), h.getBaseOffset() + (at >> 32), HEADER_BYTES,
-                    Platform.BYTE_ARRAY_OFFSET, HEADER_BYTES.length);
+            return (int) at == key.length && ByteArrayMethods.arrayEquals(
+                    h.getBaseObject(), h.getBaseOffset() + (at >> 32), key,
+                    Platform.BYTE_ARRAY_OFFSET, key.length);
         }
 
         /** Whether the row's topic is {@code topic}, compared where the row holds it. */
@@ -267,6 +348,7 @@ public final class ReadRuns {
             sBase = null;
             checksumOk = null;
             idsOfRun = false;
+            nMacs = 0;
             int n = row.isNullAt(idx[5]) ? Folder.NONE : findStamp(row, idx[5]);
             if (n == Folder.NONE) {
                 sBase = null;
@@ -289,6 +371,11 @@ public final class ReadRuns {
             if (!idsOfRun && !(isUtf8(fix - 1, p) && isUtf8(fix + p, r))) {
                 sBase = null;
                 error = MALFORMED;
+                return;
+            }
+            if (mac != null && !macOk(n)) {  // no producer's: it confirms no write
+                sBase = null;
+                error = FORGED;
                 return;
             }
             fixed = fix;
@@ -384,10 +471,10 @@ public final class ReadRuns {
     }
 
     static Iterator<Row> fold(Iterator<InternalRow> it, int[] idx, long batchId,
-                              long readTimeMicros) {
+                              long readTimeMicros, byte[] key) {
         List<Row> out = new ArrayList<>();
         Timestamp readTime = micros(readTimeMicros);
-        Folder f = new Folder(idx);
+        Folder f = new Folder(idx, key);
         while (it.hasNext()) {
             f.parse(it.next());
             if (f.extendsRun()) {

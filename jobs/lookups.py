@@ -43,7 +43,12 @@ class ClusterLookups:
     """
 
     def __init__(self, settings: Settings) -> None:
+        from kafka_audit.stamp_key import stamp_mac
+
         self.settings = settings
+        # the stamp key, read once (a key file that is no key: an error now): re-reads
+        # verify stamps' MACs with it
+        self._mac = stamp_mac(settings) if settings is not None else None
         self._client = None
         self._consumer = None
         self._policies: dict[str, tuple[bool, float]] = {}  # topic -> (compacted, answered at)
@@ -151,7 +156,7 @@ class ClusterLookups:
                 try:
                     out.extend(_reread_one(self._reader(), req, min(
                         self.settings.audit.reread_timeout_seconds,
-                        deadline - time.monotonic())))
+                        deadline - time.monotonic()), self._mac))
                     break
                 except Exception as exc:  # noqa: BLE001 - asked again next pass; others go on
                     self.close_reader()

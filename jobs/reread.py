@@ -5,7 +5,10 @@ never reported as broker loss) and for writes acked near a leader change (so
 truncation is caught even where the consume job read the write before it was
 destroyed). A re-read answers for *every* offset asked:
 
-* records found become read runs (``status = record``) with their leader epoch;
+* records found become read runs (``status = record``) with their leader epoch,
+  classified by the stamp rule as the consume job classifies them (a foreign, malformed
+  or forged record is no producer's; header keys are read as bytes: :class:`_RawHeaders`);
+  a record that cannot be classified counts as malformed, never fails its range;
 * offsets below the log start are ``expired`` (retention deleted them);
 * offsets inside the log that returned no record (compaction, transaction
   markers) are ``absent``;
@@ -20,6 +23,8 @@ what the broker stored, not what a transactional reader would be shown).
 
 from __future__ import annotations
 
+import ctypes
+import functools
 import logging
 import time
 from collections.abc import Iterable, Sequence
@@ -28,9 +33,18 @@ from datetime import UTC, datetime
 
 from kafka_audit.clients import consumer_config
 from kafka_audit.jobs.model import ReadRun, Reread
-from kafka_audit.schemas.stamp import MALFORMED, NO_STAMP, StampError, checksum_ok, stamp_of_headers
+from kafka_audit.schemas.stamp import (
+    FORGED,
+    MALFORMED,
+    NO_STAMP,
+    ForgedStamp,
+    StampError,
+    StampMac,
+    checksum_ok,
+    stamp_of_headers,
+)
 
-__all__ = ["Record", "batch_size", "fold_records", "reread"]
+__all__ = ["Record", "batch_size", "fold_records", "record_headers", "reread"]
 
 log = logging.getLogger(__name__)
 
@@ -46,17 +60,106 @@ class Record:
     stamp_error: str | None = None
 
 
-def _record(msg) -> Record:
-    """One record read, classified by the stamp rule (``schemas/stamp.py``)."""
-    epoch = msg.leader_epoch()
+class _RawHeaders:
+    """A consumed record's headers as the log holds them: ``(key bytes, value bytes or
+    None)`` pairs, or None (no headers).
+
+    confluent-kafka's ``Message.headers()`` decodes every key as strict UTF-8: a key that is
+    not (the protocol allows any bytes) makes it raise ``SystemError``, the record's other
+    headers lost with it, and a second call returns a list holding a NULL (a crash). The
+    Java client, so the consume job, decodes such a key with replacement characters and
+    classifies the record by its other headers. So the re-read reads the headers librdkafka
+    parsed, before confluent-kafka converts them: the Message's ``c_headers`` pointer
+    (``confluent_kafka.h``: after the object header, the pointers ``topic``, ``value``,
+    ``key``, ``headers``, then ``c_headers``), through librdkafka's
+    ``rd_kafka_header_get_all``. The layout is checked on every record (the ``topic`` slot
+    holds the object ``topic()`` returns; ``headers`` is still unset); where it does not
+    hold, ``headers()`` is called once and a failure is a malformed record (:func:`_record`).
+    librdkafka returns a key as a C string: a key with a NUL byte is cut at it (the consume
+    job compares it whole; no producer of the auditor's writes such a key).
+    """
+
+    _P = ctypes.sizeof(ctypes.c_void_p)
+    TOPIC = object.__basicsize__  # the first slot after the object header
+    HEADERS = TOPIC + 3 * _P
+    C_HEADERS = TOPIC + 4 * _P
+
+    def __init__(self) -> None:
+        from kafka_audit.producers.native import librdkafka_path
+
+        self.get_all = ctypes.CDLL(librdkafka_path()).rd_kafka_header_get_all
+        self.get_all.restype = ctypes.c_int
+        self.get_all.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
+                                 ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.POINTER(ctypes.c_void_p),
+                                 ctypes.POINTER(ctypes.c_size_t)]
+
+    def layout_holds(self, msg) -> bool:
+        at = id(msg)
+        return (ctypes.c_void_p.from_address(at + self.TOPIC).value == id(msg.topic())
+                and ctypes.c_void_p.from_address(at + self.HEADERS).value is None)
+
+    def __call__(self, msg) -> list[tuple[bytes, bytes | None]] | None:
+        hdrs = ctypes.c_void_p.from_address(id(msg) + self.C_HEADERS).value
+        if not hdrs:
+            return None
+        name, value, size = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
+        out = []
+        while not self.get_all(hdrs, len(out), ctypes.byref(name), ctypes.byref(value),
+                               ctypes.byref(size)):
+            out.append((ctypes.string_at(name.value),
+                        ctypes.string_at(value.value, size.value) if value.value else None))
+        return out
+
+
+@functools.cache
+def _raw_headers() -> _RawHeaders | None:
     try:
-        s = stamp_of_headers(msg.headers())
+        return _RawHeaders()
+    except Exception as exc:  # noqa: BLE001 - headers() then, its failures counted
+        log.warning("re-reads read headers through confluent-kafka (%s): a record with a "
+                    "header key that is not UTF-8 counts as malformed", exc)
+        return None
+
+
+def record_headers(msg):
+    """A consumed record's headers for the stamp rule, keys as bytes where they can be read
+    so (:class:`_RawHeaders`); :class:`StampError` if they cannot be read at all."""
+    from confluent_kafka import Message
+
+    raw = _raw_headers()
+    if raw is not None and type(msg) is Message and raw.layout_holds(msg):
+        return raw(msg)
+    try:
+        return msg.headers()
+    except Exception as exc:  # noqa: BLE001 - a key confluent-kafka cannot decode
+        raise StampError(f"headers unreadable here ({type(exc).__name__}: {exc})") from None
+
+
+def _record(msg, mac: StampMac | None = None) -> Record:
+    """One record read, classified by the stamp rule (``schemas/stamp.py``; ``mac``: the
+    stamp key's, when one is configured). Never raises: a record that cannot be classified
+    is a malformed one (unjudged), not a failed range."""
+    offset = msg.offset()
+    try:
+        epoch = msg.leader_epoch()
+    except Exception:  # noqa: BLE001 - unknown: no epoch, as a broker may answer
+        epoch = None
+    try:
+        s = stamp_of_headers(record_headers(msg), mac)
+        if s is None:
+            return Record(offset, None, None, None, None, epoch, NO_STAMP)
+        return Record(offset, s.producer_id, s.run_id, s.seq, checksum_ok(s, msg.value()),
+                      epoch)
+    except ForgedStamp as exc:  # no producer's: it confirms no write
+        return Record(offset, None, None, None, None, epoch, f"{FORGED}: {exc}")
     except StampError as exc:
-        return Record(msg.offset(), None, None, None, None, epoch, f"{MALFORMED}: {exc}")
-    if s is None:
-        return Record(msg.offset(), None, None, None, None, epoch, NO_STAMP)
-    return Record(msg.offset(), s.producer_id, s.run_id, s.seq, checksum_ok(s, msg.value()),
-                  epoch)
+        return Record(offset, None, None, None, None, epoch, f"{MALFORMED}: {exc}")
+    except Exception as exc:  # noqa: BLE001 - one record never fails its range
+        log.warning("re-read: the record at offset %s could not be classified (%s: %s); "
+                    "it counts as malformed", offset, type(exc).__name__, exc)
+        return Record(offset, None, None, None, None, epoch,
+                      f"{MALFORMED}: unreadable ({type(exc).__name__})")
 
 
 def fold_records(req: Reread, records: Iterable[Record], low: int, high: int,
@@ -114,9 +217,11 @@ def batch_size(pos: int, stop: int) -> int:
     return max(1, min(MAX_BATCH, stop - pos))
 
 
-def reread(cluster: dict, requests: Sequence[Reread], timeout: float = 30.0) -> list[ReadRun]:
+def reread(cluster: dict, requests: Sequence[Reread], timeout: float = 30.0,
+           mac: StampMac | None = None) -> list[ReadRun]:
     """Read every requested range directly from the cluster (``cluster``: its client
-    properties, :func:`~kafka_audit.clients.cluster_config`); one answer per offset asked."""
+    properties, :func:`~kafka_audit.clients.cluster_config`); one answer per offset asked.
+    ``mac``: the stamp key's (``kafka_audit.stamp_key.stamp_mac``), if one is configured."""
     from confluent_kafka import Consumer
 
     if not requests:
@@ -127,7 +232,7 @@ def reread(cluster: dict, requests: Sequence[Reread], timeout: float = 30.0) -> 
     try:
         for req in requests:
             try:
-                out.extend(_reread_one(c, req, timeout))
+                out.extend(_reread_one(c, req, timeout, mac))
             except Exception as exc:  # noqa: BLE001 - asked again next pass; others go on
                 log.warning("re-read of %s/%s [%s, %s) failed: %s", req.topic, req.partition,
                             req.offset, req.end, exc)
@@ -136,7 +241,7 @@ def reread(cluster: dict, requests: Sequence[Reread], timeout: float = 30.0) -> 
     return out
 
 
-def _reread_one(c, req: Reread, timeout: float) -> list[ReadRun]:
+def _reread_one(c, req: Reread, timeout: float, mac: StampMac | None = None) -> list[ReadRun]:
     from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
     tp = TopicPartition(req.topic, req.partition)
@@ -164,7 +269,7 @@ def _reread_one(c, req: Reread, timeout: float) -> list[ReadRun]:
                         raise KafkaException(err)
                     pos = max(pos, m.offset() + 1)
                     if m.offset() < stop:
-                        records.append(_record(m))
+                        records.append(_record(m, mac))
         finally:
             c.unassign()
         # retention may have moved the log start while we read: a gap below it is expired

@@ -3,8 +3,8 @@
 Parses the ``kaudit`` header laid out in ``schemas/stamp.py``, by the stamp
 rule defined there, with SQL functions only (no Python UDF), so parsing runs
 in the JVM at source speed. A record without the header, or with a malformed
-one, stays in the output with ``stamped = false`` and a ``stamp_error``:
-counted, never dropped.
+one (or, with a stamp key, a forged one: no ``kaudit-mac`` that verifies), stays in
+the output with ``stamped = false`` and a ``stamp_error``: counted, never dropped.
 
 :func:`read_runs` then folds the records into runs (the range ledger's read
 side): consecutive offsets holding consecutive seqs of one producer run, or
@@ -25,12 +25,16 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from kafka_audit.schemas.stamp import (
+    FORGED,
     HEADER,
+    MAC_HEADER,
+    MAC_LENGTH,
     MALFORMED,
     MIN_LENGTHS,
     NO_STAMP,
     VERSION,
     VERSION_XXH64,
+    StampMac,
 )
 from kafka_audit.schemas.tables import column_names
 
@@ -42,13 +46,28 @@ def _uint(binary: Column, pos: int | Column, length: int | Column) -> Column:
     return F.conv(F.hex(F.substring(binary, pos, length)), 16, 10)
 
 
-def parse_kafka_records(df: DataFrame, batch_id: int) -> DataFrame:
+def _mac_ok(s: Column, mac: StampMac) -> Column:
+    """Whether the record holds exactly one ``kaudit-mac`` header, the MAC of stamp ``s``:
+    HMAC-SHA256 as RFC 2104 defines it, two SHA-256 hashes behind the key's inner and outer
+    blocks, its first :data:`MAC_LENGTH` bytes."""
+    macs = F.filter("headers", lambda h: h["key"] == F.lit(MAC_HEADER))
+    given = F.try_element_at(macs, F.lit(1))["value"]
+    ipad, opad = (F.lit(bytearray(b)) for b in mac.blocks)
+    inner = F.unhex(F.sha2(F.concat(ipad, s), 256))
+    want = F.substring(F.unhex(F.sha2(F.concat(opad, inner), 256)), 1, MAC_LENGTH)
+    return F.coalesce((F.coalesce(F.size(macs), F.lit(0)) == 1) & (given == want),
+                      F.lit(False))
+
+
+def parse_kafka_records(df: DataFrame, batch_id: int, mac: StampMac | None = None
+                        ) -> DataFrame:
     """Kafka source rows (with ``includeHeaders``) to rows of the ``consumed`` table.
 
     The stamp rule of ``schemas/stamp.py``, check by check: no ``kaudit`` header is no
     stamp; two or more, a null or empty value, a version other than 1 and 2, too short
     for its version, an empty id, lengths that do not add up, an id that is not UTF-8 or
-    a seq of 2^63 or more is a malformed one. The checksum is CRC32 (``crc32``) for a
+    a seq of 2^63 or more is a malformed one; with the stamp key's ``mac``, a well-formed
+    stamp without its one MAC is a forged one. The checksum is CRC32 (``crc32``) for a
     version 1 stamp and XXH64 with seed 42 (``xxhash64``, whose seed is 42) for version 2.
     """
     ours = F.filter("headers", lambda h: h["key"] == F.lit(HEADER))
@@ -85,6 +104,11 @@ def parse_kafka_records(df: DataFrame, batch_id: int) -> DataFrame:
         F.lit(False))
     error = (F.when(n <= 0, F.lit(NO_STAMP))
              .when(~well_formed, F.lit(MALFORMED)))
+    stamped = well_formed
+    if mac is not None:  # a forged stamp is no producer's
+        mac_ok = _mac_ok(s, mac)
+        error = error.when(~mac_ok, F.lit(FORGED))
+        stamped = well_formed & mac_ok
     value = F.coalesce(F.col("value"), F.lit(b"").cast("binary"))  # null counts as empty
     crc_ok = F.crc32(value) == _uint(s, 10, 4).cast("long")
     # hex of a long is its two's complement: the stamp's unsigned 64 bits, byte for byte
@@ -94,12 +118,12 @@ def parse_kafka_records(df: DataFrame, batch_id: int) -> DataFrame:
         F.col("partition").cast("int").alias("partition"),
         F.col("offset").cast("long").alias("offset"),
         F.col("timestamp").alias("kafka_timestamp"),
-        well_formed.alias("stamped"),
+        stamped.alias("stamped"),
         error.alias("stamp_error"),
-        F.when(well_formed, producer.cast("string")).alias("producer_id"),
-        F.when(well_formed, run.cast("string")).alias("run_id"),
-        F.when(well_formed, _uint(s, 2, 8).cast("long")).alias("seq"),
-        F.when(well_formed, F.when(version == VERSION_XXH64, xxh64_ok).otherwise(crc_ok))
+        F.when(stamped, producer.cast("string")).alias("producer_id"),
+        F.when(stamped, run.cast("string")).alias("run_id"),
+        F.when(stamped, _uint(s, 2, 8).cast("long")).alias("seq"),
+        F.when(stamped, F.when(version == VERSION_XXH64, xxh64_ok).otherwise(crc_ok))
         .alias("checksum_ok"),
         F.current_timestamp().alias("read_time"),
         F.lit(batch_id).cast("long").alias("batch_id"),
@@ -127,11 +151,13 @@ def read_runs(records: DataFrame) -> DataFrame:
             .select(*column_names("consumed")))
 
 
-def fold_read_runs(kafka: DataFrame, batch_id: int) -> DataFrame:
+def fold_read_runs(kafka: DataFrame, batch_id: int, mac: StampMac | None = None
+                   ) -> DataFrame:
     """Kafka source rows (with ``includeHeaders``) to ``consumed`` rows, on the JVM in one pass.
 
-    Same rows as ``read_runs(parse_kafka_records(kafka, batch_id))`` but for runs that a
-    task edge splits in two; ``read_time`` is the time of this call.
+    Same rows as ``read_runs(parse_kafka_records(kafka, batch_id, mac))`` but for runs that
+    a task edge splits in two; ``read_time`` is the time of this call. ``mac``: the stamp
+    key's (its key goes to the tasks: ``javax.crypto.Mac`` there).
     """
     from datetime import UTC, datetime
 
@@ -140,5 +166,6 @@ def fold_read_runs(kafka: DataFrame, batch_id: int) -> DataFrame:
     spark = kafka.sparkSession
     jschema = spark._jsparkSession.parseDataType(spark_schema("consumed").json())
     micros = int(datetime.now(UTC).timestamp() * 1_000_000)
-    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(kafka._jdf, jschema, batch_id, micros)
+    key = None if mac is None else bytearray(mac.key)
+    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(kafka._jdf, jschema, batch_id, micros, key)
     return DataFrame(jdf, spark)

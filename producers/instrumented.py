@@ -19,6 +19,10 @@ sequence, payload checksum). Every delivery report, success or failure, reaches 
 takes the Python path. A delivery callback of the caller's (``on_delivery`` in the config
 or per message) is called as confluent-kafka would call it, on either path.
 
+With ``stamp.key_file`` set, both paths add a ``kaudit-mac`` header beside every stamp
+(``schemas/stamp.py``, The stamp MAC); the ids are checked by the stamp rule here, before
+either path starts (:class:`~kafka_audit.schemas.stamp.StampError`).
+
 ``keep_record=True`` (tests and the demo: the producer's own account of its writes,
 ground truth to judge the audit by) binds each record's sequence to a callback; on the
 native path the sequence is counted here in step with the plugin's, and :meth:`close`
@@ -55,8 +59,9 @@ from kafka_audit.producers.native import (
     spool_folder_name,
 )
 from kafka_audit.schemas.policy import Durability
-from kafka_audit.schemas.stamp import HEADER, SEQ_CRC, crc32, stamp_prefix
+from kafka_audit.schemas.stamp import HEADER, MAC_HEADER, SEQ_CRC, crc32, stamp_prefix
 from kafka_audit.settings import Settings
+from kafka_audit.stamp_key import stamp_mac
 
 __all__ = ["AuditedProducer"]
 
@@ -83,6 +88,11 @@ class AuditedProducer:
                  native: bool | None = None) -> None:
         self.producer_id = producer_id
         self.run_id = run_id or f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+        stamp_prefix(self.producer_id, self.run_id)  # StampError: ids no reader would take
+        # the stamp key, read (and checked) once: a MAC beside every stamp (ConfigError: a
+        # key file that cannot be one)
+        self._mac = stamp_mac(settings)
+        self._key_file = settings.stamp.key_file
         conf = {"logger": client_logger(), **config}
         self.durability = _durability(conf)
         self._seq = 0
@@ -123,9 +133,12 @@ class AuditedProducer:
                 == "true"
         root = native_spool_root(settings)
         folder = root / spool_folder_name(self.producer_id, self.run_id)
-        props = plugin_properties(plugin, root, self.producer_id, self.run_id)
+        props = plugin_properties(plugin, root, self.producer_id, self.run_id,
+                                  key_file=self._key_file)
         try:
-            producer = Producer({**conf, **props})
+            # the plugin's properties first: the plugin then reads the caller's client.id as
+            # librdkafka's only (without kaudit.producer.id it would be the producer id)
+            producer = Producer({**props, **{k: v for k, v in conf.items() if k not in props}})
         except KafkaException as exc:
             if "kaudit" not in str(exc):
                 raise  # the caller's own configuration error
@@ -235,7 +248,10 @@ class AuditedProducer:
             self._seq = seq + 1
             return seq
         stamp = self._head + SEQ_CRC.pack(seq, crc32(value or b"")) + self._tail
-        hdrs = [(HEADER, stamp), *headers] if headers else [(HEADER, stamp)]
+        hdrs = [(HEADER, stamp)] if self._mac is None else [(HEADER, stamp),
+                                                             (MAC_HEADER, self._mac(stamp))]
+        if headers:
+            hdrs += headers
         cb = partial(self._on_delivery, seq, user or self._user_default)
         self._producer.produce(topic, value, key, headers=hdrs, on_delivery=cb, **kw)
         self._seq = seq + 1

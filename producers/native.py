@@ -27,7 +27,8 @@ from pathlib import Path
 from kafka_audit.errors import AuditorError
 
 __all__ = ["PluginUnavailable", "NativeFallbackWarning", "load_plugin", "plugin_properties",
-           "spool_folder_name", "native_spool_root", "SpoolState", "promote_librdkafka"]
+           "spool_folder_name", "native_spool_root", "SpoolState", "promote_librdkafka",
+           "librdkafka_path"]
 
 
 class PluginUnavailable(AuditorError):
@@ -58,9 +59,9 @@ def native_spool_root(settings) -> Path:
     return Path(settings.home_dir) / "spool" / "native"
 
 
-def promote_librdkafka() -> str:
-    """Put the librdkafka that confluent-kafka loaded into the global symbol scope; return
-    its path."""
+@functools.cache
+def librdkafka_path() -> str:
+    """The librdkafka that confluent-kafka loaded (its wheel bundles its own)."""
     import confluent_kafka  # noqa: F401 - loads cimpl, and with it librdkafka
 
     with open("/proc/self/maps") as maps:
@@ -68,8 +69,15 @@ def promote_librdkafka() -> str:
     if found is None:
         raise PluginUnavailable("confluent-kafka's librdkafka is not among the loaded "
                                 "libraries (/proc/self/maps)")
-    ctypes.CDLL(found.group(1), mode=os.RTLD_GLOBAL)
     return found.group(1)
+
+
+def promote_librdkafka() -> str:
+    """Put the librdkafka that confluent-kafka loaded into the global symbol scope; return
+    its path."""
+    path = librdkafka_path()
+    ctypes.CDLL(path, mode=os.RTLD_GLOBAL)
+    return path
 
 
 @functools.cache
@@ -88,12 +96,16 @@ def load_plugin() -> Path:
 
 
 def plugin_properties(plugin: Path, spool_root: Path, producer_id: str, run_id: str,
-                      fsync_ms: int | None = None) -> dict[str, str]:
-    """The librdkafka properties that load the plugin for one producer run."""
+                      fsync_ms: int | None = None, key_file: Path | None = None
+                      ) -> dict[str, str]:
+    """The librdkafka properties that load the plugin for one producer run (``key_file``:
+    the stamp key's, ``stamp.key_file``: a MAC beside every stamp)."""
     props = {"plugin.library.paths": str(plugin), "kaudit.producer.id": producer_id,
              "kaudit.run.id": run_id, "kaudit.spool.dir": str(spool_root)}
     if fsync_ms is not None:
         props["kaudit.spool.fsync.ms"] = str(fsync_ms)
+    if key_file is not None:
+        props["kaudit.stamp.key.file"] = str(key_file)
     return props
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from kafka_audit.jobs.reread import record_headers
 from kafka_audit.schemas.stamp import StampError, stamp_of_headers
 
 __all__ = ["scan_log", "full_read", "full_read_stamps", "acked_but_missing", "Written",
@@ -63,7 +64,7 @@ def scan_log(bootstrap: str, topic: str, timeout: float = 60
                 p, o = m.partition(), m.offset()
                 positions[p] = max(positions[p], o)
                 try:
-                    s = stamp_of_headers(m.headers())
+                    s = stamp_of_headers(record_headers(m))  # as the re-read reads them
                 except StampError:
                     s = None
                 yield p, o, None if s is None else (s.producer_id, s.run_id, s.seq)

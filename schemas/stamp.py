@@ -27,7 +27,10 @@ The stamp rule
 Every record has exactly one stamp status, decided by its headers alone:
 
 * **no stamp**: no header has the key ``kaudit`` (no headers at all, or
-  other headers only); ``stamp_error`` in ``consumed``: ``"no kaudit header"``;
+  other headers only); ``stamp_error`` in ``consumed``: ``"no kaudit header"``.
+  A key is compared as the bytes the log holds: one that is not valid UTF-8 is
+  never ``kaudit`` (Kafka allows any bytes; the Java client, so Spark, decodes
+  such a key with replacement characters, and the re-read reads its bytes);
 * **malformed**: a ``kaudit`` header exists but the record holds more than one
   ``kaudit`` header; or its value is null or empty; or shorter than its
   version's fixed part plus two id lengths (15 bytes for version 1, 19 for
@@ -37,12 +40,37 @@ Every record has exactly one stamp status, decided by its headers alone:
   or an id is not valid UTF-8 (strictly: no surrogates, no overlong forms,
   nothing past U+10FFFF); or the sequence is 2^63 or more (it must fit a
   signed 64-bit column); ``stamp_error``: ``"malformed stamp"``;
+* **forged** (only while a stamp key is configured, ``stamp.key_file``): a
+  well-formed stamp without exactly one ``kaudit-mac`` header whose value is the
+  stamp's MAC (:class:`StampMac`); ``stamp_error``: ``"forged stamp"``. Such a
+  record is no producer's: it never confirms a write;
 * **stamped**: a well-formed :class:`Stamp` (producer id, run id, seq, checksum,
-  version).
+  version), with its MAC when a key is configured.
 
 Whether a stamp's checksum matches is decided apart from the rule: CRC32 (version
 1) or XXH64 with seed 42 (version 2) of the record's value, a null value counting
 as empty bytes (:func:`checksum_ok`).
+
+The stamp MAC
+-------------
+
+Anyone who can write to an audited topic can write a well-formed stamp. With a
+key configured (the same file for producers and auditor: 16-4096 bytes, not
+world-readable), each stamp travels with a second header, ``kaudit-mac``: the
+first 16 bytes of HMAC-SHA256 (RFC 2104) under that key of the stamp header's
+value. The stamp holds the producer's ids, the seq and the value's digest (its
+checksum), so the MAC binds all four: without the key no one can make a stamp
+the auditor takes. What it cannot stop is the copy of a stamp someone has read
+(with its record's value, or another value made to match a checksum that is no
+cryptographic hash): a copy is written after the write it copies, at an offset
+other than the one that write's ack names. The MAC covers the stamp, not the
+whole value: its cost
+stays the same whatever the record's size. Without a key, ``kaudit-mac``
+headers are ignored. Readers: the
+Python rule below, the consume job's SQL definition (``sha2`` over the key's
+inner and outer blocks, :attr:`StampMac.blocks`) and its JVM fold
+(``javax.crypto.Mac``); writers: the Python producer and the plugin
+(OpenSSL's libcrypto).
 
 :func:`stamp_of_headers` is the definition, over a record's header list
 (:func:`parse_stamp` over one ``kaudit`` value). Every reader follows it: the
@@ -57,17 +85,21 @@ and bad header lists of both versions.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import struct
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-__all__ = ["HEADER", "VERSION", "VERSION_XXH64", "VERSIONS", "SEQ_CRC", "SEQ_XXH64",
-           "MIN_LENGTH", "MIN_LENGTHS", "SEQ_LIMIT", "XXH64_SEED", "NO_STAMP", "MALFORMED",
-           "Stamp", "StampError", "stamp_prefix", "build_stamp", "parse_stamp",
-           "stamp_of_headers", "checksum_ok", "checksum_of", "crc32", "xxh64"]
+__all__ = ["HEADER", "HEADER_BYTES", "VERSION", "VERSION_XXH64", "VERSIONS", "SEQ_CRC",
+           "SEQ_XXH64", "MIN_LENGTH", "MIN_LENGTHS", "SEQ_LIMIT", "XXH64_SEED", "NO_STAMP",
+           "MALFORMED", "FORGED", "MAC_HEADER", "MAC_LENGTH", "KEY_LENGTHS", "Stamp",
+           "StampError", "ForgedStamp", "StampMac", "stamp_prefix", "build_stamp",
+           "parse_stamp", "stamp_of_headers", "checksum_ok", "checksum_of", "crc32", "xxh64"]
 
 HEADER = "kaudit"
+HEADER_BYTES = HEADER.encode()
 VERSION = 1  # CRC32: what the pure-Python producer writes
 VERSION_XXH64 = 2  # XXH64 (seed 42): what the librdkafka plugin writes
 VERSIONS = (VERSION, VERSION_XXH64)
@@ -86,10 +118,63 @@ crc32 = zlib.crc32
 NO_STAMP = f"no {HEADER} header"
 #: the ``consumed`` table's ``stamp_error`` for a record with a malformed one
 MALFORMED = "malformed stamp"
+#: the ``consumed`` table's ``stamp_error`` for a well-formed stamp whose MAC does not
+#: verify (or is missing) while a stamp key is configured
+FORGED = "forged stamp"
+#: the header that carries a stamp's MAC, and the MAC's length (HMAC-SHA256's first half)
+MAC_HEADER = "kaudit-mac"
+MAC_HEADER_BYTES = MAC_HEADER.encode()
+MAC_LENGTH = 16
+#: a stamp key's length, in bytes: at least 128 bits; a file much longer is no key file
+KEY_LENGTHS = (16, 4096)
 
 
 class StampError(ValueError):
     """Raised when a record's ``kaudit`` header is not one well-formed stamp; says why."""
+
+
+class ForgedStamp(StampError):
+    """Raised when a well-formed stamp has no MAC, or one that does not verify, while a
+    stamp key is configured; says why."""
+
+
+class StampMac:
+    """The stamp MAC under one key: HMAC-SHA256 (RFC 2104) of a stamp header's value, its
+    first :data:`MAC_LENGTH` bytes. The key's inner and outer blocks are hashed once
+    (``hashlib`` states copied per stamp: half the cost of ``hmac.digest`` here, which
+    ``tests/unit/test_stamp.py`` holds it equal to)."""
+
+    BLOCK = 64  # SHA-256's block size
+
+    def __init__(self, key: bytes) -> None:
+        if not KEY_LENGTHS[0] <= len(key) <= KEY_LENGTHS[1]:
+            raise StampError(f"a stamp key is {KEY_LENGTHS[0]}-{KEY_LENGTHS[1]} bytes, got "
+                             f"{len(key)}")
+        self.key = bytes(key)  # for the JVM fold's javax.crypto.Mac
+        k = (hashlib.sha256(key).digest() if len(key) > self.BLOCK else key).ljust(
+            self.BLOCK, b"\0")
+        #: the key's inner and outer blocks (K xor ipad, K xor opad): the SQL definition
+        #: hashes them in front of the stamp and of the inner hash
+        self.blocks = (bytes(b ^ 0x36 for b in k), bytes(b ^ 0x5C for b in k))
+        self._inner = hashlib.sha256(self.blocks[0])
+        self._outer = hashlib.sha256(self.blocks[1])
+
+    def __call__(self, stamp: bytes) -> bytes:
+        inner = self._inner.copy()
+        inner.update(stamp)
+        outer = self._outer.copy()
+        outer.update(inner.digest())
+        return outer.digest()[:MAC_LENGTH]
+
+    def check(self, stamp: bytes, macs: list[bytes | None]) -> None:
+        """:class:`ForgedStamp` unless ``macs`` (the record's ``kaudit-mac`` values) is the
+        one MAC of ``stamp``."""
+        if not macs:
+            raise ForgedStamp(f"no {MAC_HEADER} header")
+        if len(macs) > 1:
+            raise ForgedStamp(f"{len(macs)} {MAC_HEADER} headers")
+        if macs[0] is None or not hmac.compare_digest(bytes(macs[0]), self(stamp)):
+            raise ForgedStamp("the stamp's MAC does not verify")
 
 
 @dataclass(frozen=True)
@@ -160,7 +245,10 @@ def checksum_of(value: bytes | None, version: int = VERSION) -> int:
 
 
 def _id_bytes(value: str, what: str) -> bytes:
-    raw = value.encode()
+    try:
+        raw = value.encode()
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 for it
+        raise StampError(f"{what} is not UTF-8: {exc.reason} at {exc.start}") from None
     if not 0 < len(raw) < 256:
         raise StampError(f"{what} must be 1-255 bytes of UTF-8, got {len(raw)}")
     return bytes([len(raw)]) + raw
@@ -224,19 +312,31 @@ def parse_stamp(value: bytes | None) -> Stamp:
     return Stamp(producer, run, seq, checksum, version)
 
 
-def stamp_of_headers(headers: Iterable[tuple[str, bytes | None]] | None) -> Stamp | None:
+def stamp_of_headers(headers: Iterable[tuple[str | bytes, bytes | None]] | None,
+                     mac: StampMac | None = None) -> Stamp | None:
     """The stamp rule over a record's headers (``(key, value)`` pairs, as confluent-kafka's
-    ``Message.headers()`` gives them; ``None``: no headers).
+    ``Message.headers()`` gives them, or with the key as bytes, as the log holds it and the
+    re-read reads it; ``None``: no headers), under the stamp key's ``mac`` if one is
+    configured.
 
     Returns the :class:`Stamp`, or ``None`` when no header is ``kaudit`` (*no stamp*);
-    raises :class:`StampError` with the reason when the record's stamp is *malformed*.
+    raises :class:`StampError` with the reason when the record's stamp is *malformed*, and
+    its subclass :class:`ForgedStamp` when it is *forged*.
     """
-    values = [v for k, v in headers or () if k == HEADER]
+    values, macs = [], []
+    for k, v in headers or ():
+        if k == HEADER or k == HEADER_BYTES:
+            values.append(v)
+        elif mac is not None and (k == MAC_HEADER or k == MAC_HEADER_BYTES):
+            macs.append(v)
     if not values:
         return None
     if len(values) > 1:
         raise StampError(f"{len(values)} {HEADER} headers")
-    return parse_stamp(values[0])
+    stamp = parse_stamp(values[0])
+    if mac is not None:
+        mac.check(bytes(values[0]), macs)
+    return stamp
 
 
 def checksum_ok(stamp: Stamp, value: bytes | None) -> bool:

@@ -5,7 +5,7 @@
  *
  *   - stamps every record in on_send(): one `kaudit` header, stamp version 2 (layout and
  *     rule: schemas/stamp.py): producer id, run id, a sequence from 0, XXH64 (seed 42) of
- *     the value;
+ *     the value; with a stamp key, a `kaudit-mac` header beside it;
  *   - records every delivery report of its own stamped records in on_acknowledgement(),
  *     folded into runs (consecutive seqs at consecutive offsets of one partition, or one
  *     shared error), in a per-producer spool that survives the process being killed: the
@@ -19,15 +19,29 @@
  * exactly once. No Python runs per message.
  *
  * Properties (an unknown kaudit.* property is a configuration error):
- *   kaudit.producer.id           stable producer name (default: client.id)
+ *   kaudit.producer.id           stable producer name (default: client.id); 1-255 bytes of
+ *                                UTF-8 (a stamp id, schemas/stamp.py), as kaudit.run.id
+ *                                and, without kaudit.producer.id, client.id: another value
+ *                                is refused when set (client.id set before the plugin is
+ *                                loaded: when it loads)
  *   kaudit.run.id                this producer instance (default: UTC time + random hex)
  *   kaudit.spool.dir             spool root (default: $KAFKA_AUDIT_HOME/spool/native, else
  *                                $XDG_DATA_HOME/kafka-audit/spool/native, else
- *                                ~/.local/share/kafka-audit/spool/native)
+ *                                ~/.local/share/kafka-audit/spool/native, ~ from $HOME or
+ *                                else the user's passwd entry; never a shared folder)
  *   kaudit.spool.fsync.ms        fdatasync the spool this often when it changed (default
  *                                1000); -1: never (the page cache alone: survives the
  *                                process, not the machine)
  *   kaudit.spool.segment.records runs per spool segment file (default 65536, min 16)
+ *   kaudit.stamp.key.file        the stamp key (stamp.key_file: 16-4096 bytes, not readable
+ *                                by others; read once, when set): a `kaudit-mac` header
+ *                                beside every stamp, HMAC-SHA256 of the stamp cut to 16
+ *                                bytes (schemas/stamp.py, The stamp MAC), with OpenSSL's
+ *                                libcrypto. Unset: no MAC
+ *
+ * The spool is the user's alone: anyone who could write in it could add acks to the ledger.
+ * Folders the plugin creates are 0700 and its files 0600; a spool root that others may
+ * write is closed (chmod 0700) if it is the user's, else refused.
  *
  * Spool folder <spool.dir>/<producer>_<run>/ (names: bytes outside [A-Za-z0-9._-] become _):
  *   .lock          flock(LOCK_EX) held while the producer lives (shippers test it)
@@ -50,6 +64,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -63,6 +78,8 @@
 #include <unistd.h>
 
 #include <librdkafka/rdkafka.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
 
 #include "xxh64.h"
 
@@ -79,6 +96,11 @@
 #define HEADER_NAME "kaudit"
 #define MAX_ID 255
 #define MAX_STAMP (STAMP_FIXED + 2 * MAX_ID)
+#define MAC_HEADER_NAME "kaudit-mac"
+#define MAC_LENGTH 16 /* HMAC-SHA256's first 16 bytes */
+#define KEY_MIN 16
+#define KEY_MAX 4096
+#define SHA256_BLOCK 64
 /* librdkafka's RD_KAFKAP_MESSAGE_V2_MAX_OVERHEAD: the per-record bound it checks with */
 #define V2_MAX_OVERHEAD (5 + 1 + 10 + 5 + 5 + 5 + 5)
 
@@ -149,6 +171,10 @@ struct kconf {
          * topic handle's own configuration (kcat -P: -X acks=1) leaves the producer's
          * configuration, all an interceptor can read, at the default ("all") */
         char acks[32];
+        /* kaudit.stamp.key.file: the key's HMAC blocks (K xor ipad, K xor opad) */
+        int has_key;
+        uint8_t ipad[SHA256_BLOCK];
+        uint8_t opad[SHA256_BLOCK];
         struct kinst *inst; /* the producer created from this conf, if any */
 };
 
@@ -169,7 +195,11 @@ struct kinst {
         uint8_t tail[2 + 2 * MAX_ID]; /* the stamp's id part: P, producer, R, run */
         size_t tail_len;
         size_t stamp_len;
-        size_t header_ser; /* the stamp header's serialized size in a v2 record */
+        size_t header_ser; /* the stamp's headers' serialized size in a v2 record */
+        /* with a key: SHA-256 states after the key's inner and outer blocks, copied for
+         * each stamp (the key is hashed once, not per record) */
+        EVP_MD *sha256;
+        EVP_MD_CTX *mac_inner, *mac_outer;
         int64_t max_msg_size;
         int lock_fd, state_fd, topics_fd, seg_fd;
         struct kstate *st;
@@ -238,16 +268,142 @@ static size_t varint_size(int64_t n) {
 
 static const char *known_props =
     "kaudit.producer.id, kaudit.run.id, kaudit.acks, kaudit.spool.dir, "
-    "kaudit.spool.fsync.ms, kaudit.spool.segment.records";
+    "kaudit.spool.fsync.ms, kaudit.spool.segment.records, kaudit.stamp.key.file";
 
+/* Read the stamp key in path into kc's HMAC blocks; 0 (errstr says why) if the file cannot
+ * be one: unreadable, not a regular file, readable by others, not 16-4096 bytes. The same
+ * checks as kafka_audit/stamp_key.py. */
+static int read_key_file(const char *path, struct kconf *kc, char *errstr, size_t size) {
+        uint8_t buf[KEY_MAX + 1], k[SHA256_BLOCK] = {0};
+        size_t got = 0;
+        ssize_t n  = 0;
+        struct stat st;
+        int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC); /* a FIFO must not hang */
+        int ok = 0;
+        if (fd < 0) {
+                set_err(errstr, size, "kaudit: kaudit.stamp.key.file %s cannot be read: %s",
+                        path, strerror(errno));
+                return 0;
+        }
+        if (fstat(fd, &st) || !S_ISREG(st.st_mode)) {
+                set_err(errstr, size, "kaudit: kaudit.stamp.key.file %s is not a regular file",
+                        path);
+                goto out;
+        }
+        if (st.st_mode & S_IROTH) {
+                set_err(errstr, size,
+                        "kaudit: kaudit.stamp.key.file %s is readable by others (mode %o): "
+                        "chmod o-r it; anyone who reads the key can forge stamps",
+                        path, (unsigned)(st.st_mode & 07777));
+                goto out;
+        }
+        while (got < sizeof(buf) && (n = read(fd, buf + got, sizeof(buf) - got)) != 0) {
+                if (n < 0) {
+                        if (errno == EINTR)
+                                continue;
+                        set_err(errstr, size,
+                                "kaudit: kaudit.stamp.key.file %s cannot be read: %s", path,
+                                strerror(errno));
+                        goto out;
+                }
+                got += (size_t)n;
+        }
+        if (got < KEY_MIN || got > KEY_MAX) {
+                set_err(errstr, size,
+                        "kaudit: kaudit.stamp.key.file %s holds %zu%s bytes: a stamp key is "
+                        "%d-%d bytes (e.g. head -c 32 /dev/urandom)",
+                        path, got, got > KEY_MAX ? "+" : "", KEY_MIN, KEY_MAX);
+                goto out;
+        }
+        if (got > SHA256_BLOCK) { /* RFC 2104: a key longer than a block is hashed */
+                unsigned int len = 0;
+                if (!EVP_Digest(buf, got, k, &len, EVP_sha256(), NULL)) {
+                        set_err(errstr, size, "kaudit: cannot hash the stamp key (libcrypto)");
+                        goto out;
+                }
+        } else {
+                memcpy(k, buf, got);
+        }
+        for (int i = 0; i < SHA256_BLOCK; i++) {
+                kc->ipad[i] = k[i] ^ 0x36;
+                kc->opad[i] = k[i] ^ 0x5c;
+        }
+        kc->has_key = 1;
+        ok          = 1;
+out:
+        OPENSSL_cleanse(buf, sizeof(buf));
+        OPENSSL_cleanse(k, sizeof(k));
+        close(fd);
+        return ok;
+}
+
+/* The length of the longest strict UTF-8 prefix of s[0..n) (n: all of it is UTF-8), as the
+ * readers decode ids (Python's decoder, Java's REPORT, Spark): no overlong form, no
+ * surrogate, nothing past U+10FFFF. */
+static size_t utf8_prefix(const unsigned char *s, size_t n) {
+        size_t i = 0;
+        while (i < n) {
+                unsigned char c = s[i];
+                size_t len;
+                uint32_t cp, min;
+                if (c < 0x80) {
+                        i++;
+                        continue;
+                }
+                if ((c & 0xe0) == 0xc0) {
+                        len = 2, cp = c & 0x1f, min = 0x80;
+                } else if ((c & 0xf0) == 0xe0) {
+                        len = 3, cp = c & 0x0f, min = 0x800;
+                } else if ((c & 0xf8) == 0xf0) {
+                        len = 4, cp = c & 0x07, min = 0x10000;
+                } else {
+                        return i;
+                }
+                if (len > n - i)
+                        return i;
+                for (size_t k = 1; k < len; k++) {
+                        if ((s[i + k] & 0xc0) != 0x80)
+                                return i;
+                        cp = cp << 6 | (s[i + k] & 0x3f);
+                }
+                if (cp < min || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+                        return i;
+                i += len;
+        }
+        return n;
+}
+
+/* Whether v can be a stamp id, by the stamp rule (schemas/stamp.py): 1-255 bytes of UTF-8.
+ * A stamp with any other id is malformed to every reader: its producer is not audited. */
 static int valid_id(const char *v, char *errstr, size_t size, const char *what) {
-        size_t n = strlen(v);
+        size_t n = strlen(v), ok;
         if (n == 0 || n > MAX_ID) {
-                set_err(errstr, size, "kaudit: %s must be 1-%d bytes, got %zu", what, MAX_ID,
-                        n);
+                set_err(errstr, size,
+                        "kaudit: %s must be 1-%d bytes of UTF-8 (a stamp id), got %zu bytes",
+                        what, MAX_ID, n);
+                return 0;
+        }
+        ok = utf8_prefix((const unsigned char *)v, n);
+        if (ok != n) {
+                set_err(errstr, size,
+                        "kaudit: %s must be 1-%d bytes of UTF-8 (a stamp id): byte %zu is not "
+                        "valid UTF-8", what, MAX_ID, ok);
                 return 0;
         }
         return 1;
+}
+
+/* client.id is the producer id while kaudit.producer.id is not set: it must be a stamp id
+ * then. Checked when it is set (and, for one set before the plugin was loaded, at load):
+ * librdkafka logs an error of on_new() and creates the producer anyway, unaudited. */
+static int valid_client_id(const char *v, char *errstr, size_t size) {
+        char why[200];
+        if (valid_id(v, why, sizeof(why), "client.id"))
+                return 1;
+        set_err(errstr, size,
+                "%s: without kaudit.producer.id the plugin names the producer by client.id; "
+                "set kaudit.producer.id (after plugin.library.paths, before client.id)", why);
+        return 0;
 }
 
 static int parse_int(const char *v, long lo, long hi, long *out) {
@@ -261,12 +417,42 @@ static int parse_int(const char *v, long lo, long hi, long *out) {
         return 1;
 }
 
+/* Take client.id (librdkafka's default: "rdkafka") as kc's producer id; 0 (errstr says
+ * why) if it cannot be one. */
+static int client_id_as_producer(const rd_kafka_conf_t *conf, struct kconf *kc,
+                                 char *errstr, size_t size) {
+        size_t n = 0;
+        char *cid;
+        int ok;
+        if (rd_kafka_conf_get(conf, "client.id", NULL, &n) != RD_KAFKA_CONF_OK || n <= 1) {
+                snprintf(kc->producer_id, sizeof(kc->producer_id), "rdkafka");
+                return 1;
+        }
+        cid = malloc(n);
+        if (!cid || rd_kafka_conf_get(conf, "client.id", cid, &n) != RD_KAFKA_CONF_OK) {
+                free(cid);
+                set_err(errstr, size, "kaudit: cannot read client.id");
+                return 0;
+        }
+        ok = valid_client_id(cid, errstr, size);
+        if (ok)
+                snprintf(kc->producer_id, sizeof(kc->producer_id), "%s", cid);
+        free(cid);
+        return ok;
+}
+
 static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name,
                                        const char *val, char *errstr, size_t errstr_size,
                                        void *ic_opaque) {
         struct kconf *kc = ic_opaque;
         long x;
         (void)conf;
+        if (!strcmp(name, "client.id") && val && !*kc->producer_id) {
+                /* librdkafka's property: checked as the producer id it then is */
+                if (!valid_client_id(val, errstr, errstr_size))
+                        return RD_KAFKA_CONF_INVALID;
+                return RD_KAFKA_CONF_UNKNOWN;
+        }
         if (strncmp(name, "kaudit.", 7))
                 return RD_KAFKA_CONF_UNKNOWN; /* not ours: librdkafka's or another's */
         if (!val) {
@@ -311,6 +497,9 @@ static rd_kafka_conf_res_t on_conf_set(rd_kafka_conf_t *conf, const char *name,
                         return RD_KAFKA_CONF_INVALID;
                 }
                 kc->segment_records = (int)x;
+        } else if (!strcmp(name, "kaudit.stamp.key.file")) {
+                if (!read_key_file(val, kc, errstr, errstr_size))
+                        return RD_KAFKA_CONF_INVALID;
         } else {
                 set_err(errstr, errstr_size, "kaudit: unknown property %s (known: %s)", name,
                         known_props);
@@ -365,6 +554,10 @@ static int write_all(int fd, const void *buf, size_t n) {
         return 0;
 }
 
+/* the folders the plugin creates are the user's alone (the module comment says why) */
+#define PRIVATE_DIR  0700
+#define PRIVATE_FILE 0600
+
 static int mkdirs(const char *path) {
         char tmp[PATH_MAX];
         size_t n = strlen(path);
@@ -375,13 +568,38 @@ static int mkdirs(const char *path) {
                 if (*p != '/')
                         continue;
                 *p = 0;
-                if (mkdir(tmp, 0755) && errno != EEXIST)
+                if (mkdir(tmp, PRIVATE_DIR) && errno != EEXIST)
                         return -1;
                 *p = '/';
         }
-        if (mkdir(tmp, 0755) && errno != EEXIST)
+        if (mkdir(tmp, PRIVATE_DIR) && errno != EEXIST)
                 return -1;
         return 0;
+}
+
+/* The spool root may be written by its owner only: one of ours open to others is closed
+ * (0700), anyone else's that others may write is refused. */
+static int private_root(const char *path, char *errstr, size_t size) {
+        struct stat st;
+        if (stat(path, &st)) {
+                set_err(errstr, size, "kaudit: cannot stat spool dir %s: %s", path,
+                        strerror(errno));
+                return -1;
+        }
+        if (st.st_uid == geteuid()) {
+                if (!(st.st_mode & 077) || chmod(path, PRIVATE_DIR) == 0)
+                        return 0;
+                set_err(errstr, size, "kaudit: cannot make spool dir %s private: %s", path,
+                        strerror(errno));
+                return -1;
+        }
+        if (!(st.st_mode & 022))
+                return 0;
+        set_err(errstr, size,
+                "kaudit: spool dir %s may be written by others (mode %03o, owner uid %d): "
+                "anyone who can write it can add acks; use a folder of your own",
+                path, (unsigned)(st.st_mode & 0777), (int)st.st_uid);
+        return -1;
 }
 
 static void sanitize(char *out, const char *in, size_t max) {
@@ -411,7 +629,7 @@ static int open_segment(struct kinst *in, uint32_t segno, char *errstr, size_t s
         int fd;
         void *m;
         snprintf(path, sizeof(path), "%s/%08" PRIu32 ".seg", in->folder, segno);
-        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, PRIVATE_FILE);
         if (fd < 0) {
                 set_err(errstr, size, "kaudit: cannot create %s: %s", path, strerror(errno));
                 return -1;
@@ -553,9 +771,25 @@ static size_t headers_size(rd_kafka_headers_t *hdrs) {
         return total;
 }
 
+/* The stamp's MAC (schemas/stamp.py): HMAC-SHA256 from the key's precomputed states, its
+ * first MAC_LENGTH bytes; 0 if libcrypto failed (no memory). Any thread: the states are
+ * only read. */
+static int stamp_mac(struct kinst *in, const uint8_t *stamp, size_t n, uint8_t *out) {
+        uint8_t inner[32], full[32];
+        unsigned int len;
+        EVP_MD_CTX *c = EVP_MD_CTX_new();
+        int ok = c && EVP_MD_CTX_copy_ex(c, in->mac_inner) && EVP_DigestUpdate(c, stamp, n) &&
+                 EVP_DigestFinal_ex(c, inner, &len) && EVP_MD_CTX_copy_ex(c, in->mac_outer) &&
+                 EVP_DigestUpdate(c, inner, sizeof(inner)) && EVP_DigestFinal_ex(c, full, &len);
+        EVP_MD_CTX_free(c);
+        if (ok)
+                memcpy(out, full, MAC_LENGTH);
+        return ok;
+}
+
 static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *ic_opaque) {
         struct kinst *in = ic_opaque;
-        uint8_t stamp[MAX_STAMP];
+        uint8_t stamp[MAX_STAMP], mac[MAC_LENGTH];
         rd_kafka_headers_t *hdrs = NULL;
         size_t have              = 0;
         uint64_t seq;
@@ -591,14 +825,21 @@ static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *
         put_be64(stamp + 9, kaudit_xxh64(m->payload ? m->payload : "", m->payload ? m->len : 0,
                                          XXH64_SEED));
         memcpy(stamp + 17, in->tail, in->tail_len);
-        if (!hdrs) {
-                hdrs = rd_kafka_headers_new(1);
-                rd_kafka_header_add(hdrs, HEADER_NAME, sizeof(HEADER_NAME) - 1, stamp,
+        if (in->mac_inner && !stamp_mac(in, stamp, in->stamp_len, mac)) {
+                /* a stamp without its MAC would read as forged, its write as lost: none */
+                atomic_fetch_add_explicit(&in->st->unstamped, 1, memory_order_relaxed);
+                return RD_KAFKA_RESP_ERR_NO_ERROR;
+        }
+        {
+                /* as before the MAC existed: a new header list is filled, then set */
+                rd_kafka_headers_t *add = hdrs ? hdrs : rd_kafka_headers_new(2);
+                rd_kafka_header_add(add, HEADER_NAME, sizeof(HEADER_NAME) - 1, stamp,
                                     (ssize_t)in->stamp_len);
-                rd_kafka_message_set_headers(m, hdrs);
-        } else {
-                rd_kafka_header_add(hdrs, HEADER_NAME, sizeof(HEADER_NAME) - 1, stamp,
-                                    (ssize_t)in->stamp_len);
+                if (in->mac_inner)
+                        rd_kafka_header_add(add, MAC_HEADER_NAME, sizeof(MAC_HEADER_NAME) - 1,
+                                            mac, MAC_LENGTH);
+                if (!hdrs)
+                        rd_kafka_message_set_headers(m, add);
         }
         return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
@@ -738,6 +979,14 @@ static rd_kafka_resp_err_t on_destroy(rd_kafka_t *rk, void *ic_opaque) {
         return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
+static void free_mac(struct kinst *in) {
+        EVP_MD_CTX_free(in->mac_inner);
+        EVP_MD_CTX_free(in->mac_outer);
+        EVP_MD_free(in->sha256);
+        in->mac_inner = in->mac_outer = NULL;
+        in->sha256                    = NULL;
+}
+
 static void inst_finish(struct kinst *in) {
         atomic_store(&in->stop, 1);
         if (in->thread_started)
@@ -759,6 +1008,7 @@ static void inst_finish(struct kinst *in) {
                 free(in->topics[t].parts);
         }
         free(in->topics);
+        free_mac(in);
         pthread_mutex_destroy(&in->lock);
         close(in->lock_fd); /* the folder is the shippers' now */
         in->conf->inst = NULL;
@@ -770,16 +1020,36 @@ static int conf_str(const rd_kafka_conf_t *conf, const char *name, char *out, si
         return rd_kafka_conf_get(conf, name, out, &n) == RD_KAFKA_CONF_OK;
 }
 
-static void default_spool_dir(char *out, size_t size) {
+/* The default spool root, in the user's own folders (never a shared one such as /tmp):
+ * -1 if there is none (no KAFKA_AUDIT_HOME, XDG_DATA_HOME, HOME or passwd entry). */
+static int default_spool_dir(char *out, size_t size, char *errstr, size_t errstr_size) {
         const char *home = getenv("KAFKA_AUDIT_HOME");
         const char *xdg  = getenv("XDG_DATA_HOME");
-        if (home && *home)
+        const char *user = getenv("HOME");
+        struct passwd pw, *found = NULL;
+        char pwbuf[4096];
+        if (home && *home) {
                 snprintf(out, size, "%s/spool/native", home);
-        else if (xdg && *xdg)
+                return 0;
+        }
+        if (xdg && *xdg) {
                 snprintf(out, size, "%s/kafka-audit/spool/native", xdg);
-        else
-                snprintf(out, size, "%s/.local/share/kafka-audit/spool/native",
-                         getenv("HOME") ? getenv("HOME") : "/tmp");
+                return 0;
+        }
+        if (!user || !*user) {
+                if (getpwuid_r(geteuid(), &pw, pwbuf, sizeof(pwbuf), &found) == 0 && found &&
+                    found->pw_dir && *found->pw_dir)
+                        user = found->pw_dir;
+        }
+        if (!user || !*user) {
+                set_err(errstr, errstr_size,
+                        "kaudit: no folder of this user for the spool (HOME unset, uid %d has "
+                        "no passwd entry): set kaudit.spool.dir or KAFKA_AUDIT_HOME",
+                        (int)geteuid());
+                return -1;
+        }
+        snprintf(out, size, "%s/.local/share/kafka-audit/spool/native", user);
+        return 0;
 }
 
 static int write_meta(struct kinst *in, const rd_kafka_conf_t *conf, char *errstr,
@@ -817,7 +1087,7 @@ static int write_meta(struct kinst *in, const rd_kafka_conf_t *conf, char *errst
                      inflight_n, now_us(), (int)getpid());
         snprintf(path, sizeof(path), "%s/meta", in->folder);
         snprintf(tmp, sizeof(tmp), "%s/meta.tmp", in->folder);
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, PRIVATE_FILE);
         if (fd < 0 || write_all(fd, buf, (size_t)n) || fsync(fd) || close(fd) ||
             rename(tmp, path)) {
                 set_err(errstr, size, "kaudit: cannot write %s: %s", path, strerror(errno));
@@ -840,9 +1110,10 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf,
                 set_err(errstr, errstr_size, "kaudit: one conf object, two producers");
                 return RD_KAFKA_RESP_ERR__INVALID_ARG;
         }
-        if (!*kc->producer_id && !conf_str(conf, "client.id", kc->producer_id,
-                                            sizeof(kc->producer_id)))
-                snprintf(kc->producer_id, sizeof(kc->producer_id), "rdkafka");
+        /* client.id, checked when set; never cut to fit (a cut id, or one cut inside a
+         * character, would make every stamp of this producer malformed) */
+        if (!*kc->producer_id && !client_id_as_producer(conf, kc, errstr, errstr_size))
+                return RD_KAFKA_RESP_ERR__INVALID_ARG;
         if (!*kc->run_id) {
                 uint32_t rnd = 0;
                 time_t now   = time(NULL);
@@ -854,8 +1125,9 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf,
                 strftime(stamp, sizeof(stamp), "%Y%m%dT%H%M%S", &tm);
                 snprintf(kc->run_id, sizeof(kc->run_id), "%s-%08x", stamp, rnd);
         }
-        if (!*kc->spool_dir)
-                default_spool_dir(kc->spool_dir, sizeof(kc->spool_dir));
+        if (!*kc->spool_dir &&
+            default_spool_dir(kc->spool_dir, sizeof(kc->spool_dir), errstr, errstr_size))
+                return RD_KAFKA_RESP_ERR__INVALID_ARG;
 
         in = calloc(1, sizeof(*in));
         if (!in)
@@ -874,6 +1146,23 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf,
         in->stamp_len  = STAMP_FIXED + p + r;
         in->header_ser = varint_size(sizeof(HEADER_NAME) - 1) + sizeof(HEADER_NAME) - 1 +
                          varint_size((int64_t)in->stamp_len) + in->stamp_len;
+        if (kc->has_key) {
+                in->header_ser += varint_size(sizeof(MAC_HEADER_NAME) - 1) +
+                                  sizeof(MAC_HEADER_NAME) - 1 + varint_size(MAC_LENGTH) +
+                                  MAC_LENGTH;
+                in->sha256    = EVP_MD_fetch(NULL, "SHA256", NULL);
+                in->mac_inner = EVP_MD_CTX_new();
+                in->mac_outer = EVP_MD_CTX_new();
+                if (!in->sha256 || !in->mac_inner || !in->mac_outer ||
+                    !EVP_DigestInit_ex(in->mac_inner, in->sha256, NULL) ||
+                    !EVP_DigestUpdate(in->mac_inner, kc->ipad, SHA256_BLOCK) ||
+                    !EVP_DigestInit_ex(in->mac_outer, in->sha256, NULL) ||
+                    !EVP_DigestUpdate(in->mac_outer, kc->opad, SHA256_BLOCK)) {
+                        set_err(errstr, errstr_size,
+                                "kaudit: cannot set up the stamp MAC (libcrypto)");
+                        goto fail;
+                }
+        }
         in->max_msg_size = 1000000;
         if (conf_str(conf, "message.max.bytes", value, sizeof(value)))
                 in->max_msg_size = strtoll(value, NULL, 10);
@@ -886,14 +1175,16 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf,
                         kc->spool_dir, strerror(errno));
                 goto fail;
         }
-        if (mkdir(in->folder, 0755)) {
+        if (private_root(kc->spool_dir, errstr, errstr_size))
+                goto fail;
+        if (mkdir(in->folder, PRIVATE_DIR)) {
                 set_err(errstr, errstr_size,
                         "kaudit: cannot create %s: %s (kaudit.run.id must be new for each "
                         "producer)", in->folder, strerror(errno));
                 goto fail;
         }
         snprintf(path, sizeof(path), "%s/.lock", in->folder);
-        in->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        in->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, PRIVATE_FILE);
         if (in->lock_fd < 0 || flock(in->lock_fd, LOCK_EX | LOCK_NB)) {
                 set_err(errstr, errstr_size, "kaudit: cannot lock %s: %s", path,
                         strerror(errno));
@@ -902,7 +1193,7 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf,
         if (write_meta(in, conf, errstr, errstr_size))
                 goto fail;
         snprintf(path, sizeof(path), "%s/state", in->folder);
-        in->state_fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+        in->state_fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, PRIVATE_FILE);
         if (in->state_fd < 0 || posix_fallocate(in->state_fd, 0, 4096)) {
                 set_err(errstr, errstr_size, "kaudit: cannot create %s: %s", path,
                         strerror(errno));
@@ -918,7 +1209,7 @@ static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf,
         in->st->layout = 1;
         memcpy(in->st->magic, "KAUDSTA1", 8);
         snprintf(path, sizeof(path), "%s/topics", in->folder);
-        in->topics_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+        in->topics_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, PRIVATE_FILE);
         if (in->topics_fd < 0) {
                 set_err(errstr, errstr_size, "kaudit: cannot create %s: %s", path,
                         strerror(errno));
@@ -957,6 +1248,7 @@ fail:
                 close(in->topics_fd);
         if (in->lock_fd >= 0)
                 close(in->lock_fd);
+        free_mac(in);
         pthread_mutex_destroy(&in->lock);
         free(in);
         return RD_KAFKA_RESP_ERR__INVALID_ARG;
@@ -994,6 +1286,13 @@ KAUDIT_EXPORT rd_kafka_resp_err_t conf_init(rd_kafka_conf_t *conf, void **plug_o
         kc = calloc(1, sizeof(*kc));
         if (!kc)
                 return RD_KAFKA_RESP_ERR__FAIL;
+        /* a client.id set before the plugin was loaded: the producer id unless
+         * kaudit.producer.id (which only a loaded plugin takes) is set after it */
+        if (!client_id_as_producer(conf, kc, errstr, errstr_size)) {
+                free(kc);
+                return RD_KAFKA_RESP_ERR__INVALID_ARG;
+        }
+        *kc->producer_id = 0;
         kc->fsync_ms        = 1000;
         kc->segment_records = 65536;
         *plug_opaquep       = NULL;

@@ -127,6 +127,36 @@ def test_stamps_added_in_on_send_reach_the_log(cluster, settings, topic, name):
                if r.stamp.seq % 4 == 0)  # the application's headers are kept beside it
 
 
+def test_every_id_the_plugin_takes_is_one_the_readers_accept(cluster, settings, topic):
+    """The stamp corpus's ids, as the plugin writes them: the ones it takes (the others are
+    refused at configuration: tests/unit/test_plugin_native.py) come back whole from the
+    log, a well-formed stamp each, as producer id (from kaudit.producer.id or from
+    client.id) and as run id."""
+    from confluent_kafka import Producer
+
+    from ..support.stamp_corpus import ID_CASES
+
+    base = {"bootstrap.servers": cluster.bootstrap, "plugin.library.paths": str(load_plugin()),
+            "kaudit.spool.dir": str(native_spool_root(settings))}
+    wrote = []
+    for n, case in enumerate(c for c in ID_CASES if c.valid):
+        text = case.raw.decode()
+        for conf, ids in (({"kaudit.producer.id": text, "kaudit.run.id": f"a{n}"},
+                           (text, f"a{n}")),
+                          ({"client.id": text, "kaudit.run.id": f"b{n}"}, (text, f"b{n}")),
+                          # (spool folders name ids cut to 100 bytes: one producer each)
+                          ({"kaudit.producer.id": f"c{n}", "kaudit.run.id": text},
+                           (f"c{n}", text))):
+            p = Producer({**base, **conf})
+            p.produce(topic, b"%d" % len(wrote), partition=0)
+            assert p.flush(30) == 0
+            wrote.append(ids)
+    log = read_log(cluster.bootstrap, topic)
+    assert not any(r.malformed for r in log.values())
+    assert [(r.stamp.producer_id, r.stamp.run_id, r.stamp.seq, r.checksum_ok)
+            for _, r in sorted(log.items())] == [(*ids, 0, True) for ids in wrote]
+
+
 def test_stamps_hold_in_committed_and_aborted_transactions(cluster, settings, topic):
     p = AuditedProducer({"bootstrap.servers": cluster.bootstrap,
                          "transactional.id": f"tx-{uuid.uuid4().hex[:6]}", "linger.ms": 5},

@@ -3,7 +3,9 @@
 The stamp corpus (``tests/support/stamp_corpus.py``), one record per entry at consecutive
 offsets in a frame of the Kafka source's schema, goes through the SQL definition
 (``parse_kafka_records``, and ``read_runs`` over it) and the consume job's JVM fold
-(``fold_read_runs``); every offset must come out as the Python classification says.
+(``fold_read_runs``); every offset must come out as the Python classification says. The
+MAC corpus is read twice: under its key (a stamp without its MAC is forged) and without one
+(MACs are not looked at).
 """
 
 from datetime import UTC, datetime
@@ -12,9 +14,19 @@ import pytest
 from pyspark.sql import types as T
 
 from kafka_audit.jobs.transforms import fold_read_runs, parse_kafka_records, read_runs
-from kafka_audit.schemas.stamp import StampError, checksum_ok, stamp_of_headers
+from kafka_audit.schemas.stamp import ForgedStamp, StampError, checksum_ok, stamp_of_headers
 
-from ..support.stamp_corpus import BAD, CORPUS, NONE, STAMPED, stamp_error_of
+from ..support.stamp_corpus import (
+    BAD,
+    CORPUS,
+    FORGED,
+    MAC,
+    MAC_CORPUS,
+    NONE,
+    STAMPED,
+    stamp_error_of,
+    unkeyed,
+)
 
 FIRST = 1000  # the first entry's offset
 
@@ -33,10 +45,17 @@ KAFKA = T.StructType([
 ])
 
 
-def _python(case) -> tuple:
+#: what is read, and under which stamp key's MAC
+READS = {"without a key": (CORPUS + [unkeyed(c) for c in MAC_CORPUS], None),
+         "under a key": (MAC_CORPUS, MAC)}
+
+
+def _python(case, mac) -> tuple:
     """What the Python classification says of a corpus entry, as a ``consumed`` row would."""
     try:
-        stamp = stamp_of_headers(case.headers)
+        stamp = stamp_of_headers(case.headers, mac)
+    except ForgedStamp:
+        return (False, stamp_error_of(FORGED), None, None, None, None)
     except StampError:
         return (False, stamp_error_of(BAD), None, None, None, None)
     if stamp is None:
@@ -45,10 +64,10 @@ def _python(case) -> tuple:
             checksum_ok(stamp, case.value))
 
 
-def _expected() -> dict[int, tuple]:
+def _expected(corpus, mac) -> dict[int, tuple]:
     out = {}
-    for i, case in enumerate(CORPUS):
-        got = _python(case)
+    for i, case in enumerate(corpus):
+        got = _python(case, mac)
         # the corpus states its expectation; the Python rule must say the same
         assert got[:2] == (case.status == STAMPED, stamp_error_of(case.status)), case.name
         if case.status == STAMPED:
@@ -70,18 +89,24 @@ def _per_offset(rows) -> dict[int, tuple]:
     return out
 
 
-def _diff(name: str, got: dict[int, tuple], want: dict[int, tuple]) -> list[str]:
-    return [f"{name}: {CORPUS[o - FIRST].name!r}: got {got.get(o)}, want {want[o]}"
+def _diff(name: str, got: dict[int, tuple], want: dict[int, tuple], corpus) -> list[str]:
+    return [f"{name}: {corpus[o - FIRST].name!r}: got {got.get(o)}, want {want[o]}"
             for o in sorted(want) if got.get(o) != want[o]] + (
         [f"{name}: offsets {sorted(set(got) - set(want))} not in the corpus"]
         if set(got) - set(want) else [])
 
 
-@pytest.fixture(scope="module")
-def kafka_frame(spark):
+def _as_java_reads(headers):
+    """Header keys as the Kafka source gives them: the Java client decodes a key's bytes as
+    UTF-8, replacing what is not."""
+    return None if headers is None else [
+        (k.decode("utf-8", "replace") if isinstance(k, bytes) else k, v) for k, v in headers]
+
+
+def _kafka_frame(spark, corpus):
     t = datetime(2026, 11, 22, 9, 0, tzinfo=UTC)
-    rows = [("stamp-rule", 0, FIRST + i, t, 0, None, c.value, c.headers)
-            for i, c in enumerate(CORPUS)]
+    rows = [("stamp-rule", 0, FIRST + i, t, 0, None, c.value, _as_java_reads(c.headers))
+            for i, c in enumerate(corpus)]
     return spark.createDataFrame(rows, KAFKA)
 
 
@@ -93,20 +118,23 @@ def _source_row_class(df) -> str:
     return rdd.first().getClass().getSimpleName()
 
 
-def test_both_spark_paths_follow_the_stamp_rule(kafka_frame):
-    want = _expected()
+@pytest.mark.parametrize("reads", sorted(READS))
+def test_both_spark_paths_follow_the_stamp_rule(spark, reads):
+    corpus, mac = READS[reads]
+    kafka_frame = _kafka_frame(spark, corpus)
+    want = _expected(corpus, mac)
     problems = []
-    sql = parse_kafka_records(kafka_frame, 7)
+    sql = parse_kafka_records(kafka_frame, 7, mac)
     problems += _diff("parse_kafka_records", _per_offset(r.asDict() for r in sql.collect()),
-                      want)
+                      want, corpus)
     problems += _diff("read_runs", _per_offset(r.asDict() for r in read_runs(sql).collect()),
-                      want)
+                      want, corpus)
     # the fold reads a LogicalRDD's rows directly: generic rows as created here, UnsafeRows
     # (the Kafka source's, as in a micro-batch) once checkpointed; both ways are checked
     for frame, rows in ((kafka_frame, "GenericInternalRow"),
                         (kafka_frame.localCheckpoint(), "UnsafeRow")):
         assert _source_row_class(frame) == rows
-        got = [r.asDict() for r in fold_read_runs(frame, 7).collect()]
-        problems += _diff(f"fold_read_runs over {rows}s", _per_offset(got), want)
-        assert sum(r["count"] for r in got) == len(CORPUS)
+        got = [r.asDict() for r in fold_read_runs(frame, 7, mac).collect()]
+        problems += _diff(f"fold_read_runs over {rows}s", _per_offset(got), want, corpus)
+        assert sum(r["count"] for r in got) == len(corpus)
     assert not problems, "\n".join(problems)

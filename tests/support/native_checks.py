@@ -21,10 +21,11 @@ class Record:
     headers: tuple
 
 
-def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool = True
-             ) -> dict[tuple[int, int], Record]:
+def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool = True,
+             mac=None) -> dict[tuple[int, int], Record]:
     """Every record of ``topic`` (read_uncommitted): (partition, offset) -> :class:`Record`
-    (``checksums=False``: not checked, ``checksum_ok`` None: the pure-Python XXH64 is slow)."""
+    (``checksums=False``: not checked, ``checksum_ok`` None: the pure-Python XXH64 is slow;
+    ``mac``: the stamp key's, a forged stamp counting as malformed)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
 
     from kafka_audit.clients import consumer_config
@@ -45,7 +46,7 @@ def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool =
                 if m.error():
                     continue
                 try:
-                    s, bad = stamp_of_headers(m.headers()), False
+                    s, bad = stamp_of_headers(m.headers(), mac), False
                 except StampError:
                     s, bad = None, True
                 out[(m.partition(), m.offset())] = Record(

@@ -5,21 +5,36 @@ classification, the Spark SQL parse, the consume job's JVM fold, re-reads, groun
 held to this corpus: ``tests/unit/test_stamp.py`` and ``tests/spark/test_stamp_rule.py``.
 
 Stamps here are packed by hand (:func:`raw_stamp`), so that they can break the rule.
+:data:`ID_CASES` holds the writers to the same rule (the ids the plugin and the Python
+producer take); :data:`MAC_CORPUS`, read under :data:`KEY`, the stamp MAC.
 """
 
 from __future__ import annotations
 
 import random
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kafka_audit.schemas.stamp import HEADER, MALFORMED, NO_STAMP, Stamp, crc32, xxh64
+from kafka_audit.schemas.stamp import FORGED as FORGED_ERROR
+from kafka_audit.schemas.stamp import (
+    HEADER,
+    MAC_HEADER,
+    MALFORMED,
+    NO_STAMP,
+    Stamp,
+    StampMac,
+    crc32,
+    xxh64,
+)
 
-__all__ = ["NONE", "BAD", "STAMPED", "Case", "CORPUS", "raw_stamp", "stamp_error_of"]
+__all__ = ["NONE", "BAD", "FORGED", "STAMPED", "Case", "CORPUS", "IdCase", "ID_CASES",
+           "KEY", "MAC", "MAC_CORPUS", "raw_stamp", "stamp_error_of", "unkeyed"]
 
-NONE, BAD, STAMPED = "no stamp", "malformed", "stamped"
+NONE, BAD, FORGED, STAMPED = "no stamp", "malformed", "forged", "stamped"
 
-Headers = list[tuple[str, bytes | None]] | None
+#: keys as str (confluent-kafka's ``headers()``), or as bytes (the log's: any bytes, read so
+#: by the re-read; the Spark frame decodes them as the Java client does)
+Headers = list[tuple[str | bytes, bytes | None]] | None
 
 
 @dataclass(frozen=True)
@@ -27,19 +42,24 @@ class Case:
     name: str
     headers: Headers  # None: a record without headers
     value: bytes | None  # the record's value (the checksum is CRC32 or XXH64 of it)
-    status: str  # NONE, BAD or STAMPED
-    stamp: Stamp | None = None  # when STAMPED
-    checksum_ok: bool | None = None  # when STAMPED
+    status: str  # NONE, BAD, FORGED (MAC_CORPUS, under KEY) or STAMPED
+    stamp: Stamp | None = None  # when STAMPED or FORGED (the stamp a forger wrote)
+    checksum_ok: bool | None = None  # when STAMPED or FORGED
 
     def __post_init__(self):
-        assert self.status in (NONE, BAD, STAMPED), self.status
+        assert self.status in (NONE, BAD, FORGED, STAMPED), self.status
         assert (self.stamp is not None) == (self.checksum_ok is not None) == (
-            self.status == STAMPED), self.name
+            self.status in (STAMPED, FORGED)), self.name
 
 
 def stamp_error_of(status: str) -> str | None:
     """The ``consumed`` table's ``stamp_error`` for a status."""
-    return {NONE: NO_STAMP, BAD: MALFORMED, STAMPED: None}[status]
+    return {NONE: NO_STAMP, BAD: MALFORMED, FORGED: FORGED_ERROR, STAMPED: None}[status]
+
+
+def unkeyed(case: Case) -> Case:
+    """The case as read without a stamp key: MACs are not looked at, a forged stamp is one."""
+    return replace(case, status=STAMPED) if case.status == FORGED else case
 
 
 def raw_stamp(seq: int, checksum: int, producer: bytes = b"px", run: bytes = b"r1",
@@ -97,6 +117,11 @@ CORPUS: list[Case] = [
     Case("empty header list", [], _V, NONE),
     Case("other headers only", [("other", b"x"), ("trace", None)], _V, NONE),
     Case("a key that is not ours (case differs)", [("KAUDIT", raw_stamp(1, _CRC))], _V, NONE),
+    Case("a header key that is not UTF-8", [(b"\xc3\x28", b"x")], _V, NONE),
+    Case("kaudit's bytes and a byte that is not UTF-8",
+         [(HEADER.encode() + b"\xff", raw_stamp(1, _CRC))], _V, NONE),
+    Case("a stamp under a key that is not UTF-8", [(b"\xffkaudit", raw_stamp(1, _CRC))], _V,
+         NONE),
     # malformed
     _bad("empty value", b""),
     _bad("null value", None),
@@ -140,6 +165,9 @@ CORPUS: list[Case] = [
     _good("an id holding U+FFFD itself", b"fffd", producer="\ufffd\ufffd\ufffd"),
     _good("ids of 255 bytes", b"long", producer="p" * 255, run="r" * 255),
     _good("a null value (checksummed as empty bytes)", None, seq=9),
+    Case("beside a header key that is not UTF-8",
+         [(b"\xfe\xff", b"x"), (HEADER.encode(), raw_stamp(13, _CRC))], _V, STAMPED,
+         Stamp("px", "r1", 13, _CRC), True),
     _good("an empty value", b"", seq=10),
     Case("forged: checksum does not match the value", [(HEADER, raw_stamp(11, _CRC ^ 1))], _V,
          STAMPED, Stamp("px", "r1", 11, _CRC ^ 1), False),
@@ -184,4 +212,127 @@ CORPUS: list[Case] = [
          [(HEADER, raw_v2(42, 1234))], None, STAMPED, Stamp("px", "r1", 42, 1234, 2), False),
 ]
 
+
+
+@dataclass(frozen=True)
+class IdCase:
+    """A producer or run id as bytes, and whether the stamp rule takes it (1-255 bytes of
+    strict UTF-8). Every writer is held to these too: the plugin refuses an id the readers
+    would reject (``tests/unit/test_plugin_native.py``), the Python producer's stamp
+    refuses it (``tests/unit/test_stamp.py``). No id holds a NUL byte: the rule takes one,
+    a librdkafka property cannot carry it."""
+
+    name: str
+    raw: bytes
+    valid: bool
+
+
+ID_CASES: list[IdCase] = [
+    IdCase("ASCII", b"billing-1", True),
+    IdCase("one byte", b"p", True),
+    IdCase("255 bytes", b"p" * 255, True),
+    IdCase("255 bytes ending in a 2-byte character", b"p" * 253 + "\u00e9".encode(), True),
+    IdCase("2-, 3- and 4-byte characters", "\u00e9\u4e2d\U0001f600".encode(), True),
+    IdCase("U+FFFD itself", "\ufffd".encode(), True),
+    IdCase("U+D7FF and U+E000 (around the surrogates)", "\ud7ff\ue000".encode(), True),
+    IdCase("U+10FFFF", "\U0010ffff".encode(), True),
+    IdCase("empty", b"", False),
+    IdCase("256 bytes", b"p" * 256, False),
+    IdCase("300 bytes (once cut to 255 without a word)", b"c" * 300, False),
+    IdCase("254 bytes and a 2-byte character (256)", b"p" * 254 + "\u00e9".encode(), False),
+    IdCase("bytes that are not UTF-8", b"p\xff\xfe", False),
+    IdCase("a character cut short", b"r\xc3", False),
+    IdCase("a 4-byte character cut short", b"r\xf0\x9f\x98", False),
+    IdCase("a lone continuation byte", b"\x80", False),
+    IdCase("a surrogate (U+D800)", b"\xed\xa0\x80", False),
+    IdCase("a surrogate (U+DFFF)", b"\xed\xbf\xbf", False),
+    IdCase("an overlong 2-byte form", b"\xc0\xaf", False),
+    IdCase("an overlong 3-byte form", b"\xe0\x80\xaf", False),
+    IdCase("an overlong 4-byte form", b"\xf0\x80\x80\xaf", False),
+    IdCase("past U+10FFFF", b"\xf4\x90\x80\x80", False),
+    IdCase("a lead byte F5", b"\xf5\x80\x80\x80", False),
+    IdCase("a lead byte FF", b"\xff", False),
+]
+
+assert len({c.name for c in ID_CASES}) == len(ID_CASES)
+
+
+def _id_cases() -> list[Case]:
+    """Each id case as a producer id of a version 2 stamp (the plugin's layout) and as a run
+    id of a version 1 stamp (the Python producer's); an id past 255 bytes cannot be packed
+    (its length is one byte): a stamp that says 255 and holds more is overlong."""
+    out = []
+    for c in ID_CASES:
+        n = min(len(c.raw), 255)
+        v2 = raw_v2(50, _H64, c.raw, b"r1", p_len=n)
+        v1 = raw_stamp(51, _CRC, b"px", c.raw, r_len=n)
+        if c.valid:
+            text = c.raw.decode()
+            out += [Case(f"id as producer (v2): {c.name}", [(HEADER, v2)], _V, STAMPED,
+                         Stamp(text, "r1", 50, _H64, 2), True),
+                    Case(f"id as run (v1): {c.name}", [(HEADER, v1)], _V, STAMPED,
+                         Stamp("px", text, 51, _CRC), True)]
+        else:
+            out += [_bad(f"id as producer (v2): {c.name}", v2, _V),
+                    _bad(f"id as run (v1): {c.name}", v1, _V)]
+    return out
+
+
+CORPUS += _id_cases()
+
 assert len({c.name for c in CORPUS}) == len(CORPUS)
+
+
+#: the stamp key the MAC corpus is read under (and a key of another's)
+KEY = bytes(range(7, 39))
+MAC = StampMac(KEY)
+_OTHER = StampMac(bytes(range(100, 132)))
+
+
+def _macced(name: str, stamp: bytes, mac: bytes | None, status: str, seq: int, value: bytes,
+            version: int = 1, around: bool = False, ok: bool = True) -> Case:
+    headers = [(HEADER, stamp)] + ([] if mac is None else [(MAC_HEADER, mac)])
+    if around:
+        headers = [("trace", b"t"), *reversed(headers), ("other", None)]
+    checksum = crc32(value) if version == 1 else xxh64(value)
+    checksum = checksum if ok else checksum ^ 1
+    return Case(f"mac: {name}", headers, value, status,
+                Stamp("px", "r1", seq, checksum, version), ok)
+
+
+_S1 = raw_stamp(60, _CRC)
+_S2 = raw_v2(61, _H64)
+
+#: header lists read under :data:`KEY` (``status``) and without a key (:func:`unkeyed`):
+#: a stamp is taken only with exactly one ``kaudit-mac`` header holding its MAC
+MAC_CORPUS: list[Case] = [
+    _macced("its MAC (v1, the Python producer's)", _S1, MAC(_S1), STAMPED, 60, _V),
+    _macced("its MAC (v2, the plugin's)", _S2, MAC(_S2), STAMPED, 61, _V, version=2),
+    _macced("its MAC, before the stamp, among other headers", _S1, MAC(_S1), STAMPED, 60, _V,
+            around=True),
+    _macced("its MAC over a checksum that does not match the value",
+            raw_stamp(62, _CRC ^ 1), MAC(raw_stamp(62, _CRC ^ 1)), STAMPED, 62, _V, ok=False),
+    _macced("no MAC", _S1, None, FORGED, 60, _V),
+    _macced("one bit off", _S1, bytes([MAC(_S1)[0] ^ 1]) + MAC(_S1)[1:], FORGED, 60, _V),
+    _macced("another stamp's", _S1, MAC(raw_stamp(59, _CRC)), FORGED, 60, _V),
+    _macced("under another key", _S2, _OTHER(_S2), FORGED, 61, _V, version=2),
+    _macced("HMAC-SHA256 whole (32 bytes)", _S1, MAC(_S1) + bytes(16), FORGED, 60, _V),
+    _macced("15 bytes of it", _S1, MAC(_S1)[:15], FORGED, 60, _V),
+    _macced("empty", _S1, b"", FORGED, 60, _V),
+    Case("mac: a null value", [(HEADER, _S1), (MAC_HEADER, None)], _V, FORGED,
+         Stamp("px", "r1", 60, _CRC), True),
+    Case("mac: twice, both right", [(HEADER, _S1), (MAC_HEADER, MAC(_S1)),
+                                    (MAC_HEADER, MAC(_S1))], _V, FORGED,
+         Stamp("px", "r1", 60, _CRC), True),
+    Case("mac: under a key that is not ours (case differs)",
+         [(HEADER, _S1), ("KAUDIT-MAC", MAC(_S1))], _V, FORGED, Stamp("px", "r1", 60, _CRC),
+         True),
+    Case("mac: a MAC and no stamp", [(MAC_HEADER, MAC(_S1))], _V, NONE),
+    Case("mac: its MAC over a malformed stamp", [(HEADER, _S1[:-1]),
+                                                (MAC_HEADER, MAC(_S1[:-1]))], _V, BAD),
+    Case("mac: its MAC, the MAC header's key as bytes",
+         [(HEADER.encode(), _S2), (MAC_HEADER.encode(), MAC(_S2))], _V, STAMPED,
+         Stamp("px", "r1", 61, _H64, 2), True),
+]
+
+assert len({c.name for c in MAC_CORPUS}) == len(MAC_CORPUS)

@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from kafka_audit.auditor_api.deps import KEEP
 from kafka_audit.auditor_api.folds import RECENT_PASSES, SUMMARY_FOLDS
 from kafka_audit.auditor_api.snapshots import Snapshots
-from kafka_audit.schemas.stamp import NO_STAMP
+from kafka_audit.schemas.stamp import FORGED, NO_STAMP
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows, compact, read_table
@@ -172,11 +172,13 @@ def test_finding_sums_as_of_a_committed_pass_are_exact_or_say_they_cannot_tell(p
 
 READ = st.builds(lambda topic, kind, count, run: {
     "topic": topic, "count": count, "partition": 0, "offset": 0, "source": "stream",
-    "read_time": T, "status": "record", "producer_id": "p" if kind != "foreign" else None,
-    "run_id": run if kind != "foreign" else None,
+    "read_time": T, "status": "record",
+    "producer_id": "p" if kind in ("ok", "bad") else None,
+    "run_id": run if kind in ("ok", "bad") else None,
     "stamped": kind in ("ok", "bad"), "checksum_ok": {"ok": True, "bad": False}.get(kind),
-    "stamp_error": {"foreign": NO_STAMP, "malformed": "stamp too short"}.get(kind)},
-    TOPICS, st.sampled_from(["ok", "bad", "foreign", "malformed"]), st.integers(1, 9),
+    "stamp_error": {"foreign": NO_STAMP, "malformed": "stamp too short",
+                    "forged": FORGED}.get(kind)},
+    TOPICS, st.sampled_from(["ok", "bad", "foreign", "malformed", "forged"]), st.integers(1, 9),
     st.sampled_from(["r1", "r2"]))
 
 
@@ -194,7 +196,8 @@ def test_stream_sums_give_the_unjudged_records_by_reason(batches, runs):
         assert state.unjudged(topic, frozenset(runs)) == {
             "no_stamp": total(lambda r: not r["stamped"] and r["stamp_error"] == NO_STAMP),
             "malformed_stamp": total(lambda r: not r["stamped"]
-                                     and r["stamp_error"] != NO_STAMP),
+                                     and r["stamp_error"] not in (NO_STAMP, FORGED)),
+            "forged_stamp": total(lambda r: not r["stamped"] and r["stamp_error"] == FORGED),
             "bad_checksum": total(lambda r: r["stamped"] and r["checksum_ok"] is False),
             "unknown_producer": total(lambda r: r["stamped"] and r["checksum_ok"]
                                       and (r["producer_id"], r["run_id"]) not in runs)}

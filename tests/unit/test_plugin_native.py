@@ -5,6 +5,7 @@ version check, its spool of failed writes, a SIGKILLed producer's reports, and
 import ctypes
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -22,13 +23,16 @@ from kafka_audit.producers.native import (
     NativeFallbackWarning,
     PluginUnavailable,
     SpoolState,
+    librdkafka_path,
     load_plugin,
     native_spool_root,
     spool_folder_name,
 )
 from kafka_audit.producers.shipper import ship_spools
-from kafka_audit.schemas.stamp import xxh64
+from kafka_audit.schemas.stamp import StampError, xxh64
 from kafka_audit.settings import Settings
+
+from ..support.stamp_corpus import ID_CASES
 
 NOWHERE = "127.0.0.1:9"  # the discard port: nothing listens, every write times out
 
@@ -59,13 +63,120 @@ def test_the_plugins_checksum_is_the_stamp_rules_xxh64(plugin):
 @pytest.mark.parametrize("prop, value, says", [
     ("kaudit.bogus", "1", "unknown property kaudit.bogus"),
     ("kaudit.spool.fsync.ms", "0", r"must be -1 \(never\) or 1-3600000"),
-    ("kaudit.producer.id", "x" * 256, "1-255 bytes"),
+    ("kaudit.producer.id", "x" * 256, "1-255 bytes of UTF-8"),
     ("kaudit.spool.segment.records", "3", "16-16777216"),
     ("kaudit.acks", "2", "must be 0, 1, -1 or all"),
 ])
 def test_a_bad_kaudit_property_is_a_configuration_error(tmp_path, prop, value, says):
     with pytest.raises(KafkaException, match=says):
         Producer(conf(tmp_path, **{prop: value}))
+
+
+class RawConf:
+    """A librdkafka configuration set through its C API: property values of any bytes (a
+    Python client's are str)."""
+
+    OK, INVALID = 0, -1
+
+    def __init__(self):
+        self.lib = ctypes.CDLL(librdkafka_path())
+        self.lib.rd_kafka_conf_new.restype = ctypes.c_void_p
+        self.lib.rd_kafka_conf_set.argtypes = [ctypes.c_void_p, ctypes.c_char_p,
+                                               ctypes.c_char_p, ctypes.c_char_p,
+                                               ctypes.c_size_t]
+        self.lib.rd_kafka_conf_destroy.argtypes = [ctypes.c_void_p]
+        self.conf = self.lib.rd_kafka_conf_new()
+
+    def set(self, name: str, value: bytes) -> tuple[int, str]:
+        err = ctypes.create_string_buffer(512)
+        res = self.lib.rd_kafka_conf_set(self.conf, name.encode(), value, err, len(err))
+        return res, err.value.decode(errors="replace")
+
+    def close(self):
+        self.lib.rd_kafka_conf_destroy(self.conf)
+
+
+@pytest.mark.parametrize("case", ID_CASES, ids=lambda c: c.name)
+def test_the_plugin_takes_exactly_the_ids_the_readers_accept(plugin, case):
+    """One stamp rule for every path: an id the readers would find malformed (every stamp of
+    the producer, so the producer not audited) is refused when it is configured, with an
+    error naming the property; client.id is checked as the producer id it is without
+    kaudit.producer.id, never cut to fit."""
+    lib = str(plugin).encode()
+    for prop in ("kaudit.producer.id", "kaudit.run.id", "client.id"):
+        conf = RawConf()
+        try:
+            assert conf.set("plugin.library.paths", lib) == (RawConf.OK, "")
+            res, err = conf.set(prop, case.raw)
+            if not case.raw:  # librdkafka passes no value: its default, or none for ours
+                assert (res, err) == ((RawConf.OK, "") if prop == "client.id" else (
+                    RawConf.INVALID, f"kaudit: {prop} needs a value")), prop
+            elif case.valid:
+                assert (res, err) == (RawConf.OK, ""), prop
+            else:
+                assert res == RawConf.INVALID and f"kaudit: {prop} must be 1-255 bytes of " \
+                    "UTF-8" in err, (prop, err)
+                if prop == "client.id":
+                    assert "set kaudit.producer.id" in err
+        finally:
+            conf.close()
+    # client.id set before the plugin is loaded: refused when it loads
+    conf = RawConf()
+    try:
+        assert conf.set("client.id", case.raw)[0] == RawConf.OK  # librdkafka's own check
+        res, err = conf.set("plugin.library.paths", lib)
+        assert (res == RawConf.OK) is (case.valid or not case.raw), err
+        assert res == RawConf.OK or "kaudit: client.id must be 1-255 bytes of UTF-8" in err, err
+    finally:
+        conf.close()
+    # with kaudit.producer.id set first, client.id is librdkafka's alone
+    conf = RawConf()
+    try:
+        assert conf.set("plugin.library.paths", lib)[0] == RawConf.OK
+        assert conf.set("kaudit.producer.id", b"named")[0] == RawConf.OK
+        assert conf.set("client.id", case.raw or b"x") == (RawConf.OK, "")
+    finally:
+        conf.close()
+
+
+@pytest.mark.parametrize("client_id", [
+    "p" * 253 + "\u00e9",  # 255 bytes: whole, not one byte less
+    "\u00e9\u4e2d\U0001f600"])
+def test_client_id_is_the_producer_id_whole(tmp_path, client_id):
+    cfg = conf(tmp_path, **{"client.id": client_id, "kaudit.run.id": "c"})
+    del cfg["kaudit.producer.id"]
+    p = Producer(cfg)
+    del p
+    (meta,) = (tmp_path / "spool").glob("*/meta")
+    assert f"\nproducer_id_hex={client_id.encode().hex()}\n" in meta.read_text()
+
+
+def test_a_client_id_too_long_to_name_the_producer_fails_the_client(tmp_path):
+    cfg = conf(tmp_path, **{"client.id": "c" * 300})
+    del cfg["kaudit.producer.id"]
+    with pytest.raises(KafkaException, match="kaudit: client.id must be 1-255 bytes of UTF-8 "
+                                             r"\(a stamp id\), got 300 bytes"):
+        Producer(cfg)
+    assert not (tmp_path / "spool").exists()
+
+
+@pytest.mark.parametrize("data, mode, says", [
+    (b"k" * 15, 0o600, "holds 15 bytes: a stamp key is 16-4096 bytes"),
+    (b"k" * 4097, 0o600, "holds 4097+ bytes"),
+    (b"k" * 32, 0o644, "is readable by others (mode 644): chmod o-r it"),
+    (None, 0o600, "cannot be read: No such file or directory"),
+])
+def test_a_stamp_key_file_that_cannot_be_a_key_fails_the_client(tmp_path, data, mode, says):
+    """The plugin checks kaudit.stamp.key.file as kafka_audit/stamp_key.py checks
+    stamp.key_file, when it is set: the client is not created."""
+    path = tmp_path / "stamp.key"
+    if data is not None:
+        path.write_bytes(data)
+        path.chmod(mode)
+    with pytest.raises(KafkaException, match=f"kaudit: kaudit.stamp.key.file {path} "
+                                             + re.escape(says)):
+        Producer(conf(tmp_path, **{"kaudit.stamp.key.file": str(path)}))
+    assert not (tmp_path / "spool").exists()
 
 
 @pytest.mark.parametrize("extra, recorded", [
@@ -178,6 +289,18 @@ def test_an_unavailable_plugin_falls_back_to_python_with_a_warning(tmp_path, mon
     assert [(r["seq"], r["error_name"]) for r in acks(settings)] == [(0, "_MSG_TIMED_OUT")]
     with pytest.raises(PluginUnavailable):
         AuditedProducer({"bootstrap.servers": NOWHERE}, "f", settings, native=True)
+
+
+def test_the_audited_producer_names_itself_by_its_ids_not_its_client_id(tmp_path):
+    settings = Settings(home=tmp_path)
+    p = AuditedProducer({"bootstrap.servers": NOWHERE, "client.id": "c" * 300}, "named",
+                        settings, run_id="r", native=True)
+    meta = (native_spool_root(settings) / "named_r" / "meta").read_text()
+    p.close(1)
+    assert f"\nproducer_id_hex={b'named'.hex()}\n" in meta
+    for ids in (("p" * 256, "r"), ("p", "\udcff")):  # ids no reader would take
+        with pytest.raises(StampError):
+            AuditedProducer({"bootstrap.servers": NOWHERE}, *ids[:1], settings, run_id=ids[1])
 
 
 def test_the_spool_survives_segment_rollover(tmp_path):

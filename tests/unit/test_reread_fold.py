@@ -98,3 +98,40 @@ def test_a_reread_asks_the_consumer_for_the_range_it_reads():
     runs = _reread_one(c, Reread("t", 0, 200, 500, "x"), timeout=5)
     assert c.asked == [300]  # one call, for the 300 offsets asked
     assert shape(runs) == [(200, 300, "record", None, None, 3)]
+
+
+class _Undecodable(_Msg):
+    """confluent-kafka's Message for a record with a header key that is not UTF-8:
+    ``headers()`` raises (issue 36)."""
+
+    def headers(self):
+        raise SystemError("<built-in method headers of cimpl.Message object at 0x7f> "
+                          "returned a result with an exception set")
+
+
+class _Broken(_Msg):
+    def value(self):
+        raise RuntimeError("anything else a record may throw")
+
+    def headers(self):
+        return [("kaudit", bytes([1]) + bytes(12) + b"\x01p\x01r")]
+
+
+def test_a_record_that_cannot_be_classified_is_malformed_and_its_range_answered():
+    class Mixed(_Consumer):
+        def consume(self, n, timeout):
+            out = super().consume(n, timeout)
+            return [_Undecodable(m.offset()) if m.offset() == 250 else
+                    _Broken(m.offset()) if m.offset() == 260 else m for m in out]
+
+    runs = _reread_one(Mixed(), Reread("t", 0, 200, 300, "x"), timeout=5)
+    # every offset answered, the two records unjudged (no producer), as foreign ones are
+    assert shape(runs) == [(200, 100, "record", None, None, 3)]
+    from kafka_audit.jobs.reread import _record
+
+    for msg, says in ((_Undecodable(1), "malformed stamp: headers unreadable here "
+                                        "(SystemError"),
+                      (_Broken(2), "malformed stamp: unreadable (RuntimeError)")):
+        r = _record(msg)
+        assert (r.producer_id, r.seq, r.checksum_ok) == (None, None, None)
+        assert r.stamp_error.startswith(says), r.stamp_error

@@ -1,3 +1,6 @@
+import hmac
+import random
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -7,16 +10,31 @@ from kafka_audit.schemas.stamp import (
     HEADER,
     MALFORMED,
     NO_STAMP,
+    VERSIONS,
+    ForgedStamp,
     Stamp,
     StampError,
+    StampMac,
     build_stamp,
     checksum_ok,
     parse_stamp,
     stamp_of_headers,
+    stamp_prefix,
 )
 from kafka_audit.schemas.tables import TABLES, arrow_schema, spark_schema
 
-from ..support.stamp_corpus import BAD, CORPUS, NONE, STAMPED, raw_stamp
+from ..support.stamp_corpus import (
+    BAD,
+    CORPUS,
+    FORGED,
+    ID_CASES,
+    MAC,
+    MAC_CORPUS,
+    NONE,
+    STAMPED,
+    raw_stamp,
+    unkeyed,
+)
 
 ids = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), min_size=1,
               max_size=40).filter(lambda s: 0 < len(s.encode()) < 256)
@@ -49,7 +67,8 @@ def test_a_seq_past_a_signed_long_is_refused(seq):
     assert parse_stamp(raw_stamp(2**63 - 1, 0)).seq == 2**63 - 1
 
 
-@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.name)
+@pytest.mark.parametrize("case", CORPUS + [unkeyed(c) for c in MAC_CORPUS],
+                         ids=lambda c: c.name)
 def test_the_stamp_rule_on_the_corpus(case):
     if case.status == BAD:
         with pytest.raises(StampError) as err:
@@ -63,7 +82,54 @@ def test_the_stamp_rule_on_the_corpus(case):
     assert case.status == STAMPED
     assert stamp == case.stamp
     assert checksum_ok(stamp, case.value) is case.checksum_ok
-    assert parse_stamp(dict(case.headers)[HEADER]) == stamp
+    assert parse_stamp(next(v for k, v in case.headers if k in (HEADER, HEADER.encode()))
+                       ) == stamp
+
+
+@pytest.mark.parametrize("key_length", [16, 32, 63, 64, 65, 200, 4096])
+def test_the_stamp_mac_is_hmac_sha256_cut_to_16_bytes(key_length):
+    rnd = random.Random(key_length)
+    key = rnd.randbytes(key_length)
+    mac = StampMac(key)
+    for n in (0, 1, 17, 55, 56, 64, 100, 529):
+        stamp = rnd.randbytes(n)
+        assert mac(stamp) == hmac.digest(key, stamp, "sha256")[:16], n
+    assert mac(b"x") != StampMac(bytes(reversed(key)))(b"x")
+
+
+@pytest.mark.parametrize("length", [0, 15, 4097])
+def test_a_stamp_key_is_16_to_4096_bytes(length):
+    with pytest.raises(StampError, match="16-4096 bytes"):
+        StampMac(bytes(length))
+
+
+@pytest.mark.parametrize("case", MAC_CORPUS, ids=lambda c: c.name)
+def test_the_stamp_rule_under_a_key_on_the_mac_corpus(case):
+    if case.status in (BAD, FORGED):
+        with pytest.raises(StampError) as err:
+            stamp_of_headers(case.headers, MAC)
+        assert isinstance(err.value, ForgedStamp) is (case.status == FORGED), err.value
+        return
+    stamp = stamp_of_headers(case.headers, MAC)
+    if case.status == NONE:
+        assert stamp is None
+        return
+    assert stamp == case.stamp and checksum_ok(stamp, case.value) is case.checksum_ok
+
+
+@pytest.mark.parametrize("case", ID_CASES, ids=lambda c: c.name)
+def test_the_python_producer_takes_exactly_the_ids_the_readers_accept(case):
+    # an id is a str here: bytes that are not UTF-8 arrive as lone surrogates
+    text = case.raw.decode("utf-8", "surrogateescape")
+    for version in VERSIONS:
+        for ids in ((text, "r"), ("p", text)):
+            if case.valid:
+                head, tail = stamp_prefix(*ids, version)
+                stamp = head + bytes(16 if version == 2 else 12) + tail
+                assert (parse_stamp(stamp).producer_id, parse_stamp(stamp).run_id) == ids
+            else:
+                with pytest.raises(StampError):
+                    stamp_prefix(*ids, version)
 
 
 class _Message:
@@ -85,9 +151,11 @@ class _Message:
         return 3
 
 
-@pytest.mark.parametrize("case", CORPUS, ids=lambda c: c.name)
-def test_rereads_follow_the_stamp_rule(case):
-    r = _record(_Message(41, case.headers, case.value))
+@pytest.mark.parametrize("case, mac", [(c, None) for c in CORPUS]
+                         + [(unkeyed(c), None) for c in MAC_CORPUS]
+                         + [(c, MAC) for c in MAC_CORPUS], ids=lambda c: getattr(c, "name", ""))
+def test_rereads_follow_the_stamp_rule(case, mac):
+    r = _record(_Message(41, case.headers, case.value), mac)
     assert (r.offset, r.leader_epoch) == (41, 3)
     if case.status == STAMPED:
         assert (r.producer_id, r.run_id, r.seq, r.checksum_ok, r.stamp_error) == (
@@ -96,6 +164,8 @@ def test_rereads_follow_the_stamp_rule(case):
     assert (r.producer_id, r.run_id, r.seq, r.checksum_ok) == (None, None, None, None)
     if case.status == NONE:
         assert r.stamp_error == NO_STAMP
+    elif case.status == FORGED:  # no producer's: it confirms no write
+        assert r.stamp_error.startswith("forged stamp: ")
     else:
         assert r.stamp_error.startswith(f"{MALFORMED}: ")
 
