@@ -26,8 +26,10 @@ setup() {
   need_debian iptables iptables  # network faults on loopback in the fault tests
   need_debian gcc gcc  # builds the producers' librdkafka plugin (producers/plugin/)
   need_debian /usr/include/librdkafka/rdkafka.h librdkafka-dev  # the plugin's headers
+  need_debian /usr/include/openssl/evp.h libssl-dev  # the plugin's stamp MAC (libcrypto)
   need_debian kcat kcat  # a producer in another language, audited through the plugin (tests)
   need_debian chromium chromium  # headless: the dashboard test opens the page, keeps a screenshot
+  need_debian node nodejs  # runs the dashboard's script over hostile records (unit tests)
   local py=python3.11
   command -v "$py" >/dev/null 2>&1 || py=python3
   if [ ! -x .venv/bin/python ]; then

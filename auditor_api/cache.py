@@ -13,13 +13,17 @@ versions that arrive while the first of them is being computed wait for its answ
 are sent it. Without that, a commit (which makes every kept answer stale) sent every
 request in flight to compute its own copy, each slowing the others down: under
 ``bench/api_bench.py --churn`` the slow requests came in bursts of half a second after
-each commit.
+each commit. Each computation leaves the map of those in flight when it ends, answered or
+not: the map holds the requests being computed now, nothing more.
+
+**Bounded by bytes:** the answers kept weigh at most ``api.response_cache_max_mb`` in all
+(the least recently used go first); one larger than a quarter of that is sent, not kept.
+A count of answers bounded nothing: a thousand 4 MB pages of findings are 4 GB.
 """
 
 from __future__ import annotations
 
 import asyncio
-import threading
 from collections import OrderedDict
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -29,17 +33,24 @@ from kafka_audit.schemas.tables import TABLES
 
 __all__ = ["ResponseCache"]
 
-#: answers kept at most (one per distinct path and query), and the largest one kept
-MAX_ENTRIES = 1024
-MAX_BODY = 4 << 20
+#: what an answer kept weighs beside its body (its key, headers and versions), roughly
+ENTRY_OVERHEAD = 512
+
+
+def _weight(key: tuple, headers: list, body: bytes) -> int:
+    return (len(body) + len(key[0]) + len(key[1]) + ENTRY_OVERHEAD
+            + sum(len(k) + len(v) for k, v in headers))
 
 
 class ResponseCache:
-    def __init__(self, app: ASGIApp, fastapi_app) -> None:
+    def __init__(self, app: ASGIApp, fastapi_app, max_bytes: int = 64 << 20) -> None:
         self.app = app
         self.fastapi_app = fastapi_app
+        #: (path, query) -> (versions, headers, body, weight), the least recently used first
         self.entries: OrderedDict[tuple, tuple] = OrderedDict()
-        self.lock = threading.Lock()
+        self.max_bytes = max_bytes
+        self.max_entry = max_bytes // 4
+        self.bytes = 0  # what the entries weigh
         #: (request, versions) being computed -> the future of its answer (None: not shared)
         self.flights: dict[tuple, asyncio.Future] = {}
         self.hits = self.misses = self.shared = 0
@@ -63,7 +74,10 @@ class ResponseCache:
         hit = self.entries.get(key)
         if hit is not None and hit[0] == versions:
             self.hits += 1
-            await send({"type": "http.response.start", "status": 200, "headers": hit[1]})
+            self.entries.move_to_end(key)
+            # a copy of the headers: a middleware outside (gzip) may change them in place
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": list(hit[1])})
             await send({"type": "http.response.body", "body": hit[2]})
             return
         flight = (key, versions)
@@ -73,7 +87,7 @@ class ResponseCache:
             if answer is not None:
                 self.shared += 1
                 await send({"type": "http.response.start", "status": 200,
-                            "headers": answer[0]})
+                            "headers": list(answer[0])})
                 await send({"type": "http.response.body", "body": answer[1]})
                 return
         self.misses += 1
@@ -98,7 +112,7 @@ class ResponseCache:
 
         async def keeping(message: Message) -> None:
             if message["type"] == "http.response.start":
-                start.update(message)
+                start.update(message, headers=list(message.get("headers", [])))  # as sent
             elif message["type"] == "http.response.body":
                 chunks.append(message.get("body", b""))
                 if not message.get("more_body") and start.get("status") == 200:
@@ -106,12 +120,22 @@ class ResponseCache:
                     headers = list(start.get("headers", []))
                     if not done.done():
                         done.set_result((headers, body))
-                    if not stale[0] and len(body) <= MAX_BODY:
-                        with self.lock:
-                            self.entries[key] = (versions, headers, body)
-                            self.entries.move_to_end(key)
-                            while len(self.entries) > MAX_ENTRIES:
-                                self.entries.popitem(last=False)
+                    if not stale[0]:
+                        self._keep(key, versions, headers, body)
             await send(message)
 
         await self.app(scope, receive, keeping)
+
+    def _keep(self, key: tuple, versions: tuple, headers: list, body: bytes) -> None:
+        """Keep an answer (replacing the one for older versions), then let the least
+        recently used go until the entries weigh at most ``max_bytes``."""
+        weight = _weight(key, headers, body)
+        old = self.entries.pop(key, None)
+        if old is not None:
+            self.bytes -= old[3]
+        if weight > self.max_entry:
+            return
+        self.entries[key] = (versions, list(headers), body, weight)
+        self.bytes += weight
+        while self.bytes > self.max_bytes:
+            self.bytes -= self.entries.popitem(last=False)[1][3]

@@ -119,6 +119,30 @@ class TableReader:
 
         return self.snapshots.memo(("newest_acks", acks_version), (), compute)
 
+    def known_partitions(self) -> dict[str, frozenset[int]]:
+        """topic -> the partitions any table names (the ledger, the consumed records, the
+        findings of any pass, the cluster events): from the running sums and the events
+        held, no table scanned. A request naming anything else is a 404 at once: computing
+        its answer would scan the ledger and the stream for nothing, and keep what it
+        found."""
+        def compute(acks, consumed, findings, events) -> dict[str, frozenset[int]]:
+            found = findings.folds["finding_sums"]
+            pairs = set(acks.folds["ack_sums"].by_partition)
+            pairs |= consumed.folds["stream_sums"].partitions
+            pairs |= {(t, p) for sums in (found.base, *found.recent.values())
+                      for t, p, _kind in sums}
+            if events.data.num_rows:
+                seen = events.data.group_by(["topic", "partition"]).aggregate([])
+                pairs |= set(zip(seen.column("topic").to_pylist(),
+                                 seen.column("partition").to_pylist(), strict=True))
+            out: dict[str, set[int]] = {}
+            for topic, partition in pairs:
+                out.setdefault(topic, set()).add(partition)
+            return {t: frozenset(p) for t, p in out.items()}
+
+        return self.memo("known_partitions", ("acks", "consumed", "findings", "cluster_events"),
+                         compute)
+
     def committed_pass(self) -> int:
         """The last committed audit pass: rows of later passes are never served."""
         return self.progress().pass_id

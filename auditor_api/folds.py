@@ -37,7 +37,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from kafka_audit.auditor_api.snapshots import Fold
-from kafka_audit.schemas.stamp import NO_STAMP
+from kafka_audit.schemas.stamp import FORGED, NO_STAMP
 from kafka_audit.schemas.verdicts import LOSSES
 
 __all__ = ["AckSums", "FindingSums", "ProducerSums", "StreamSums", "latency_buckets",
@@ -287,12 +287,14 @@ def _add_findings(s: FindingSums, rows: pa.Table, _version: int) -> FindingSums:
 @dataclass(frozen=True)
 class StreamSums:
     """Per topic, the stream's records without a verdict of their own by reason, the
-    intact stamped ones per producer run, and every topic the consumed table names."""
+    intact stamped ones per producer run, and every topic and partition the consumed table
+    names."""
 
     reasons: dict = field(default_factory=dict)  # (topic, reason) -> records
     intact: dict = field(default_factory=dict)  # (topic, producer_id, run_id) -> records
     topics: frozenset = frozenset()  # of any source (stream or re-read)
     stream_topics: frozenset = frozenset()
+    partitions: frozenset = frozenset()  # (topic, partition) of any source
 
     def unjudged(self, topic: str, runs: frozenset) -> dict[str, int]:
         """The reasons of ``topic``; ``unknown_producer``: intact records of runs the
@@ -300,6 +302,7 @@ class StreamSums:
         return {
             "no_stamp": self.reasons.get((topic, "no_stamp"), 0),
             "malformed_stamp": self.reasons.get((topic, "malformed_stamp"), 0),
+            "forged_stamp": self.reasons.get((topic, "forged_stamp"), 0),
             "bad_checksum": self.reasons.get((topic, "bad_checksum"), 0),
             "unknown_producer": sum(n for (t, p, r), n in self.intact.items()
                                     if t == topic and (p, r) not in runs),
@@ -308,22 +311,27 @@ class StreamSums:
 
 def _add_stream(s: StreamSums, rows: pa.Table, _version: int) -> StreamSums:
     topics = set(rows.column("topic").unique().to_pylist()) if rows.num_rows else set()
+    parts = s.partitions | {k for k, _n in _sum_by(rows, ["topic", "partition"])}
     stream = rows.filter(pc.field("source") == "stream")
     if stream.num_rows == 0:
-        return StreamSums(s.reasons, s.intact, s.topics | topics, s.stream_topics)
+        return StreamSums(s.reasons, s.intact, s.topics | topics, s.stream_topics, parts)
     stamped = pc.fill_null(stream.column("stamped"), False)
     no_header = pc.fill_null(pc.equal(stream.column("stamp_error"), NO_STAMP), False)
+    forged = pc.fill_null(pc.equal(stream.column("stamp_error"), FORGED), False)
     bad = pc.and_(stamped, pc.fill_null(pc.equal(stream.column("checksum_ok"), False), False))
     reasons = s.reasons
     for reason, mask in (("no_stamp", pc.and_(pc.invert(stamped), no_header)),
-                         ("malformed_stamp", pc.and_(pc.invert(stamped), pc.invert(no_header))),
+                         ("malformed_stamp", pc.and_(pc.invert(stamped), pc.invert(
+                             pc.or_(no_header, forged)))),
+                         ("forged_stamp", pc.and_(pc.invert(stamped), forged)),
                          ("bad_checksum", bad)):
         reasons = _plus(reasons, (((k[0], reason), n)
                                   for k, n in _sum_by(stream.filter(mask), ["topic"])))
     intact = _plus(s.intact, _sum_by(stream.filter(pc.and_(stamped, pc.invert(bad))),
                                      ["topic", "producer_id", "run_id"]))
     return StreamSums(reasons, intact, s.topics | topics,
-                      s.stream_topics | set(stream.column("topic").unique().to_pylist()))
+                      s.stream_topics | set(stream.column("topic").unique().to_pylist()),
+                      parts)
 
 
 def known_topics(acks: AckSums, found: dict, stream: StreamSums) -> set[str]:

@@ -3,9 +3,13 @@
 Every /v1 route refuses query parameters it does not declare, and every error is a
 problem+json body (``problems.py``). With ``api.tokens`` set, every path but health and
 the dashboard's static page needs a bearer token (``auth.py``); without, the API is
-open and says so when it starts. ``/metrics`` is for Prometheus (``metrics.py``),
-``/dashboard`` for people. ``app`` is created on first use (``create_app()`` reads the
-settings for the limits and tokens it is built with).
+open and says so when it starts (and refuses to start beyond loopback: ``server.py``).
+A request must name an allowed host, and beyond ``api.max_concurrent_requests`` in
+flight it is a 503 (``guards.py``); answers are gzipped for clients that accept it.
+``/metrics`` is for Prometheus (``metrics.py``), ``/dashboard`` for people, ``/docs`` and
+``/redoc`` for developers (served from packaged assets, no CDN). ``app`` is created on
+first use (``create_app()`` reads the settings for the limits and tokens it is built
+with).
 """
 
 from __future__ import annotations
@@ -16,15 +20,18 @@ from typing import Any
 
 from fastapi import Depends, FastAPI
 from prometheus_client import CollectorRegistry
+from starlette.middleware.gzip import GZipMiddleware
 
 from kafka_audit import __version__
 from kafka_audit.auditor_api import problems
 from kafka_audit.auditor_api.auth import BearerAuth, is_open
 from kafka_audit.auditor_api.cache import ResponseCache
+from kafka_audit.auditor_api.guards import AllowedHosts, ConcurrencyLimit, SecurityHeaders
 from kafka_audit.auditor_api.metrics import RequestMetrics
 from kafka_audit.auditor_api.params import declared_query_only
 from kafka_audit.auditor_api.routes import (
     dashboard,
+    docs,
     findings,
     health,
     latency,
@@ -35,6 +42,7 @@ from kafka_audit.auditor_api.routes import (
     topics,
     windows,
 )
+from kafka_audit.auditor_api.server import allowed_hosts
 from kafka_audit.settings import Settings, get_settings
 
 log = logging.getLogger("kafka_audit.auditor_api")
@@ -58,7 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                         "one)")
         yield
 
-    app = FastAPI(title="Kafka durability auditor", version=__version__, lifespan=lifespan,
+    title = "Kafka durability auditor"
+    app = FastAPI(title=title, version=__version__, lifespan=lifespan,
+                  docs_url=None, redoc_url=None,  # served from packaged assets: routes/docs.py
                   description="Acknowledged-but-lost writes and their evidence, from Delta "
                               "tables. Every error is an RFC 9457 problem "
                               "(application/problem+json); a query parameter a route does not "
@@ -80,9 +90,17 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(windows.router, **v1)
     app.include_router(metrics.router, **v1)
     app.include_router(dashboard.router)
+    app.include_router(docs.router(title))
+    # the last added runs first: metrics, headers, Host, the limit, gzip, tokens, cache
     if limits.api.response_cache:
-        app.add_middleware(ResponseCache, fastapi_app=app)  # inside the token check
+        app.add_middleware(ResponseCache, fastapi_app=app,  # inside the token check
+                           max_bytes=int(limits.api.response_cache_max_mb * (1 << 20)))
     app.add_middleware(BearerAuth, tokens=tokens)
+    # level 6: a 1 MB page in ~10 ms; the static assets come compressed already (assets.py)
+    app.add_middleware(GZipMiddleware, minimum_size=1024, compresslevel=6)
+    app.add_middleware(ConcurrencyLimit, limit=limits.api.max_concurrent_requests)
+    app.add_middleware(AllowedHosts, allowed=allowed_hosts(limits.api))
+    app.add_middleware(SecurityHeaders)
     app.add_middleware(RequestMetrics, registry=registry)  # outermost: 401s are timed too
     if tokens:
         _declare_bearer(app)

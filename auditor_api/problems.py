@@ -43,6 +43,8 @@ UNKNOWN_FINDING = "tag:kafka-audit,2026:problem:unknown-finding"
 UNKNOWN_PARTITION = "tag:kafka-audit,2026:problem:unknown-partition"
 UNAUTHORIZED = "tag:kafka-audit,2026:problem:unauthorized"
 FORBIDDEN = "tag:kafka-audit,2026:problem:forbidden"
+BAD_HOST = "tag:kafka-audit,2026:problem:bad-host"
+OVERLOADED = "tag:kafka-audit,2026:problem:overloaded"
 
 
 class ProblemParameter(BaseModel):
@@ -84,8 +86,9 @@ def problem_responses(*statuses: int) -> dict[int | str, dict[str, Any]]:
             for s in statuses}
 
 
-#: every route that takes parameters can answer these
-PROBLEM_RESPONSES = problem_responses(422, 500)
+#: every route that takes parameters can answer these: 400 a Host name not served, 503
+#: beyond the concurrency limit (``guards.py``)
+PROBLEM_RESPONSES = problem_responses(400, 422, 500, 503)
 
 
 def problem(status: int, detail: str, *, type_: str = "about:blank", title: str | None = None,

@@ -82,6 +82,10 @@ _FOLD_ROWS = 262_144
 _MAX_ROW_SETS = 16
 #: derived values kept at most (they are per query shape: topics, partitions, versions)
 _MAX_MEMO = 4096
+#: what the derived Arrow tables kept weigh at most in all (the oldest go first): a listing
+#: per filter is a sorted copy of the findings it matches, and a client varying a filter
+#: (``since`` a microsecond later each time) would otherwise keep _MAX_MEMO such copies
+_MAX_MEMO_BYTES = 256 << 20
 
 
 def _commit(log: str, version: int) -> str:
@@ -197,6 +201,8 @@ class Snapshots:
         self._seen: dict[str, int] = {}  # versions seen by version(), to probe from
         self._lock = threading.Lock()
         self._memo: dict[Any, tuple[tuple, Any]] = {}
+        self._weights: dict[Any, int] = {}  # key -> bytes of a memoized Arrow table
+        self.memo_bytes = 0
         self._families: dict[Any, OrderedDict] = {}  # family -> its keys, the oldest first
         self._memo_lock = threading.Lock()
         self._computing: dict[Any, threading.Lock] = {}
@@ -403,25 +409,44 @@ class Snapshots:
             if hit is not None and hit[0] == versions:
                 return hit[1]
             value = compute(*snaps)
+            self._store(key, versions, value, family, keep)
+            return value
         finally:
+            # the map holds what is being computed now: a key leaves it with its
+            # computation, answered or raised (an unknown topic's summary), so that
+            # requests for ever new keys leave nothing behind; a request still waiting on
+            # this lock finds the value stored
+            with self._memo_lock:
+                if self._computing.get(key) is computing:
+                    del self._computing[key]
             computing.release()
+
+    def _store(self, key: Any, versions: tuple, value: Any, family: Any, keep: int) -> None:
         with self._memo_lock:
-            if len(self._computing) > _MAX_MEMO:
-                self._computing.clear()
-            self._memo.pop(key, None)
+            self._forget(key)
             self._memo[key] = (versions, value)
+            if isinstance(value, pa.Table):
+                self._weights[key] = value.nbytes
+                self.memo_bytes += value.nbytes
             if family is not None:
                 members = self._families.setdefault(family, OrderedDict())
                 members.pop(key, None)
                 members[key] = None
                 while len(members) > keep:
-                    self._memo.pop(members.popitem(last=False)[0], None)
+                    self._forget(members.popitem(last=False)[0])
             if len(self._memo) > _MAX_MEMO:  # the oldest half goes (one per query shape)
                 for old in list(self._memo)[:_MAX_MEMO // 2]:
-                    del self._memo[old]
+                    self._forget(old)
                 if len(self._families) > _MAX_MEMO:
                     self._families.clear()
-        return value
+            for old in list(self._weights):  # the oldest tables go, this one last
+                if self.memo_bytes <= _MAX_MEMO_BYTES or old == key:
+                    break
+                self._forget(old)
+
+    def _forget(self, key: Any) -> None:
+        self._memo.pop(key, None)
+        self.memo_bytes -= self._weights.pop(key, 0)
 
 
 def _chunks(batches: Iterable[pa.RecordBatch], rows: int) -> Iterator[list[pa.RecordBatch]]:

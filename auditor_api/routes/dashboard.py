@@ -2,63 +2,52 @@
 
 Everything is served by this app (no CDN: auditing sites are often offline): the
 page (``static/dashboard.html``), its script and style, and plotly.js from the
-``plotly`` package's own copy (``plotly/package_data/plotly.min.js``). The page holds
-no audit data: it reads ``/v1/topics``, ``/v1/topics/{topic}`` and each partition's
-timeline with the token the person gives (kept in the tab's sessionStorage), so it
-is served without one.
+``plotly`` package's own copy (``plotly/package_data/plotly.min.js``), compressed for
+clients that accept it (``assets.py``). The page holds no audit data: it reads
+``/v1/topics``, ``/v1/topics/{topic}`` and each partition's timeline with the token the
+person gives (kept in the tab's sessionStorage), so it is served without one.
+
+The page's ``Content-Security-Policy`` (:data:`DASHBOARD_POLICY`) lets only this app's
+own scripts run (no inline script, no other origin), and its requests go to this app
+only: a record's text that slipped into the page as markup could neither run nor send
+the token anywhere. The script itself shows every value as text (``dashboard.js``).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-from importlib import resources
-from pathlib import Path
-
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, Response
+from fastapi.responses import Response
 
+from kafka_audit.auditor_api.assets import asset_response, packaged
 from kafka_audit.auditor_api.problems import ProblemError
+
+__all__ = ["router", "DASHBOARD_POLICY"]
 
 router = APIRouter(include_in_schema=False)
 
-_TYPES = {".js": "text/javascript; charset=utf-8", ".css": "text/css; charset=utf-8",
-          ".html": "text/html; charset=utf-8"}
-
-
-@functools.cache
-def _asset(name: str) -> tuple[bytes, str] | None:
-    """(content, ETag) of a static asset, read once; None if there is no such asset."""
-    if name == "plotly.min.js":
-        import plotly
-
-        path = Path(plotly.__file__).parent / "package_data" / "plotly.min.js"
-        data = path.read_bytes()
-    else:
-        item = resources.files("kafka_audit.auditor_api").joinpath("static", name)
-        if "/" in name or not item.is_file():
-            return None
-        data = item.read_bytes()
-    return data, '"' + hashlib.sha256(data).hexdigest()[:20] + '"'
+#: scripts from this app only, never inline; styles inline too (plotly.js styles its SVG
+#: through style attributes); data: and blob: images (plotly's exported pictures)
+DASHBOARD_POLICY = ("default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
+                    "img-src 'self' data: blob:; connect-src 'self'; object-src 'none'; "
+                    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+_ASSETS = {"dashboard.js": ("kafka_audit.auditor_api", "static"),
+           "dashboard.css": ("kafka_audit.auditor_api", "static"),
+           "plotly.min.js": ("plotly", "package_data")}
 
 
 @router.get("/dashboard")
 @router.get("/dashboard/")
-def dashboard() -> HTMLResponse:
-    found = _asset("dashboard.html")
-    assert found is not None, "the package lacks auditor_api/static/dashboard.html"
-    return HTMLResponse(found[0], headers={"Cache-Control": "no-cache"})
+def dashboard(request: Request) -> Response:
+    page = packaged("kafka_audit.auditor_api", "static", "dashboard.html")
+    assert page is not None, "the package lacks auditor_api/static/dashboard.html"
+    return asset_response(page, request, max_age=0, headers={
+        "Cache-Control": "no-cache", "Content-Security-Policy": DASHBOARD_POLICY})
 
 
 @router.get("/dashboard/static/{name}")
 def static(name: str, request: Request) -> Response:
-    found = _asset(name) if name in ("plotly.min.js", "dashboard.js", "dashboard.css") else None
+    where = _ASSETS.get(name)
+    found = packaged(*where, name) if where else None
     if found is None:
         raise ProblemError(404, f"no such asset: {name}")
-    data, etag = found
-    headers = {"ETag": etag, "Cache-Control": "public, max-age=3600"}
-    if request.headers.get("if-none-match") == etag:
-        return Response(status_code=304, headers=headers)
-    suffix = Path(name).suffix
-    return Response(data, media_type=_TYPES.get(suffix, "application/octet-stream"),
-                    headers=headers)
+    return asset_response(found, request)

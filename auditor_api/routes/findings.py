@@ -92,6 +92,8 @@ class UnjudgedRecords(BaseModel):
 
     no_stamp: int = Field(description="no kaudit header (a foreign producer)")
     malformed_stamp: int = Field(description="a kaudit header that is not a well-formed stamp")
+    forged_stamp: int = Field(0, description="a well-formed stamp without its MAC (a kaudit-mac "
+                                             "header that verifies) while stamp.key_file is set")
     bad_checksum: int = Field(description="stamped, but the value's CRC32 differs from the "
                                           "stamped one")
     unknown_producer: int = Field(description="stamped and intact, but its (producer_id, "
@@ -241,7 +243,8 @@ def router(page_size_max: int) -> APIRouter:
         "annotations": {"duplicate": 0, "reordered": 0},
         "judged_through": {"pass_id": 7, "ack_time": "2026-11-22T07:51:09.8Z"},
         "unjudged_records": {"orders": {"no_stamp": 0, "malformed_stamp": 0,
-                                        "bad_checksum": 0, "unknown_producer": 0}}})})
+                                        "forged_stamp": 0, "bad_checksum": 0,
+                                        "unknown_producer": 0}}})})
     def summary(reader: ReaderDep,
                 topic: Annotated[str | None, Query(description="one topic (default: every "
                                                                "topic)")] = None) -> Summary:
@@ -249,6 +252,8 @@ def router(page_size_max: int) -> APIRouter:
         verdicts, the writes still pending (acked, not judged yet: from the first ack on),
         the annotations apart, how far the audit has judged, and the records it cannot
         judge. ``sum(verdicts) + pending == acked``. An unknown topic is a 404."""
+        if topic is not None and topic not in reader.known_partitions():
+            raise _unknown_topic(topic)  # at once: no answer computed, none kept
         return reader.memo(("summary", topic), ("acks", "findings", "consumed",
                                                 "partition_state", "audit_hot"),
                            lambda *_: _summary(reader, topic))
@@ -386,8 +391,7 @@ def _summary(reader, topic: str | None) -> Summary:
     found = committed_finding_sums(reader, progress.pass_id)
     if (topic is not None and topic not in acks.acked and topic not in stream.topics
             and not any(t == topic for t, _p, _k in found)):
-        raise ProblemError(404, f"unknown topic {topic!r}: no acked write, consumed record or "
-                                f"finding names it", type_=UNKNOWN_TOPIC, title="Unknown topic")
+        raise _unknown_topic(topic)
 
     by_kind: dict[str, int] = {}
     for (t, _p, kind), (n, _last) in found.items():
@@ -407,6 +411,11 @@ def _summary(reader, topic: str | None) -> Summary:
                                      ack_time=_newest_ack(reader, progress, topic)),
         unjudged_records={t: UnjudgedRecords(**stream.unjudged(t, acks.runs))
                           for t in sorted(topics)})
+
+
+def _unknown_topic(topic: str) -> ProblemError:
+    return ProblemError(404, f"unknown topic {topic!r}: no acked write, consumed record or "
+                             f"finding names it", type_=UNKNOWN_TOPIC, title="Unknown topic")
 
 
 def _newest_ack(reader, progress, topic: str | None) -> datetime | None:

@@ -37,6 +37,7 @@ from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.params import INT32_MAX, Instant
 from kafka_audit.auditor_api.problems import (
     UNKNOWN_PARTITION,
+    UNKNOWN_TOPIC,
     ProblemError,
     bad_parameters,
     problem_responses,
@@ -433,11 +434,20 @@ def router(points_max: int) -> APIRouter:
         """A partition over a time range: acks and reads as runs, re-reads, leader changes,
         ISR size, the watcher's blind gaps, windows (when the warehouse has them) and
         findings (each loss with the leader change that lost it); downsampled into
-        ``points`` time buckets when a series holds more rows. A partition nothing was
-        recorded for is a 404."""
+        ``points`` time buckets when a series holds more rows. A topic or partition nothing
+        was recorded for is a 404."""
         if since is not None and until is not None and since >= until:
             raise bad_parameters(("since", "must be before until"),
                                  ("until", "must be after since"))
+        known = reader.known_partitions().get(topic)
+        if known is None:  # no table names it: nothing is scanned for it
+            raise ProblemError(404, f"unknown topic {topic!r}: no acked write, consumed "
+                                    f"record, finding or cluster event names it",
+                               type_=UNKNOWN_TOPIC, title="Unknown topic")
+        if partition not in known:
+            raise ProblemError(404, f"nothing recorded for {topic}-{partition}: no acked write, "
+                                    f"read, event or finding", type_=UNKNOWN_PARTITION,
+                               title="Unknown partition")
         ix = _index(reader, topic, partition)
         if ix.start is None:
             raise ProblemError(404, f"nothing recorded for {topic}-{partition}: no acked write, "

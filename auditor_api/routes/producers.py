@@ -65,6 +65,9 @@ def producers(reader: ReaderDep, topic: Annotated[str | None, Query(
     """Every producer in the ack ledger: runs, topics, writes, losses, duplicates and
     reorders, ack latency p50/p99, durability settings and what they allow, and
     violations (anomalies its settings do not allow)."""
+    if topic is not None and topic not in reader.known_partitions():
+        return []  # nothing computed or kept for a topic no table names
+
     def compute(acks, _findings, _hot):
         return producer_totals(acks.folds["producer_sums"], committed_findings(reader), topic)
 

@@ -57,7 +57,8 @@ class TopicOut(BaseModel):
         description="producer durability settings seen in the ledger, most writes first")
     unjudged_records: dict[str, int] = Field(
         description="stream records the auditor cannot judge, by reason (foreign: no_stamp, "
-                    "unknown_producer; malformed: malformed_stamp, bad_checksum)")
+                    "unknown_producer; malformed: malformed_stamp, bad_checksum; forged: "
+                    "forged_stamp, a stamp without its MAC while stamp.key_file is set)")
 
 
 class PartitionTotalsOut(BaseModel):
@@ -85,8 +86,8 @@ TOPIC_EXAMPLE = {
                  "rejected": 0, "unverified": 0},
     "durability": [{"acks": "1", "idempotence": False, "retries": 2, "max_in_flight": 5,
                     "writes": 543552, "producers": 1}],
-    "unjudged_records": {"no_stamp": 0, "malformed_stamp": 0, "bad_checksum": 0,
-                         "unknown_producer": 0}}
+    "unjudged_records": {"no_stamp": 0, "malformed_stamp": 0, "forged_stamp": 0,
+                         "bad_checksum": 0, "unknown_producer": 0}}
 
 
 def all_topics(reader) -> dict[str, TopicTotals]:
@@ -110,7 +111,8 @@ def _out(t: TopicTotals) -> dict:
             "reordered": t.annotations.get("reordered", 0), "verdicts": t.verdicts,
             "durability": t.durability,
             "unjudged_records": t.unjudged or {"no_stamp": 0, "malformed_stamp": 0,
-                                               "bad_checksum": 0, "unknown_producer": 0}}
+                                               "forged_stamp": 0, "bad_checksum": 0,
+                                               "unknown_producer": 0}}
 
 
 def _leaders(reader) -> dict[tuple[str, int], tuple[int | None, list[int] | None]]:

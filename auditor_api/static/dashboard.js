@@ -27,6 +27,10 @@ async function api(path) {
   return r.json();
 }
 
+// plotly.js reads markup in the text it draws (<b>, <a href>, <br> in hover text and
+// annotations): a value from a record goes to it escaped, so it shows as the text it is.
+// The page's own elements take values as text nodes (el() below), never as markup.
+const plain = (v) => String(v).replace(/&/g, "&amp;").replace(/</g, "&lt;").replace(/>/g, "&gt;");
 const fmt = (n) => (n === null || n === undefined) ? "–" : Number(n).toLocaleString("en-US");
 const ms = (s) => Date.parse(s);
 function clock(s) {
@@ -102,22 +106,22 @@ function drawTimeline(container, tl) {
     traces.push({ x: tl.rereads.map((r) => ms(r.time)), y: tl.rereads.map((r) => r.offset),
       name: "re-read by the audit", mode: "markers", type: "scatter",
       marker: { symbol: "diamond-open", size: 9, color: "#444" },
-      text: tl.rereads.map((r) => `re-read offsets ${r.offset}..${r.last_offset}: ${r.status}`
-        + (r.stamped_by ? ` (${r.stamped_by})` : "")), hoverinfo: "text" });
+      text: tl.rereads.map((r) => plain(`re-read offsets ${r.offset}..${r.last_offset}: ${r.status}`
+        + (r.stamped_by ? ` (${r.stamped_by})` : ""))), hoverinfo: "text" });
   }
   if (losses.length) {
     const total = losses.reduce((n, f) => n + f.count, 0);
     const seg = segments(losses);
     traces.push({ ...seg, name: `lost writes (${fmt(total)})`, mode: "lines+markers", type: "scatter",
       line: { color: "#d0021b", width: 10 }, marker: { color: "#d0021b", size: 11, symbol: "x" },
-      text: losses.flatMap((f) => { const t = `${f.kind}${f.subkind ? "/" + f.subkind : ""}: offsets `
-        + `${f.offset}..${f.last_offset} (${fmt(f.count)} writes), cause ${f.cause}`; return [t, t, null]; }),
+      text: losses.flatMap((f) => { const t = plain(`${f.kind}${f.subkind ? "/" + f.subkind : ""}: offsets `
+        + `${f.offset}..${f.last_offset} (${fmt(f.count)} writes), cause ${f.cause}`); return [t, t, null]; }),
       hoverinfo: "text" });
   }
   if (others.length) {
     traces.push({ x: others.map((f) => ms(f.time)), y: others.map((f) => f.offset), name: "other findings",
       mode: "markers", type: "scatter", marker: { color: "#ff7f0e", size: 8, symbol: "triangle-up" },
-      text: others.map((f) => `${f.kind}${f.subkind ? "/" + f.subkind : ""}: ${fmt(f.count)} writes at ${f.offset}`),
+      text: others.map((f) => plain(`${f.kind}${f.subkind ? "/" + f.subkind : ""}: ${fmt(f.count)} writes at ${f.offset}`)),
       hoverinfo: "text" });
   }
   if (tl.isr.length) {
@@ -133,7 +137,7 @@ function drawTimeline(container, tl) {
     const edge = w.kind === "leader_change" ? { width: 1, color: "rgba(31,119,180,0.6)" } : { width: 0 };
     shapes.push({ type: "rect", xref: "x", yref: "paper", x0: ms(w.start), x1: w.end ? ms(w.end) : ms(tl.until),
       y0: 0, y1: 1, fillcolor: WINDOW_COLORS[w.kind] || "rgba(127,127,127,0.15)", line: edge, layer: "below" });
-    if (w.kind !== "leader_change") annotations.push({ x: ms(w.start), y: 0.02, xref: "x", yref: "paper", text: w.kind, showarrow: false,
+    if (w.kind !== "leader_change") annotations.push({ x: ms(w.start), y: 0.02, xref: "x", yref: "paper", text: plain(w.kind), showarrow: false,
       xanchor: "left", font: { size: 11, color: "#555" } });
   }
   for (const g of tl.gaps) {
@@ -145,7 +149,7 @@ function drawTimeline(container, tl) {
   tl.leader_changes.forEach((c, i) => {
     shapes.push({ type: "line", xref: "x", yref: "paper", x0: ms(c.time), x1: ms(c.time), y0: 0, y1: 1,
       line: { color: "#6a3d9a", width: 2, dash: "dash" } });
-    annotations.push({ x: ms(c.time), y: 1 - 0.07 * (i % 3), xref: "x", yref: "paper", text: changeLabel(c),
+    annotations.push({ x: ms(c.time), y: 1 - 0.07 * (i % 3), xref: "x", yref: "paper", text: plain(changeLabel(c)),
       showarrow: false, xanchor: "left", bgcolor: "rgba(255,255,255,0.85)", font: { size: 12, color: "#6a3d9a" } });
   });
   let range;

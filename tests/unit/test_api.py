@@ -47,7 +47,7 @@ def client(tmp_path):
          "observed_at": T, "pending": n, "unseen": u, "oldest_unseen": T if u else None,
          "pass_id": pid} for p, n, u, pid in [(0, 9, 9, 0), (0, 5, 2, 1), (1, 1, 0, 1),
                                               (1, 7, 0, 2)]])
-    return TestClient(create_app(settings))
+    return TestClient(create_app(settings), base_url="http://localhost")
 
 
 def test_filters_and_order(client):
@@ -111,7 +111,7 @@ def test_bad_parameters_get_422_with_a_reason(client, params, fragment):
 def test_missing_tables_are_empty_not_errors(tmp_path):
     app = create_app()
     app.dependency_overrides[get_settings] = lambda: Settings(home=tmp_path / "none")
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://localhost")
     assert c.get("/v1/findings").json()["total"] == 0
     assert c.get("/healthz").json()["tables"]["findings"] is False
     assert c.get("/v1/quality").json() == {"validations": 0, "failures": []}
@@ -119,7 +119,7 @@ def test_missing_tables_are_empty_not_errors(tmp_path):
 
 def test_openapi_declares_problem_bodies_and_bounds(tmp_path):
     app = create_app(Settings(home=tmp_path, api={"page_size_max": 50}))
-    spec = TestClient(app).get("/openapi.json").json()
+    spec = TestClient(app, base_url="http://localhost").get("/openapi.json").json()
     assert spec["components"]["schemas"]["Problem"]["required"] == ["title", "status", "detail"]
     problem = {"application/problem+json": {"schema": {"$ref": "#/components/schemas/Problem"}}}
     for path, ops in spec["paths"].items():
@@ -131,5 +131,5 @@ def test_openapi_declares_problem_bodies_and_bounds(tmp_path):
     assert (params["page_size"]["maximum"], params["page_size"]["default"]) == (50, 50)
     assert params["partition"]["anyOf"][0]["maximum"] == 2**31 - 1
     assert params["since"]["anyOf"][0]["format"] == "date-time"
-    r = TestClient(app).get("/v1/findings", params={"page_size": 51})
+    r = TestClient(app, base_url="http://localhost").get("/v1/findings", params={"page_size": 51})
     assert r.status_code == 422 and r.json()["errors"][0]["name"] == "page_size"

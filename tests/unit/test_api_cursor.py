@@ -38,7 +38,7 @@ def test_no_row_skipped_or_repeated_while_passes_commit(tmp_path):
     topics = ["a", "m", "z"]
     commit(s, 1, [finding(rng.choice(topics), rng.randrange(3), o, 1) for o in range(0, 300, 3)])
     committed = {1: 100}
-    c = TestClient(create_app(s))
+    c = TestClient(create_app(s), base_url="http://localhost")
     seen, pages, cursor, pass_id = [], 0, None, 1
     while True:
         params = {"page_size": 7, **({"cursor": cursor} if cursor else {})}
@@ -81,7 +81,7 @@ def test_pages_keep_the_order_topic_partition_kind_offset(tmp_path):
     rows = [finding(t, p, o, 1, k) for t in ("b", "a") for p in (1, 0)
             for k in ("lost", "duplicate") for o in (20, 3, None)]
     commit(s, 1, rows)
-    c = TestClient(create_app(s))
+    c = TestClient(create_app(s), base_url="http://localhost")
     items, cursor = [], None
     while True:
         body = c.get("/v1/findings", params={"page_size": 5,
@@ -111,7 +111,7 @@ def test_a_request_never_waits_on_another_reading_a_new_version(tmp_path):
     s = Settings(home=tmp_path)
     commit(s, 1, [finding("a", 0, o, 1) for o in range(10)])
     app = create_app(s)
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://localhost")
     assert c.get("/v1/findings").json()["as_of_pass"] == 1
     commit(s, 2, [finding("a", 0, o, 2) for o in range(10, 15)])
     held = snapshots_for(app, s)._entry("audit_hot")

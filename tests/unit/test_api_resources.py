@@ -63,7 +63,7 @@ def warehouse(tmp_path, runs=3000):
 
 def test_topics_producers_and_a_downsampled_timeline(tmp_path):
     s = warehouse(tmp_path)
-    c = TestClient(create_app(s))
+    c = TestClient(create_app(s), base_url="http://localhost")
     (t,) = c.get("/v1/topics").json()
     assert (t["acked"], t["lost"], t["pending"]) == (300_050, 207, 43)  # safe: 43 unjudged
     assert t["last_loss"].startswith("2026-01-01T12:00:29.96")
@@ -107,7 +107,8 @@ def test_the_timeline_shows_windows_when_the_warehouse_has_them(tmp_path):
                 "partition": 0, "start": T, "end": T + timedelta(seconds=1),
                 "opened_by": "isr_shrink", "acks": 10, "losses": 0, "computed_at": T})
     append_rows(s.table_path("windows"), "windows", [row])
-    tl = TestClient(create_app(s)).get("/v1/partitions/orders/0/timeline").json()
+    tl = TestClient(create_app(s), base_url="http://localhost").get(
+        "/v1/partitions/orders/0/timeline").json()
     assert [(w["kind"], w["opened_by"], w["acks"]) for w in tl["windows"]] == [
         ("exposure", "isr_shrink", 10)]
 
@@ -125,7 +126,7 @@ def window_row(kind, start, end, partition=0, losses=0):
 
 def test_windows_are_served_filtered_and_each_loss_names_its_window(tmp_path):
     s = warehouse(tmp_path, runs=3000)
-    c = TestClient(create_app(s))
+    c = TestClient(create_app(s), base_url="http://localhost")
     assert c.get("/v1/windows").json() == {"computed": False, "items": []}
     lost_at = T + timedelta(milliseconds=20 * 1498)
     assert c.get("/v1/findings", params={"kind": "lost"}).json()["items"][0]["window_id"] is None
@@ -134,7 +135,7 @@ def test_windows_are_served_filtered_and_each_loss_names_its_window(tmp_path):
     reduced = window_row("reduced_redundancy", lost_at - timedelta(seconds=3), None)
     other = window_row("rejection", T, T + timedelta(seconds=1), partition=1)
     append_rows(s.table_path("windows"), "windows", [exposure, reduced, other])
-    c = TestClient(create_app(s))
+    c = TestClient(create_app(s), base_url="http://localhost")
     page = c.get("/v1/windows").json()
     assert page["computed"] is True
     assert [(w["partition"], w["kind"]) for w in page["items"]] == [
@@ -164,7 +165,7 @@ def test_windows_are_served_filtered_and_each_loss_names_its_window(tmp_path):
 def test_snapshots_are_kept_between_requests_and_follow_appends(tmp_path):
     s = warehouse(tmp_path, runs=10)
     app = create_app(s)
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://localhost")
     first = c.get("/v1/topics").json()[0]["acked"]
     snaps = app.state.snapshots[str(s.warehouse)]
     loads = snaps.loads
@@ -183,7 +184,7 @@ def test_a_repeated_request_is_answered_from_memory_until_a_table_changes(tmp_pa
 
     s = warehouse(tmp_path, runs=10)
     app = create_app(s)
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://localhost")
     first = c.get("/v1/topics/orders").json()
     cache = next(m.kwargs for m in app.user_middleware if m.cls is ResponseCache)
     assert cache  # the middleware is installed (api.response_cache, on by default)
@@ -195,7 +196,8 @@ def test_a_repeated_request_is_answered_from_memory_until_a_table_changes(tmp_pa
     append_rows(s.table_path("acks"), "acks", [ack(10_000, 5, T, producer="late")])
     assert c.get("/v1/topics/orders").json()["acked"] == first["acked"] + 5
     assert stack.hits == hits + 1  # a table changed: computed again
-    off = TestClient(create_app(Settings(home=tmp_path, api={"response_cache": False})))
+    off = TestClient(create_app(Settings(home=tmp_path, api={"response_cache": False})),
+                     base_url="http://localhost")
     assert off.get("/v1/topics/orders").json()["acked"] == first["acked"] + 5
 
 
@@ -215,7 +217,7 @@ def test_requests_arriving_while_their_answer_is_computed_wait_for_it_and_share_
 
     async def burst(n: int) -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://t") as c:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
             return await asyncio.gather(*[c.get("/v1/topics/orders") for _ in range(n)])
 
     answers = asyncio.run(burst(20))
@@ -231,7 +233,7 @@ def test_requests_arriving_while_their_answer_is_computed_wait_for_it_and_share_
 
 
 def test_the_dashboard_and_its_charting_library_are_served_by_the_app(tmp_path):
-    c = TestClient(create_app(Settings(home=tmp_path)))
+    c = TestClient(create_app(Settings(home=tmp_path)), base_url="http://localhost")
     page = c.get("/dashboard")
     assert page.status_code == 200 and "text/html" in page.headers["content-type"]
     assert "/dashboard/static/plotly.min.js" in page.text and "https://" not in page.text
@@ -250,7 +252,7 @@ def test_a_timeline_reads_on_from_the_ledgers_new_files(tmp_path):
 
     s = warehouse(tmp_path, runs=10)
     app = create_app(s)
-    c = TestClient(app)
+    c = TestClient(app, base_url="http://localhost")
     first = c.get("/v1/partitions/orders/0/timeline").json()
     assert sum(a["count"] for a in first["acks"]) == 1000
     snaps = app.state.snapshots[str(s.warehouse)]

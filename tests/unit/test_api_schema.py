@@ -100,7 +100,9 @@ WAREHOUSE = tempfile.TemporaryDirectory(prefix="kafka-audit-api-schema-")
 TOKEN = new_token()
 SETTINGS = Settings(home=Path(WAREHOUSE.name),  # statuses stay fresh however long it runs
                     health={f"{c}_stale_seconds": 3600 for c in COMPONENTS},
-                    api={"tokens": [{"name": "schemathesis", "hash": hash_token(TOKEN)}]})
+                    api={"tokens": [{"name": "schemathesis", "hash": hash_token(TOKEN)}],
+                         # the host name schemathesis's in-process client sends
+                         "allowed_hosts": ["testserver"]})
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(SETTINGS))
 
 

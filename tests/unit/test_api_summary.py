@@ -55,7 +55,7 @@ def s(tmp_path):
 
 
 def summary(s, **params):
-    return TestClient(create_app(s)).get("/v1/summary", params=params)
+    return TestClient(create_app(s), base_url="http://localhost").get("/v1/summary", params=params)
 
 
 def test_pending_writes_come_from_the_ledger_before_any_pass(s):
@@ -105,16 +105,18 @@ def test_unjudged_records_by_reason(s):
     append_rows(s.table_path("consumed"), "consumed", [
         stream("orders", 10), stream("orders", 4, False, "no kaudit header"),
         stream("orders", 3, False, "malformed stamp"), stream("orders", 2, ok=False),
+        stream("orders", 7, False, "forged stamp"),
         stream("orders", 6, producer="stranger"), stream("orders", 5, run="r-unknown"),
         stream("orders", 1, run="r9"),  # a run the ledger knows (on another topic)
         stream("orders", 50, False, "no kaudit header", source="reread"),  # not the stream
         stream("events", 8, False, "malformed stamp")])
     body = summary(s, topic="orders").json()
     assert body["unjudged_records"] == {"orders": {
-        "no_stamp": 4, "malformed_stamp": 3, "bad_checksum": 2, "unknown_producer": 11}}
+        "no_stamp": 4, "malformed_stamp": 3, "forged_stamp": 7, "bad_checksum": 2,
+        "unknown_producer": 11}}
     every = summary(s).json()["unjudged_records"]
-    assert every["events"] == {"no_stamp": 0, "malformed_stamp": 8, "bad_checksum": 0,
-                               "unknown_producer": 0}
+    assert every["events"] == {"no_stamp": 0, "malformed_stamp": 8, "forged_stamp": 0,
+                               "bad_checksum": 0, "unknown_producer": 0}
 
 
 def test_an_unknown_topic_is_a_404_a_topic_only_read_is_known(s):

@@ -65,7 +65,7 @@ def client(tmp_path):
     # as main.py wires every /v1 router
     app.include_router(latency_route.router, dependencies=[Depends(declared_query_only)],
                        responses=problems.PROBLEM_RESPONSES)
-    return TestClient(app)
+    return TestClient(app, base_url="http://localhost")
 
 
 def test_latency_over_rest(client):
