@@ -2,7 +2,8 @@
 
 Tokens live in the settings (``api.tokens``) as ``sha256:<hex>`` hashes only; a
 request's token is hashed and looked up. With any token configured, every path
-needs one but the open ones (:data:`OPEN_PATHS`: health for the orchestrator, and
+needs one but the open ones (:data:`OPEN_PATHS`: health for the orchestrator, which
+says only its verdict without a token (:func:`accepted_token`), and
 the dashboard's page, its script and the OpenAPI description, which carry no
 audit data: the page asks for a token and sends it with every data request):
 
@@ -27,14 +28,14 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from kafka_audit.auditor_api.problems import FORBIDDEN, UNAUTHORIZED, problem
 
-__all__ = ["hash_token", "new_token", "BearerAuth", "OPEN_PATHS", "is_open"]
+__all__ = ["hash_token", "new_token", "BearerAuth", "OPEN_PATHS", "is_open", "accepted_token"]
 
 log = logging.getLogger("kafka_audit.auditor_api")
 
 #: paths served without a token: health, and what carries no audit data
 OPEN_PATHS = frozenset({"/healthz", "/readyz", "/dashboard", "/dashboard/", "/openapi.json",
-                        "/docs", "/docs/oauth2-redirect", "/redoc"})
-OPEN_PREFIXES = ("/dashboard/static/",)
+                        "/docs", "/redoc"})
+OPEN_PREFIXES = ("/dashboard/static/", "/docs/", "/redoc/")  # the pages' assets
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 TOKEN_PREFIX = "kaudit_"
 
@@ -52,6 +53,16 @@ def new_token() -> str:
 
 def is_open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
+
+
+def accepted_token(authorization: str | None, tokens: list):
+    """The configured token (of ``tokens``) an ``Authorization`` header value carries, or
+    None: for an open path that says more to a token's holder (health's details)."""
+    if not authorization or authorization[:7].lower() != "bearer " or \
+            not authorization[7:].strip():
+        return None
+    digest = hash_token(authorization[7:].strip())
+    return next((t for t in tokens if hmac.compare_digest(t.hash, digest)), None)
 
 
 class BearerAuth:

@@ -5,9 +5,10 @@
 * the audit's figures per topic, computed at scrape time from the table snapshots (a
   lookup while nothing committed): acked, confirmed, lost and judged writes per verdict,
   duplicates, reordered (counters: they only grow); pending and unseen writes, the audit
-  lag (gauges); foreign and malformed records seen (``kafka_audit_unjudged_records_total``
-  by reason); and globally the committed pass, the age of its commit, each component's
-  last good step and the consume job's lag from the status files.
+  lag (gauges); foreign, malformed and forged records seen
+  (``kafka_audit_unjudged_records_total`` by reason); and globally the committed pass, the
+  age of its commit, each component's last good step and the consume job's lag from the
+  status files.
 
 ``deploy/prometheus-alerts.yml`` alerts on ``kafka_audit_lost_writes_total``.
 """
@@ -23,7 +24,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from kafka_audit.status import COMPONENTS, read_statuses
+from kafka_audit.status import COMPONENTS, consume_lag, current_statuses
 
 __all__ = ["RequestMetrics", "audit_metrics", "CONTENT_TYPE"]
 
@@ -111,8 +112,8 @@ def audit_metrics(reader, settings) -> bytes:
     reord = _counter("kafka_audit_reordered_writes", "writes found above a later write of "
                                                      "their producer run", t)
     unjudged = _counter("kafka_audit_unjudged_records", "records read that cannot be judged: "
-                        "foreign (no_stamp, unknown_producer) or malformed (malformed_stamp, "
-                        "bad_checksum)", ["topic", "reason"])
+                        "foreign (no_stamp, unknown_producer), malformed (malformed_stamp, "
+                        "bad_checksum) or forged (forged_stamp)", ["topic", "reason"])
     pending = _gauge("kafka_audit_pending_writes", "acked writes not judged yet", t)
     unseen = _gauge("kafka_audit_unseen_writes", "pending writes unread longer than "
                                                  "audit.unseen_after_seconds", t)
@@ -158,9 +159,11 @@ def audit_metrics(reader, settings) -> bytes:
                       "last good step (status files)", ["component"])
     failing = _gauge("kafka_audit_component_failing", "1 while a component cannot do its work",
                      ["component"])
-    consume_lag = _gauge("kafka_audit_consume_lag_offsets", "offsets the consume job has not "
-                                                            "read yet (its last report)")
-    statuses = read_statuses(settings.home_dir)
+    lag = _gauge("kafka_audit_consume_lag_offsets", "offsets the consume job has not "
+                 "committed yet: each partition's log end (the watcher's last sample) less "
+                 "the consume job's committed offset; absent while not measurable")
+    # statuses of the running processes only: a stopped run's last figures are no figures
+    statuses = current_statuses(settings.home_dir).current
     for name in COMPONENTS:
         s = statuses.get(name)
         if s is None:
@@ -168,9 +171,10 @@ def audit_metrics(reader, settings) -> bytes:
         if s.last_ok is not None:
             since_ok.add_metric([name], max(now - s.last_ok.timestamp(), 0.0))
         failing.add_metric([name], 1.0 if s.failing_since is not None else 0.0)
-        if name == "consume" and isinstance((s.detail or {}).get("lag_offsets"), int | float):
-            consume_lag.add_metric([], s.detail["lag_offsets"])
-    families += [since_ok, failing, consume_lag]
+    measured = consume_lag(statuses.get("consume"), statuses.get("watcher"))["offsets"]
+    if measured is not None:
+        lag.add_metric([], measured)
+    families += [since_ok, failing, lag]
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_Families(families))
     return generate_latest(registry)

@@ -47,7 +47,7 @@ from steady import (
 from kafka_audit.deploy.cluster import LocalCluster, wait_until
 from kafka_audit.latency import loss_latency
 from kafka_audit.scenarios.harness import Component
-from kafka_audit.status import read_statuses
+from kafka_audit.status import consume_lag, current_statuses
 from kafka_audit.store import footprint, read_table
 
 TABLES = ("acks", "consumed", "cluster_events", "findings", "audit_hot", "partition_state",
@@ -82,7 +82,7 @@ def sample(minute: float, service: Component, cluster: LocalCluster, settings, a
             tables[t] = {"version": f.version, "live_files": f.live_files,
                          "data_files": f.data_files, "data_mb": round(f.data_bytes / 2**20, 3),
                          "log_mb": round(f.log_bytes / 2**20, 3)}
-    consume = read_statuses(settings.home_dir).get("consume")
+    current = current_statuses(settings.home_dir).current
     procs = processes(service.proc.pid, cluster, os.getpid())  # one walk of /proc for both
     return {
         "minute": round(minute, 2),
@@ -96,7 +96,7 @@ def sample(minute: float, service: Component, cluster: LocalCluster, settings, a
         "tables": tables,
         "summary_ms": ms,
         "pending": body and body["pending"], "lost": body and body["lost"],
-        "lag_offsets": consume and (consume.detail or {}).get("lag_offsets"),
+        "lag_offsets": consume_lag(current.get("consume"), current.get("watcher"))["offsets"],
     }, seen
 
 

@@ -24,8 +24,14 @@
 * outages: :func:`run_consume` restarts a query that stopped on an error (every
   broker unreachable for longer than the Kafka source retries) with a capped
   doubling wait, logged once when it starts failing and once when it reads
-  again; ``<home>/status/consume.json`` holds the last progress and the lag in
-  offsets (health reads it).
+  again; ``<home>/status/consume.json`` holds the last progress and the offset of
+  each partition its last micro-batch committed (health measures the lag with them
+  against the log ends the watcher samples: :func:`kafka_audit.status.consume_lag`;
+  Spark's own figure, the latest offsets it knew when it planned the last batch, says
+  0 for as long as the next batch runs, however far behind it is);
+* stop: the query is stopped between micro-batches when it can be (a batch running
+  then is interrupted, and re-run at the next start: the checkpoint has not recorded
+  it); the interruption's errors are expected then, and said in one line.
 
 Command: ``kafka-audit consume [--once] [--topics PATTERN]``.
 """
@@ -44,7 +50,7 @@ from kafka_audit.settings import Settings
 from kafka_audit.store import check_table, commit_metadata
 
 __all__ = ["start_consume", "run_consume", "consume_app_id", "last_batch_written",
-           "QUERY_NAME", "DEFAULT_PATTERN"]
+           "stop_quietly", "QUERY_NAME", "DEFAULT_PATTERN"]
 
 log = logging.getLogger(__name__)
 
@@ -130,14 +136,22 @@ def last_batch_written(table: str, app_id: str) -> int | None:
 
 
 def start_consume(spark, settings: Settings, pattern: str | None = None, once: bool = False,
-                  on_commit: Callable[[], None] | None = None):
+                  on_commit: Callable[[], None] | None = None,
+                  halting: threading.Event | None = None):
     """Start the consume query on ``pattern`` (default: :func:`audited_pattern`); return the
     StreamingQuery. ``on_commit`` is called after each micro-batch committed to the table
-    (``kafka-audit run`` wakes the audit loop with it)."""
+    (``kafka-audit run`` wakes the audit loop with it). ``halting`` is set before the query
+    is stopped: a micro-batch the stop interrupts then fails with a short
+    :class:`BatchInterrupted`, which Spark takes for the interruption it is."""
+    from kafka_audit.stamp_key import stamp_mac
+
+    _quiet_expected_interruptions()
     pattern = pattern or audited_pattern(settings)
     table = settings.table_path("consumed")
     check_table(table, "consumed")
     app_id = consume_app_id(settings)
+    mac = stamp_mac(settings)  # the stamp key, read once a query: a stamp without its MAC
+    # is forged (None: no key)
     first = [True]
 
     def write_batch(batch_df, batch_id: int) -> None:
@@ -148,8 +162,13 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
                 log.warning("consume batch %d was written before a restart: not again",
                             batch_id)
                 return
-        write_delta(fold_read_runs(batch_df, batch_id), table, "consumed",
-                    settings.spark.driver_rows, user_metadata=_marker(app_id, batch_id))
+        try:
+            write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed",
+                        settings.spark.driver_rows, user_metadata=_marker(app_id, batch_id))
+        except Exception as exc:
+            if halting is None or not halting.is_set():
+                raise
+            raise BatchInterrupted(_first_lines(exc)) from None
         if on_commit is not None:
             on_commit()
 
@@ -204,8 +223,10 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
     ``on_commit``: see :func:`start_consume`."""
     import time
 
+    from kafka_audit.stamp_key import stamp_mac
     from kafka_audit.status import Outage, StatusWriter
 
+    stamp_mac(settings)  # a stamp key file that is no key: an error now, not an outage
     stop = stop or threading.Event()
     restarts = 0  # queries started again after an error, shown in the status file
     outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
@@ -215,7 +236,9 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
         query = None
         try:
             current = pattern or audited_pattern(settings, ledger)
-            query = start_consume(spark, settings, current, once=once, on_commit=on_commit)
+            halting = threading.Event()  # set before this query is stopped
+            query = start_consume(spark, settings, current, once=once, on_commit=on_commit,
+                                  halting=halting)
             seen, looked = None, time.monotonic()
             while not stop.is_set():
                 done = query.awaitTermination(2)  # raises the query's error, if it failed
@@ -232,15 +255,17 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                     looked = time.monotonic()
                     if audited_pattern(settings, ledger) != current:
                         log.warning("consume: the audited topics changed; restarting on them")
+                        halting.set()
                         query.stop()
                         break
             else:
-                query.stop()
+                stop_quietly(spark, query, halting)
                 return
         except Exception as exc:  # noqa: BLE001 - restarted after a wait, never dies of it
             if once:
                 raise
             if query is not None:
+                halting.set()
                 try:
                     query.stop()
                 except Exception:  # noqa: BLE001 - it is being replaced anyway
@@ -249,18 +274,122 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
             restarts += 1
 
 
+class BatchInterrupted(Exception):  # noqa: N818 - named for what happened, not "Error"
+    """Raised when a micro-batch is interrupted by the query's stop: short, so that the JVM
+    reads it. Spark takes a batch function's failure for an interruption when its text
+    holds py4j's ``Py4JJavaError: An error occurred while calling ...`` and an
+    ``InterruptedException`` after it; it matches that with a regular expression whose
+    recursion overflowed the stream thread's stack on the whole error (a thousand lines
+    of Java stack: ``StackOverflowError`` printed to stderr at every stop that
+    interrupted a batch). This one carries the error's first two lines."""
+
+
+def _first_lines(exc: BaseException) -> str:
+    """``exc`` as a traceback would end: its class and the first two lines of its text
+    (a Py4JJavaError's: the call, then the Java exception's class and message)."""
+    from py4j.protocol import Py4JJavaError
+
+    name = "py4j.protocol.Py4JJavaError" if isinstance(exc, Py4JJavaError) else \
+        f"{type(exc).__module__}.{type(exc).__name__}"
+    try:
+        text = str(exc)  # a Py4JJavaError asks the JVM for the Java exception's text
+    except Exception:  # noqa: BLE001 - the JVM may not answer any more
+        text = ""
+    return f"{name}: " + "\n".join(text.splitlines()[:2])[:500]
+
+
+class _ExpectedInterruption(logging.Filter):
+    """py4j logs, with its stack, every exception a Python function called by the JVM
+    raises: not a :class:`BatchInterrupted`, which is expected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, BatchInterrupted)
+
+
+def _quiet_expected_interruptions() -> None:
+    py4j = logging.getLogger("py4j.clientserver")
+    if not any(isinstance(f, _ExpectedInterruption) for f in py4j.filters):
+        py4j.addFilter(_ExpectedInterruption())
+
+
+#: where the JVM logs a query that ended with an error (Spark 4.1 moved the classes to
+#: ``.runtime``; the prefix holds both)
+_STREAMING_LOGGER = "org.apache.spark.sql.execution.streaming"
+
+
+def stop_quietly(spark, query, halting: threading.Event | None = None) -> None:
+    """Stop ``query`` for good (the service or the command is stopping), in one log line.
+
+    Between micro-batches the stop is clean. A micro-batch running then is interrupted: its
+    checkpoint has not recorded it, so the next start reads it again (and skips its
+    write if that was committed: :func:`start_consume`). Its errors are expected, and
+    were printed as a thousand lines of Java and Python stack: the batch fails with a
+    short :class:`BatchInterrupted` (``halting`` set) that py4j does not log, the JVM's
+    log of a query ending with an error is silenced from here on, and this one line says
+    what happened."""
+    if halting is not None:
+        halting.set()
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            _STREAMING_LOGGER, jvm.org.apache.logging.log4j.Level.OFF)
+    except Exception as exc:  # noqa: BLE001 - a JVM without log4j 2: its lines stay
+        log.debug("cannot silence the streaming log: %s", exc)
+    batch = None
+    try:
+        progress = query.lastProgress
+        batch = None if progress is None else progress["batchId"] + 1
+        running = bool(query.status["isTriggerActive"])
+        query.stop()
+        interrupted = running or query.exception() is not None
+    except Exception as exc:  # noqa: BLE001 - stopping anyway: the JVM may be going
+        interrupted = True
+        log.debug("consume query stop: %s", exc)
+    if interrupted:
+        log.info("consume: stopped; micro-batch %s was interrupted and is read again at the "
+                 "next start", "?" if batch is None else batch)
+    else:
+        log.info("consume: stopped between micro-batches")
+
+
 def _progress_detail(progress) -> dict:
-    """Batch, time and lag in offsets (latest offsets minus the batch's end) of a progress."""
-    detail: dict = {"batch": progress["batchId"], "progress_at": progress["timestamp"]}
-    lag = 0
-    for source in progress["sources"] or []:
+    """Batch, time and the offsets committed (the batch's end, ``{topic: {partition:
+    offset}}``) of a progress.
+
+    Read from the progress's own JSON: pyspark 4's ``SourceProgress`` holds each offset
+    map as ``str(dict)``, Python's repr, which is not JSON (the lag computed from it here
+    before was 0 whatever the backlog: every parse failed and was skipped)."""
+    raw = progress
+    text = getattr(progress, "json", None)
+    if isinstance(text, str):
         try:
-            end = json.loads(source["endOffset"] or "{}")
-            latest = json.loads(source["latestOffset"] or "{}")
-        except (TypeError, ValueError):
-            continue
-        for topic, parts in latest.items():
-            for part, offset in parts.items():
-                lag += max(0, int(offset) - int(end.get(topic, {}).get(part, offset)))
-    detail["lag_offsets"] = lag
-    return detail
+            raw = json.loads(text)
+        except ValueError:
+            pass
+    committed: dict[str, dict[str, int]] = {}
+    for source in raw["sources"] or []:
+        end = _offsets(source["endOffset"])
+        for topic, parts in end.items():
+            if isinstance(parts, dict):
+                committed.setdefault(str(topic), {}).update(
+                    {str(p): int(o) for p, o in parts.items()})
+    return {"batch": raw["batchId"], "progress_at": raw["timestamp"], "committed": committed}
+
+
+def _offsets(value) -> dict:
+    """A source's offsets as a map: given as one, as JSON, or as the repr of one."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str | bytes) and value:
+        try:
+            out = json.loads(value)
+        except ValueError:
+            import ast
+
+            try:
+                out = ast.literal_eval(value if isinstance(value, str) else value.decode())
+            except (ValueError, SyntaxError):
+                return {}
+        return out if isinstance(out, dict) else {}
+    return {}

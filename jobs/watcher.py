@@ -29,6 +29,17 @@ watcher is blind now. A loss whose exposure falls in a gap names it in its
 cause. At start, a watcher that cannot reach the cluster within
 ``watch.startup_timeout_seconds`` stops with one line.
 
+Brokers down (:class:`BrokerOutages`): a broker ever registered that the cluster no
+longer lists (*fenced*: it stopped heartbeating, or shut down) or that has not
+answered its own metadata request for two polls (*unreachable*) is named in the
+watcher's status (``/healthz`` with a token, ``/readyz``), with since when; one log line
+when it goes down and one when it is back, never one per poll. A broker down does not
+make the auditor unready: the cluster's state is what it watches, not its own.
+
+The watcher's status also carries each partition's log end (the last sample, with its
+time): health measures the consume job's lag against it
+(:func:`kafka_audit.status.consume_lag`).
+
 Command: ``kafka-audit watch``.
 """
 
@@ -56,7 +67,7 @@ from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter, read_statuses
 from kafka_audit.store import append_rows, check_table
 
-__all__ = ["ClusterWatcher", "diff_partition"]
+__all__ = ["ClusterWatcher", "diff_partition", "BrokerOutages"]
 
 
 log = logging.getLogger(__name__)
@@ -121,6 +132,60 @@ def _alone(v: PartitionView) -> bool:
     return len(v.replicas) > 1 and len(v.isr) <= 1
 
 
+class BrokerOutages:
+    """Which brokers are down, each said once when it goes down and once when it is back.
+
+    A broker is down while it is *fenced* (registered once, and now absent from the
+    brokers the cluster lists: the controller dropped it after missed heartbeats, or it
+    shut down) or *unreachable* (no answer to its own metadata request in
+    ``unreachable_after`` polls in a row: one slow answer on a busy host is not an
+    outage). Pure: :meth:`update` gets each poll's sets and returns nothing but the log
+    lines it wrote, for tests."""
+
+    def __init__(self, log: logging.Logger, unreachable_after: int = 2) -> None:
+        self.log = log
+        self.unreachable_after = unreachable_after
+        #: broker -> {"since": datetime, "fenced": bool, "unreachable": bool}
+        self.down: dict[int, dict] = {}
+        self._missed: dict[int, int] = {}  # polls in a row without an answer
+        self.outages = 0  # how many began, for tests
+
+    def update(self, known, registered: set[int] | None, answered: set[int] | None,
+               now: datetime) -> list[str]:
+        """One poll: ``known`` every broker ever registered; ``registered`` the brokers the
+        cluster lists now (None: not known); ``answered`` the brokers that answered their
+        own request (None: none was asked, or none answered while the cluster did: the
+        per-broker requests say nothing then)."""
+        lines = []
+        for b in sorted(known):
+            if answered is not None:
+                self._missed[b] = 0 if b in answered else self._missed.get(b, 0) + 1
+            fenced = registered is not None and b not in registered
+            unreachable = self._missed.get(b, 0) >= self.unreachable_after
+            was = self.down.get(b)
+            if fenced or unreachable:
+                if was is None:
+                    self.down[b] = was = {"since": now}
+                    self.outages += 1
+                    why = " and ".join(w for w, on in (("fenced (the cluster no longer lists "
+                                                        "it)", fenced),
+                                                       ("unreachable", unreachable)) if on)
+                    lines.append(f"watcher: broker {b} is down: {why}")
+                was.update(fenced=fenced, unreachable=unreachable)
+            elif was is not None:
+                del self.down[b]
+                lines.append(f"watcher: broker {b} is back after "
+                             f"{(now - was['since']).total_seconds():.1f}s")
+        for line in lines:
+            self.log.warning("%s", line)
+        return lines
+
+    def detail(self) -> list[dict]:
+        """The brokers down now, for the watcher's status."""
+        return [{"broker": b, "since": d["since"].isoformat(), "fenced": d["fenced"],
+                 "unreachable": d["unreachable"]} for b, d in sorted(self.down.items())]
+
+
 #: how long a poll waits for the answers beside the metadata (log ends and epochs, the
 #: brokers, topic settings): a broker that just died answers nothing for
 #: seconds, and the next metadata poll must not wait for it (the watcher would be blind)
@@ -166,6 +231,11 @@ class ClusterWatcher:
         self._cluster_asked = None  # a describe_cluster not answered yet
         #: every broker ever registered (a fenced one may still act as leader): id -> address
         self.known_brokers: dict[int, tuple[str, int]] = {}
+        #: the brokers that answered their own metadata request in the last poll (None:
+        #: none was asked)
+        self.answering: set[int] | None = None
+        self.broker_outages = BrokerOutages(log)
+        self.log_ends_at: datetime | None = None  # the last sample of every log end
         #: partitions two brokers lead at once now: key -> {broker: leader epoch}
         self.two_leaders: dict[tuple[str, int], dict[int, int]] = {}
         self._seen_two: dict[tuple[str, int], datetime] = {}  # first poll that saw two
@@ -297,6 +367,12 @@ class ClusterWatcher:
             if sample:
                 self._next_log_end = now + timedelta(
                     seconds=self.settings.watch.log_end_seconds)
+                self.log_ends_at = now
+        # a broker the cluster no longer lists, or that no longer answers, is said once;
+        # when no broker answered its own request the metadata came from one client
+        # (or the profile's brokers are not asked one by one): no verdict on reachability
+        self.broker_outages.update(self.known_brokers, self.brokers,
+                                   self.answering or None, now)
         blind = self.settings.watch.blind_after_seconds
         if self.last_ok is not None and (self._open_gap is not None
                                          or (now - self.last_ok).total_seconds() > blind):
@@ -368,6 +444,7 @@ class ClusterWatcher:
         at once within the lookup budget: broker -> {partition: view}; the brokers each
         answer names are known from then on. Empty without per-broker views (a secured
         profile, no broker known yet) or when none answered in time."""
+        self.answering = None
         if not self.known_brokers:
             return {}
         from concurrent.futures import ThreadPoolExecutor
@@ -384,6 +461,7 @@ class ClusterWatcher:
         for b, (brokers, answer) in answered(futures).items():
             self.known_brokers.update(brokers)
             views[b] = answer
+        self.answering = set(views)
         return views
 
     def _one_view(self) -> dict:
@@ -468,10 +546,23 @@ class ClusterWatcher:
         except Exception as exc:  # noqa: BLE001 - an outage must not stop the watcher
             self._mark_blind()
             return self.outage.failed(exc)
-        self.outage.succeeded(partitions=len(self.state), events_written=self.events_written)
+        self.outage.succeeded(**self.status_detail())
         if rows and self.on_events is not None:
             self.on_events(rows)
         return self.settings.watch.interval_seconds
+
+    def status_detail(self) -> dict:
+        """What the watcher's status file says besides its last good poll: the brokers down,
+        and every partition's last log end (health measures the consume lag with them)."""
+        ends: dict[str, dict[str, int]] = {}
+        for (t, p), end in sorted(self.log_end.items()):
+            ends.setdefault(t, {})[str(p)] = end
+        return {"partitions": len(self.state), "events_written": self.events_written,
+                "brokers": {"known": sorted(self.known_brokers),
+                            "registered": None if self.brokers is None else sorted(self.brokers),
+                            "down": self.broker_outages.detail()},
+                "log_ends": ends,
+                "log_ends_at": self.log_ends_at.isoformat() if self.log_ends_at else None}
 
     def _mark_blind(self) -> None:
         """While polls fail, an open gap says the watcher sees nothing now (once an outage)."""
@@ -501,7 +592,7 @@ class ClusterWatcher:
                         f"{self.settings.watch.startup_timeout_seconds:.0f}s: "
                         f"{str(exc).splitlines()[0]}") from None
                 time.sleep(self.settings.outage.retry_seconds)
-        self.outage.succeeded(partitions=len(self.state), events_written=self.events_written)
+        self.outage.succeeded(**self.status_detail())
         if rows and self.on_events is not None:
             self.on_events(rows)
 

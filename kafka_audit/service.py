@@ -8,12 +8,19 @@ the interpreter lock. A component whose thread dies anyway (an error it
 does not handle) is restarted after a capped doubling wait; the restart is
 logged and counted in its status file, where ``/readyz`` shows it. SIGTERM or
 SIGINT stops everything within ``service.stop_timeout_seconds`` (30): the
-consume query stops between micro-batches (its checkpoint and the ``consumed``
-table stay consistent: a batch is replayed at most once and skipped if already
-written), the audit loop finishes or abandons its pass (a pass that died before
-its commit point is redone by the next run), the watcher and the API stop.
-SIGUSR1 stops the consume query as if it had failed (a fault to test the
-supervisor with; it restarts it).
+consume query stops (between micro-batches, or interrupting the one running, which
+is read again at the next start: its checkpoint and the ``consumed`` table stay
+consistent, a batch is replayed at most once and skipped if already written; the
+interruption's expected errors are one log line, not a stack), the audit loop
+finishes or abandons its pass (a pass that died before its commit point is redone
+by the next run), the watcher and the API stop; then the Spark session stops and
+the service waits for its driver JVM to exit (none outlives the service), and says
+in one line how long the stop took. SIGUSR1 stops the consume query as if it had
+failed (a fault to test the supervisor with; it restarts it).
+
+While it runs, ``<home>/status/service.json`` records the service's process
+(``kafka_audit/status.py``): health counts only the status files this process
+writes, never those an earlier run left.
 
 Steady state: the consume job wakes the audit loop when it commits a micro-batch (an
 in-process event, ``steady.wake_on_commit``), so a loss is judged soon after its
@@ -25,6 +32,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -32,8 +40,9 @@ from dataclasses import dataclass, field
 
 from kafka_audit.memstats import watch_memory
 from kafka_audit.settings import Settings
+from kafka_audit.status import remove_service_record, write_service_record
 
-__all__ = ["Service", "Component", "LONG_RUNNING_SPARK"]
+__all__ = ["Service", "Component", "LONG_RUNNING_SPARK", "stop_spark"]
 
 log = logging.getLogger("kafka_audit.service")
 
@@ -75,10 +84,14 @@ class Component:
 class Service:
     """Starts the components, restarts the ones that die, stops them all on a signal."""
 
-    def __init__(self, settings: Settings, components: list[Component]) -> None:
+    def __init__(self, settings: Settings, components: list[Component],
+                 on_stop: Callable[[float], str] | None = None) -> None:
         self.settings = settings
         self.components = components
         self.stop = threading.Event()
+        #: after the components stopped, with the seconds left: releases what they shared
+        #: (the Spark session and its JVM); returns what it did, for the last log line
+        self.on_stop = on_stop
 
     def _start(self, c: Component) -> None:
         def body() -> None:
@@ -98,6 +111,7 @@ class Service:
         if install_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, lambda *_: self.stop.set())
+        write_service_record(self.settings.home_dir)
         for c in self.components:
             self._start(c)
         watch_memory(self.settings.steady.trim_every_seconds,
@@ -123,17 +137,30 @@ class Service:
         return self._shutdown()
 
     def _shutdown(self) -> int:
-        deadline = time.monotonic() + self.settings.service.stop_timeout_seconds
+        start = time.monotonic()
+        deadline = start + self.settings.service.stop_timeout_seconds
         log.info("stopping")
         for c in self.components:
             if c.thread is not None:
                 c.thread.join(max(0.0, deadline - time.monotonic()))
         stuck = [c.name for c in self.components if c.thread is not None and c.thread.is_alive()]
+        released = ""
+        if self.on_stop is not None:
+            try:
+                released = self.on_stop(max(1.0, deadline - time.monotonic()))
+            except Exception as exc:  # noqa: BLE001 - stopping anyway: said in one line
+                released = f"releasing failed: {type(exc).__name__}: " \
+                           f"{str(exc).splitlines()[0][:200] if str(exc) else ''}"
+        try:
+            remove_service_record(self.settings.home_dir)
+        except OSError as exc:
+            log.debug("service record: %s", exc)
         if stuck:
-            log.error("did not stop in %.0fs: %s", self.settings.service.stop_timeout_seconds,
-                      ", ".join(stuck))
+            log.error("did not stop in %.0fs: %s%s", self.settings.service.stop_timeout_seconds,
+                      ", ".join(stuck), f" ({released})" if released else "")
             return 1
-        log.info("stopped")
+        log.info("stopped in %.1fs%s", time.monotonic() - start,
+                 f" ({released})" if released else "")
         return 0
 
 
@@ -175,10 +202,48 @@ def build(settings: Settings, spark_factory=None) -> Service:
     def api(stop: threading.Event) -> None:
         supervise_api_process(settings, stop)
 
+    def release(budget: float) -> str:
+        with spark_lock:
+            if not session:
+                return "no Spark session was started"
+            return stop_spark(session.pop(), budget)
+
     service = Service(settings, [Component("watcher", watcher), Component("consume", consume),
-                                 Component("audit", audit), Component("api", api)])
+                                 Component("audit", audit), Component("api", api)],
+                      on_stop=release)
     service.spark = spark  # type: ignore[attr-defined] - for the SIGUSR1 fault hook
     return service
+
+
+def stop_spark(spark, budget: float) -> str:
+    """Stop ``spark``'s queries (quietly: :func:`~kafka_audit.jobs.consume_job.stop_quietly`),
+    then the session, then its driver JVM, waited for up to ``budget`` seconds (killed
+    after): the JVM exits when its standard input closes, which happened only when this
+    process exited, leaving the JVM running a second or two with no parent. Returns
+    what happened, for the service's last log line."""
+    from kafka_audit.jobs.consume_job import stop_quietly
+
+    for q in list(spark.streams.active):  # the consume job stopped its own: none, usually
+        stop_quietly(spark, q)
+    gateway = spark.sparkContext._gateway
+    proc = getattr(gateway, "proc", None)  # None under spark-submit: not ours to stop
+    spark.stop()
+    if proc is None:
+        return "Spark session stopped"
+    try:
+        gateway.shutdown()
+    except Exception as exc:  # noqa: BLE001 - its sockets close with the JVM anyway
+        log.debug("py4j gateway shutdown: %s", exc)
+    t0 = time.monotonic()
+    try:
+        if proc.stdin is not None:
+            proc.stdin.close()  # the JVM's PythonGatewayServer exits on end of input
+        proc.wait(budget)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        return f"the Spark driver JVM did not exit in {budget:.0f}s: killed"
+    return f"the Spark driver JVM exited in {time.monotonic() - t0:.1f}s"
 
 
 def stop_consume_query(service: Service) -> None:

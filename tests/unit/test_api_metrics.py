@@ -31,8 +31,11 @@ def test_metrics_per_topic_equal_the_topics_resource(tmp_path):
     s = Settings(home=tmp_path)
     write_tables(s)
     for component in COMPONENTS:
-        StatusWriter(s.home_dir, component).ok(lag_offsets=12)
-    c = TestClient(create_app(s))
+        StatusWriter(s.home_dir, component).ok()
+    # the lag, measured: log ends the watcher sampled less the offsets the job committed
+    StatusWriter(s.home_dir, "watcher").ok(log_ends={"orders": {"0": 110, "1": 50}})
+    StatusWriter(s.home_dir, "consume").ok(committed={"orders": {"0": 100, "1": 48}})
+    c = TestClient(create_app(s), base_url="http://localhost")
     topics = {t["topic"]: t for t in c.get("/v1/topics").json()}
     m = scrape(c)
     for name, t in topics.items():
@@ -65,7 +68,7 @@ def test_the_alert_rules_are_well_formed_and_name_exported_metrics(tmp_path):
     rules = yaml.safe_load(ALERTS.read_text())
     s = Settings(home=tmp_path)
     write_tables(s)
-    exported = {name for name, _ in scrape(TestClient(create_app(s)))}
+    exported = {name for name, _ in scrape(TestClient(create_app(s), base_url="http://localhost"))}
     alerts = {}
     for group in rules["groups"]:
         assert set(group) == {"name", "rules"}
