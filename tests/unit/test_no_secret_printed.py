@@ -181,3 +181,38 @@ def test_settings_errors_name_the_setting_not_its_value(tmp_path, monkeypatch):
     message = str(info.value)
     assert "profile.java.ssl.keystore.key" in message
     assert "314159265358979" not in message and "271828182845904" not in message
+
+
+def test_api_answers(full, caplog):
+    """/healthz, /readyz and every GET route of the API, with a token (the most they show),
+    over the full profile's settings and status files whose errors carried the secrets:
+    no answer and no log record shows one."""
+    from fastapi.testclient import TestClient
+
+    from kafka_audit.auditor_api.auth import hash_token, new_token
+    from kafka_audit.auditor_api.main import create_app
+    from kafka_audit.settings import ApiToken
+    from kafka_audit.status import COMPONENTS, StatusWriter
+
+    token = new_token()
+    s = get_settings().model_copy(deep=True)
+    s.api.tokens = [ApiToken(name="ops", hash=hash_token(token))]
+    opts = spark_kafka_options(s.profile, s.cluster.bootstrap)
+    for c in COMPONENTS:  # each component failed with the options in its error's text
+        StatusWriter(s.home, c).failing(f"RuntimeError: source failed: {opts}")
+    app = create_app(s)
+    paths = sorted({p for p, ops in app.openapi()["paths"].items()
+                    if "get" in ops and "{" not in p} | {"/healthz", "/readyz", "/metrics"})
+    assert {"/healthz", "/readyz", "/metrics", "/v1/summary"} <= set(paths)
+    seen = []
+    with caplog.at_level(logging.INFO), TestClient(app, base_url="http://localhost") as api:
+        for path in paths:
+            r = api.get(path, headers={"Authorization": f"Bearer {token}"})
+            # failing components: /readyz says 503 (not ready), nothing else fails
+            assert r.status_code < 500 or (path, r.status_code) == ("/readyz", 503), (
+                path, r.status_code, r.text[:300])
+            seen.append(f"{path} {r.status_code} {dict(r.headers)} {r.text}")
+    text = "\n".join(seen)
+    assert "source failed" in text  # the errors are shown, the secrets in them are not
+    assert_no_secret(text, full, "an API answer")
+    assert_no_secret(caplog.text, full, "the API's log")
