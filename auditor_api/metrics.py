@@ -15,16 +15,15 @@
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kafka_audit.status import COMPONENTS, consume_lag, current_statuses
+from kafka_audit.store import commit_time
 
 __all__ = ["RequestMetrics", "audit_metrics", "CONTENT_TYPE"]
 
@@ -70,20 +69,6 @@ def _counter(name: str, doc: str, labels: list[str]) -> CounterMetricFamily:
 
 def _gauge(name: str, doc: str, labels: list[str] | None = None) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, labels=labels or [])
-
-
-def _commit_time(log: Path, version: int) -> float | None:
-    """The commit timestamp (s) of a Delta version, from its commitInfo (or the file time)."""
-    path = log / f"{version:020d}.json"
-    try:
-        for line in path.read_text().splitlines():
-            if '"commitInfo"' in line:
-                ts = json.loads(line)["commitInfo"].get("timestamp")
-                if ts is not None:
-                    return ts / 1000.0
-        return path.stat().st_mtime
-    except (OSError, ValueError):
-        return None
 
 
 class _Families:
@@ -148,8 +133,7 @@ def audit_metrics(reader, settings) -> bytes:
     hot = reader.snapshot("audit_hot")
     if hot.version >= 0 and progress.pass_id > 0:
         at = reader.memo(("hot_commit_time", hot.version), (),
-                         lambda: _commit_time(Path(settings.table_path("audit_hot"))
-                                              / "_delta_log", hot.version))
+                         lambda: commit_time(settings.table_path("audit_hot"), hot.version))
         if at is not None:
             age = _gauge("kafka_audit_last_pass_age_seconds", "seconds since the last "
                          "committed audit pass committed")

@@ -47,7 +47,10 @@ from kafka_audit.store import (
     appends_by_commit,
     check_table,
     conform,
+    probe_version,
+    read_file,
     read_table,
+    table_dataset,
     table_exists,
 )
 
@@ -86,32 +89,6 @@ _MAX_MEMO = 4096
 #: per filter is a sorted copy of the findings it matches, and a client varying a filter
 #: (``since`` a microsecond later each time) would otherwise keep _MAX_MEMO such copies
 _MAX_MEMO_BYTES = 256 << 20
-
-
-def _commit(log: str, version: int) -> str:
-    return f"{log}/{version:020d}.json"
-
-
-def latest_version(path: str, known: int | None) -> int | None:
-    """The table's newest version (None: no table), found from ``known`` (a version read
-    before) by probing the next commit files; a listing of the log only without one.
-    Plain ``os.path`` calls: this runs for every table on every request."""
-    log = f"{path}/_delta_log"
-    if known is not None and known >= 0 and os.path.exists(_commit(log, known)):
-        v = known
-        while os.path.exists(_commit(log, v + 1)):
-            v += 1
-        return v
-    if not os.path.isdir(log):
-        return None
-    versions = [int(name[:20]) for name in os.listdir(log)
-                if name.endswith(".json") and name[:20].isdigit()]
-    if not versions:  # a table being created: not there yet
-        return None
-    v = max(versions)
-    while os.path.exists(_commit(log, v + 1)):
-        v += 1
-    return v
 
 
 @dataclass(frozen=True)
@@ -228,7 +205,7 @@ class Snapshots:
     def version(self, name: str) -> int:
         """The table's version now (-1: absent): two ``stat`` calls when nothing changed."""
         known = max(self._entry(name).snapshot.version, self._seen.get(name, -1))
-        v = latest_version(self._path(name), known)
+        v = probe_version(self._path(name), known)
         v = -1 if v is None else v
         self._seen[name] = v
         return v
@@ -237,7 +214,7 @@ class Snapshots:
         """The table as of its latest version, read now only if it changed."""
         held = self._entry(name)
         current = held.snapshot
-        v = latest_version(self._path(name), current.version)
+        v = probe_version(self._path(name), current.version)
         if (v is None and current.version < 0) or v == current.version:
             return current
         if not held.lock.acquire(blocking=not held.loaded):
@@ -278,15 +255,13 @@ class Snapshots:
 
     def _append(self, name: str, old: Snapshot, commits: list[tuple[int, list[str]]],
                 folds: tuple[Fold, ...]) -> Snapshot:
-        import pyarrow.parquet as pq
-
         held = name not in self._unheld
         keep, schema = self._keep.get(name), self._schema(name, old.data)
         segments, marks, states = list(old.segments), list(old.marks), dict(old.folds)
         rows = old.data.num_rows if held else 0
         for v, files in commits:
             for f in files:
-                t = pq.read_table(f, columns=self._columns.get(name), filters=keep)
+                t = read_file(f, self._columns.get(name), keep)
                 t = conform(t, schema)
                 if t.num_rows:
                     for fold in folds:
@@ -302,25 +277,21 @@ class Snapshots:
                         tuple(segments))
 
     def _read_whole(self, name: str, path: str, folds: tuple[Fold, ...]) -> Snapshot:
-        from deltalake import DeltaTable
-
         if name in TABLES:
             check_table(path, name)  # a table of another version of the project: refused
-        dt = DeltaTable(path)
+        version, dataset = table_dataset(path)
         keep = self._keep.get(name)
         if name in self._unheld:  # folded a batch at a time: never the whole table at once
-            version, states = dt.version(), {f.name: f.empty() for f in folds}
-            batches = dt.to_pyarrow_dataset().to_batches(columns=self._columns.get(name),
-                                                         filter=keep)
+            states = {f.name: f.empty() for f in folds}
+            batches = dataset.to_batches(columns=self._columns.get(name), filter=keep)
             for chunk in _chunks(batches, _FOLD_ROWS):  # not a file's rows at a time
                 t = conform(pa.Table.from_batches(chunk), self._schema(name, None))
                 for f in folds:
                     states[f.name] = f.add(states[f.name], t, version)
             self.loads += 1
             return Snapshot(name, version, None, (), states)
-        data = dt.to_pyarrow_dataset().to_table(columns=self._columns.get(name), filter=keep)
+        data = dataset.to_table(columns=self._columns.get(name), filter=keep)
         data = self._keeper(name)(conform(data, self._schema(name, data)))  # the one copy
-        version = dt.version()
         self.loads += 1
         return Snapshot(name, version, data, ((version, data.num_rows),),
                         {f.name: f.add(f.empty(), data, version) for f in folds},
@@ -349,10 +320,8 @@ class Snapshots:
             return snap.data.slice(0, snap.marks[at][1])
 
         def read() -> pa.Table:
-            from deltalake import DeltaTable
-
-            data = DeltaTable(self._path(name), version=version).to_pyarrow_dataset() \
-                .to_table(columns=self._columns.get(name), filter=self._keep.get(name))
+            data = table_dataset(self._path(name), version)[1].to_table(
+                columns=self._columns.get(name), filter=self._keep.get(name))
             return conform(data, self._schema(name, data))
 
         return self.memo(("as_of", name, version), (), read)

@@ -60,8 +60,8 @@ from kafka_audit.jobs.hot_state import (
 )
 from kafka_audit.jobs.lookups import ClusterLookups
 from kafka_audit.jobs.model import ClusterEvent, ReadRun, Reread
-from kafka_audit.jobs.rules import BLIND, BROKER_FENCED, BROKER_UNFENCED
-from kafka_audit.jobs.sink import release, write_delta
+from kafka_audit.jobs.sink import delete_where, release, write_delta
+from kafka_audit.schemas.events import BLIND, BROKER_FENCED, BROKER_UNFENCED
 from kafka_audit.schemas.tables import arrow_schema, column_names, spark_schema
 from kafka_audit.settings import Settings
 from kafka_audit.store import (
@@ -72,6 +72,7 @@ from kafka_audit.store import (
     files_added_since,
     max_in_files,
     partition_slices,
+    read_files,
     read_table,
     rows_in_files,
     table_exists,
@@ -166,19 +167,16 @@ def _new_rows(spark, settings: Settings, sources: dict[str, _Source]):
     The new files are many and small (a producer's ledger commits every second): when
     their rows are few (``spark.driver_rows``) pyarrow reads them on the driver in one
     threaded scan, handed to Spark as a local relation; else Spark scans them."""
-    import pyarrow.dataset as ds
-
     schema = step_schema()
     frames, keys = [], {}
     for table, src in sources.items():
         if not src.files:
             continue
-        found = ds.dataset(src.files, format="parquet", schema=arrow_schema(table))
         if src.count is not None and src.count <= settings.spark.driver_rows:
-            keys[table] = found.to_table()
+            keys[table] = read_files(src.files, table)
             df = spark.createDataFrame(keys[table], schema=spark_schema(table))
         else:
-            keys[table] = found.to_table(columns=_KEY_COLUMNS[table])
+            keys[table] = read_files(src.files, table, _KEY_COLUMNS[table])
             df = spark.read.schema(spark_schema(table)).parquet(*src.files)
         # one projection as SQL (a column expression each costs the driver a JVM round trip)
         hot = _ACK_AS_HOT if table == "acks" else _READ_AS_HOT
@@ -245,14 +243,11 @@ class EventLog:
         """Every cluster event, by partition: leader changes for the re-read gates, ISR sizes
         for the exposure gate, the watcher's gaps and the brokers' fencing in every
         partition's list (:func:`~kafka_audit.jobs.rules.partition_events`)."""
-        import pyarrow.dataset as ds
-
         path = settings.table_path("cluster_events")
         if table_exists(path):
             current, files, _ = files_added_since(path, self.version)
             if files:
-                self._add(ds.dataset(files, format="parquet", schema=arrow_schema(
-                    "cluster_events")).to_table().to_pylist())
+                self._add(read_files(files, "cluster_events").to_pylist())
             self.version = current
         blind = [ClusterEvent(start, "", -1, BLIND, until=until)
                  for start, until in self.gaps.items()]
@@ -408,7 +403,6 @@ def _status_of(r, aware) -> dict:
 
 def _judge_and_commit(spark, settings: Settings, now: datetime, lookups: ClusterLookups,
                       warm: Warm) -> AuditSummary:
-    from delta.tables import DeltaTable
     from pyspark.sql import functions as F
 
     paths = {t: settings.table_path(t) for t in
@@ -417,7 +411,7 @@ def _judge_and_commit(spark, settings: Settings, now: datetime, lookups: Cluster
     progress = committed_progress(settings)
     pass_id = progress.pass_id + 1
     if _died_after(paths["findings"], progress.pass_id):
-        DeltaTable.forPath(spark, paths["findings"]).delete(F.col("pass_id") >= pass_id)
+        delete_where(spark, paths["findings"], F.col("pass_id") >= pass_id)
 
     sources = _sources(settings, progress)
     versions = {t: src.version for t, src in sources.items()}
@@ -580,8 +574,6 @@ class _Driver(_Backend):
 
     def __init__(self, settings: Settings, progress: Progress,
                  sources: dict[str, _Source]) -> None:
-        import pyarrow.dataset as ds
-
         self.new = {}
         parts = []
         if progress.generation is not None:
@@ -590,8 +582,7 @@ class _Driver(_Backend):
             parts.append(widen(state))
         for table, src in sources.items():
             if src.files:
-                self.new[table] = ds.dataset(src.files, format="parquet",
-                                             schema=arrow_schema(table)).to_table()
+                self.new[table] = read_files(src.files, table)
                 parts.append(_as_hot(table, self.new[table]))
         self.rows = pa.concat_tables(parts) if parts else None
         self.empty = not parts

@@ -73,9 +73,13 @@ class LedgerTopics:
         self.files_read = self.full_reads = 0
 
     def read(self) -> set[str]:
-        import pyarrow.parquet as pq
-
-        from kafka_audit.store import files_added_since, latest_version, read_table, table_exists
+        from kafka_audit.store import (
+            files_added_since,
+            latest_version,
+            read_file,
+            read_table,
+            table_exists,
+        )
 
         if not table_exists(self.path) or latest_version(self.path, self.version) == \
                 self.version:
@@ -83,7 +87,7 @@ class LedgerTopics:
         try:
             version, files, _ = files_added_since(self.path, self.version)
             for f in files:  # topics are never removed: what was seen stays
-                self.topics.update(pq.read_table(f, columns=["topic"]).column("topic")
+                self.topics.update(read_file(f, columns=["topic"]).column("topic")
                                    .unique().to_pylist())
             self.files_read += len(files)
         except Exception as exc:  # noqa: BLE001 - a file vacuumed meanwhile: read it all

@@ -44,6 +44,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from kafka_audit.schemas.events import (
+    BROKER_FENCED,
+    BROKER_UNFENCED,
+    CONTROLLER_CHANGE,
+    TOPIC_CONFIG_CHANGE,
+)
+
 if TYPE_CHECKING:
     from kafka_audit.jobs.watcher import PartitionView
 
@@ -167,7 +174,7 @@ class MetadataFold:
             leader = data.get("leaderId", -1)
             if leader >= 0 and leader != self.controller:
                 before, self.controller = self.controller, leader
-                return [self._row(at, "", -1, "controller_change",
+                return [self._row(at, "", -1, CONTROLLER_CHANGE,
                                   detail={"controller": leader, "previous": before})]
         return []
 
@@ -210,7 +217,7 @@ class MetadataFold:
         if before == value or topic.startswith(self.excluded) or (
                 before is None and self._last_ms == self.created.get(topic)):
             return []  # unchanged, internal, or set with the topic (in its creation's batch)
-        return [self._row(at, topic, -1, "topic_config_change",
+        return [self._row(at, topic, -1, TOPIC_CONFIG_CHANGE,
                           detail={"name": name, "value": value, "previous": before})]
 
     def _broker(self, kind: str, data: dict, at: datetime | None) -> list[dict]:
@@ -235,7 +242,7 @@ class MetadataFold:
         detail = {"broker": broker}
         if kind == "REGISTER_BROKER_RECORD":
             detail["registered"] = True  # a (re)start: a new incarnation of the broker
-        return [self._row(at, "", -1, "broker_fenced" if fenced else "broker_unfenced",
+        return [self._row(at, "", -1, BROKER_FENCED if fenced else BROKER_UNFENCED,
                           detail=detail)]
 
     @staticmethod

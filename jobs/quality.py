@@ -19,11 +19,15 @@ import os
 from datetime import UTC, datetime
 
 import pandas as pd
-import pyarrow.dataset as ds
 
-from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.settings import Settings
-from kafka_audit.store import append_rows, files_added_since, read_table, table_exists
+from kafka_audit.store import (
+    append_rows,
+    files_added_since,
+    read_files,
+    read_table,
+    table_exists,
+)
 
 __all__ = ["validate_new_acks", "validate_acks_frame"]
 
@@ -99,7 +103,7 @@ def validate_new_acks(settings: Settings) -> int:
         return 0
     # one scan of the new files, typed by the declared schema (a column an older file lacks
     # reads as null): a third of the time of one read and one pandas frame per file
-    df = ds.dataset(files, format="parquet", schema=arrow_schema("acks")).to_table().to_pandas()
+    df = read_files(files, "acks").to_pandas()
     results = validate_acks_frame(df)
     now = datetime.now(UTC)
     append_rows(dq_path, "dq_results", [

@@ -73,6 +73,16 @@ from kafka_audit.jobs.model import (
     Reread,
     StampKey,
 )
+from kafka_audit.schemas.events import (
+    BLIND,
+    BROKER_FENCED,
+    CLUSTER_WIDE,
+    LEADER_CHANGES,
+    LOG_END_DROP,
+    OFFLINE,
+    SPLIT_BRAIN,
+    SPLIT_BRAIN_END,
+)
 from kafka_audit.schemas.verdicts import (
     CAUSE_SLACK,
     LOSSES,
@@ -90,23 +100,6 @@ __all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "ju
 #: of two reads made at one instant, the direct re-read is the later word: it was asked
 #: for because the stream's view was in doubt
 _SOURCE_RANK = {"stream": 0, "reread": 1}
-#: the same leader at a newer epoch (fenced or restarted, elected again between polls)
-LEADER_REELECTED = "leader_reelected"
-#: the events that replace a partition's leader (or leave it without one, or elect it anew)
-LEADER_CHANGES = ("leader_change", "offline", LEADER_REELECTED)
-#: a gap in the watcher's observation (``jobs/watcher.py``): nothing was seen in it
-BLIND = "watcher_blind"
-#: a broker left the cluster's live set (fenced, or registered anew: a restart); with
-#: ``broker_unfenced``, rows of the whole cluster (topic '', partition -1, ``broker``),
-#: given to every partition's events like :data:`BLIND` gaps
-BROKER_FENCED, BROKER_UNFENCED = "broker_fenced", "broker_unfenced"
-#: the cluster-wide rows every partition's evidence includes
-CLUSTER_WIDE = (BLIND, BROKER_FENCED, BROKER_UNFENCED)
-#: a partition's log end (high watermark) went back: acknowledged data left the log
-LOG_END_DROP = "log_end_drop"
-#: two brokers each named themselves leader of the partition (the watcher's per-broker
-#: views, ``jobs/broker_views.py``), from ``SPLIT_BRAIN`` to ``SPLIT_BRAIN_END``
-SPLIT_BRAIN, SPLIT_BRAIN_END = "split_brain_enter", "split_brain_exit"
 #: a write acknowledged this long before two leaders were first seen may already have
 #: been acknowledged by the one cut off (the watcher sees it a poll and a lookup later)
 SPLIT_BRAIN_SLACK = timedelta(seconds=1)
@@ -244,7 +237,7 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
     if any(e.previous_isr is not None and e.leader is not None and e.leader >= 0
            and e.leader not in e.previous_isr for e in first):
         return Cause.unclean_election
-    if any(e.kind == "offline" for e in first) or (
+    if any(e.kind == OFFLINE for e in first) or (
             successor is not None and before and all(successor in isr for isr in before)):
         return Cause.simultaneous_crash  # elected from the ISR that had it, back without it
     return Cause.unknown

@@ -1,4 +1,6 @@
-"""Delta writes of Spark DataFrames, small ones committed from the driver with delta-rs.
+"""Delta writes (and deletes) of Spark DataFrames, small ones committed from the driver
+with delta-rs: besides the table layer (``kafka_audit/store.py``), the one path into the
+tables.
 
 Spark's Delta writer costs 0.4-0.9 s a write here whatever the size of the data:
 a job, then the commit work on the driver (measured with Spark's event log over
@@ -19,7 +21,7 @@ import pyarrow as pa
 
 from kafka_audit.store import write_arrow
 
-__all__ = ["write_delta", "release"]
+__all__ = ["write_delta", "delete_where", "release"]
 
 
 def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | None = None,
@@ -48,6 +50,14 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
     finally:
         if checkpointed is not None:
             release(checkpointed)
+
+
+def delete_where(spark, path: str, condition) -> None:
+    """Delete the rows of the Delta table at ``path`` that ``condition`` (a Spark column)
+    holds for, with Spark's Delta engine (one commit)."""
+    from delta.tables import DeltaTable
+
+    DeltaTable.forPath(spark, path).delete(condition)
 
 
 def release(df) -> None:

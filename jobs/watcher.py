@@ -56,12 +56,26 @@ from pathlib import Path
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.errors import ClusterError
 from kafka_audit.jobs.metadata_log import DURABILITY as _DURABILITY
-from kafka_audit.jobs.rules import (
+from kafka_audit.schemas.events import (
     BLIND,
+    BROKER_FENCED,
+    BROKER_UNFENCED,
+    FIRST_SEEN,
+    ISR_ALONE_ENTER,
+    ISR_ALONE_EXIT,
+    ISR_EXPAND,
+    ISR_SHRINK,
+    LEADER_CHANGE,
     LEADER_REELECTED,
     LOG_END_DROP,
+    OFFLINE,
     SPLIT_BRAIN,
     SPLIT_BRAIN_END,
+    TOPIC_CONFIG,
+    TOPIC_CONFIG_CHANGE,
+    UNCLEAN_ELECTION,
+    UNDER_MIN_ISR_ENTER,
+    UNDER_MIN_ISR_EXIT,
 )
 from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter, read_statuses
@@ -94,36 +108,36 @@ def diff_partition(before: PartitionView | None, after: PartitionView,
     ``isr_alone_enter``/``_exit`` (the ISR became, or stopped being, the leader alone on
     a replicated partition)."""
     if before is None:
-        kinds = ["first_seen"] + (["offline"] if after.leader < 0 else [])
+        kinds = [FIRST_SEEN] + ([OFFLINE] if after.leader < 0 else [])
         if min_isr is not None and len(after.isr) < min_isr:
-            kinds.append("under_min_isr_enter")
+            kinds.append(UNDER_MIN_ISR_ENTER)
         if _alone(after) and after.leader >= 0:  # offline is said already
-            kinds.append("isr_alone_enter")
+            kinds.append(ISR_ALONE_ENTER)
         return kinds
     kinds = []
     if after.leader != before.leader:
-        kinds.append("offline" if after.leader < 0 else "leader_change")
+        kinds.append(OFFLINE if after.leader < 0 else LEADER_CHANGE)
         if (after.leader >= 0 and before.isr and after.leader not in before.isr
                 and not set(before.isr) & set(after.isr)):
-            kinds.append("unclean_election")
+            kinds.append(UNCLEAN_ELECTION)
     elif (after.leader >= 0 and None not in (after.epoch, before.epoch)
           and after.epoch > before.epoch):  # type: ignore[operator]
         kinds.append(LEADER_REELECTED)
     if set(after.isr) < set(before.isr) or (set(after.isr) - set(before.isr)
                                             and set(before.isr) - set(after.isr)):
-        kinds.append("isr_shrink")
+        kinds.append(ISR_SHRINK)
     if set(after.isr) > set(before.isr):
-        kinds.append("isr_expand")
+        kinds.append(ISR_EXPAND)
     if min_isr is not None:
         was, now = len(before.isr) < min_isr, len(after.isr) < min_isr
         if now and not was:
-            kinds.append("under_min_isr_enter")
+            kinds.append(UNDER_MIN_ISR_ENTER)
         elif was and not now:
-            kinds.append("under_min_isr_exit")
+            kinds.append(UNDER_MIN_ISR_EXIT)
     if _alone(after) and not _alone(before):
-        kinds.append("isr_alone_enter")
+        kinds.append(ISR_ALONE_ENTER)
     elif _alone(before) and not _alone(after):
-        kinds.append("isr_alone_exit")
+        kinds.append(ISR_ALONE_EXIT)
     return kinds
 
 
@@ -308,7 +322,7 @@ class ClusterWatcher:
         if exact_rows:  # written even if this poll fails: the files were read
             append_rows(self.table, "cluster_events", exact_rows)
             self.events_written += len(exact_rows)
-            if any(r["kind"] == "topic_config_change" for r in exact_rows):
+            if any(r["kind"] == TOPIC_CONFIG_CHANGE for r in exact_rows):
                 self._next_config = datetime.min.replace(tzinfo=UTC)  # effective ones now
         views = self._ask_brokers()
         if views:  # every broker's own answer: the newest epoch's view of each partition
@@ -431,7 +445,7 @@ class ClusterWatcher:
             if self.configs.get(res.name) != detail:
                 self.configs[res.name] = detail
                 rows.append({"event_time": now, "topic": res.name, "partition": -1,
-                             "kind": "topic_config", "detail": json.dumps(detail),
+                             "kind": TOPIC_CONFIG, "detail": json.dumps(detail),
                              "source": "watcher:describe_configs"})
             try:
                 self.min_isr[res.name] = int(detail["min.insync.replicas"])
@@ -492,14 +506,14 @@ class ClusterWatcher:
                 first = self._seen_two.setdefault(key, now)
                 if before is None and first < now:  # seen by two polls in a row: not a
                     # broker's first moments after a restart, before its metadata caught up
-                    rows.append(self._two_leaders_row(first, key, "split_brain_enter", claim))
+                    rows.append(self._two_leaders_row(first, key, SPLIT_BRAIN, claim))
                 if before is not None or first < now:
                     self.two_leaders[key] = claim
             elif len(views) >= 2:  # none, or ended: as two answers or more say
                 self._seen_two.pop(key, None)
                 if before is not None:
                     del self.two_leaders[key]
-                    rows.append(self._two_leaders_row(now, key, "split_brain_exit", before))
+                    rows.append(self._two_leaders_row(now, key, SPLIT_BRAIN_END, before))
         return rows
 
     def _two_leaders_row(self, now: datetime, key: tuple[str, int], kind: str,
@@ -529,9 +543,9 @@ class ClusterWatcher:
         brokers = {n.id for n in d.nodes}
         if self.brokers is not None:
             for b in sorted(self.brokers - brokers):
-                rows.append(self._cluster_row(now, "broker_fenced", {"broker": b}))
+                rows.append(self._cluster_row(now, BROKER_FENCED, {"broker": b}))
             for b in sorted(brokers - self.brokers):
-                rows.append(self._cluster_row(now, "broker_unfenced", {"broker": b}))
+                rows.append(self._cluster_row(now, BROKER_UNFENCED, {"broker": b}))
         self.brokers = brokers
         return rows
 

@@ -32,43 +32,28 @@ the worst any of them shows (as the verdict rules read them).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
-from kafka_audit.jobs.rules import LEADER_CHANGES, _Intervals, split_brain_pairs
+from kafka_audit.jobs.rules import _Intervals, split_brain_pairs
+from kafka_audit.schemas.events import (
+    EXPOSURE,
+    LEADER_CHANGE_WINDOW,
+    LEADER_CHANGES,
+    REDUCED_REDUNDANCY,
+    REJECTION,
+    SPLIT_BRAIN_WINDOW,
+)
+from kafka_audit.schemas.windows import Window
 
-__all__ = ["Window", "WINDOW_KINDS", "exposure_windows", "reduced_redundancy_windows",
+__all__ = ["exposure_windows", "reduced_redundancy_windows",
            "rejection_windows", "leader_change_windows", "split_brain_windows",
-           "two_leader_windows", "partition_windows", "REJECTION_GAP", "window_of"]
+           "two_leader_windows", "partition_windows", "REJECTION_GAP"]
 
-#: every kind of window, the most telling first: the order a write's window is chosen in
-WINDOW_KINDS = ("split_brain", "exposure", "rejection", "reduced_redundancy", "leader_change")
 #: refusals closer together than this belong to one rejection window
 REJECTION_GAP = timedelta(seconds=5)
 #: errors with which the cluster refused a write for want of in-sync replicas
 _REFUSED = frozenset({"NOT_ENOUGH_REPLICAS", "NOT_ENOUGH_REPLICAS_AFTER_APPEND"})
-
-
-@dataclass(frozen=True)
-class Window:
-    kind: str
-    topic: str
-    partition: int
-    start: datetime
-    end: datetime | None  # None: open (it lasts)
-    opened_by: str
-    closed_by: str | None = None
-    acks: int = 0  # acknowledged writes (successes) inside
-    losses: int = 0  # writes acknowledged inside and lost
-    detail: dict = field(default_factory=dict, compare=False)
-
-    @property
-    def window_id(self) -> str:
-        return f"{self.kind}:{self.topic}:{self.partition}:{self.start.isoformat()}"
-
-    def holds(self, t: datetime) -> bool:
-        return self.start <= t and (self.end is None or t <= self.end)
 
 
 def _describe(e: ClusterEvent) -> str:
@@ -111,14 +96,14 @@ def exposure_windows(events: Sequence[ClusterEvent], min_isr: int | None, topic:
     """ISR below ``min.insync.replicas`` (unknown: 1), or below two: the leader alone."""
     floor = max(min_isr or 1, 2)
     return _intervals(events, lambda e: _replicated(e) and len(e.isr or ()) < floor,
-                      "exposure", topic, partition)
+                      EXPOSURE, topic, partition)
 
 
 def reduced_redundancy_windows(events: Sequence[ClusterEvent], topic: str,
                                partition: int) -> list[Window]:
     """A replica out of the ISR (the replicas known)."""
     return _intervals(events, lambda e: e.replicas is not None
-                      and len(e.isr or ()) < len(e.replicas), "reduced_redundancy", topic,
+                      and len(e.isr or ()) < len(e.replicas), REDUCED_REDUNDANCY, topic,
                       partition)
 
 
@@ -139,12 +124,12 @@ def leader_change_windows(events: Sequence[ClusterEvent], topic: str, partition:
         if changed and opened is None and before is not None:
             opened = (t, _describe(changed[0]))
         if opened is not None and all(b >= 0 for b in leaders):
-            out.append(Window("leader_change", topic, partition, opened[0], t, opened[1],
+            out.append(Window(LEADER_CHANGE_WINDOW, topic, partition, opened[0], t, opened[1],
                               _describe(group[0])))
             opened = None
         before = leaders
     if opened is not None:
-        out.append(Window("leader_change", topic, partition, opened[0], None, opened[1]))
+        out.append(Window(LEADER_CHANGE_WINDOW, topic, partition, opened[0], None, opened[1]))
     return out
 
 
@@ -160,7 +145,7 @@ def rejection_windows(acks: Sequence[AckRun], topic: str, partition: int) -> lis
                              w.opened_by, f"{a.error} at {a.last_ack.isoformat()}",
                              detail={"refused": w.detail["refused"] + a.count})
         else:
-            out.append(Window("rejection", topic, partition, a.first_ack, a.last_ack,
+            out.append(Window(REJECTION, topic, partition, a.first_ack, a.last_ack,
                               f"{a.error} at {a.first_ack.isoformat()}",
                               f"{a.error} at {a.last_ack.isoformat()}",
                               detail={"refused": a.count}))
@@ -185,7 +170,7 @@ def split_brain_windows(losses: Sequence[Finding], confirmed: Sequence[Finding],
     first = min(c.ack_time for c, _ in pairs)  # type: ignore[type-var]
     last = max(f.ack_time for _, f in pairs)  # type: ignore[type-var]
     c, f = min(pairs, key=lambda p: p[0].ack_time)  # type: ignore[arg-type,return-value]
-    return [Window("split_brain", topic, partition, first, last,  # type: ignore[arg-type]
+    return [Window(SPLIT_BRAIN_WINDOW, topic, partition, first, last,  # type: ignore[arg-type]
                    f"offset {c.offset}: the write there now was acknowledged at "
                    f"{c.ack_time.isoformat()}, another one there at {f.ack_time.isoformat()}",
                    f"the last lost write acknowledged at {last.isoformat()}",  # type: ignore
@@ -193,42 +178,11 @@ def split_brain_windows(losses: Sequence[Finding], confirmed: Sequence[Finding],
                                                     {id(f): (c, f) for c, f in pairs}.values())})]
 
 
-def window_of(windows: Sequence[Window], t: datetime | None,
-              order=WINDOW_KINDS) -> Window | None:
-    """The window a write acknowledged at ``t`` fell in, the most telling kind first."""
-    if t is None:
-        return None
-    for kind in order:
-        for w in windows:
-            if w.kind == kind and w.holds(t):
-                return w
-    return None
-
-
-#: the cluster's own windows, the most telling first (a rejection is a producer's error)
-_CLUSTER_KINDS = tuple(k for k in WINDOW_KINDS if k != "rejection")
-
-
-def loss_window(windows: Sequence[Window], acked: datetime | None,
-                detected: datetime | None = None) -> Window | None:
-    """The window a lost write fell in: the one its ack fell in (:func:`window_of`); else
-    the first of the cluster's windows that opened after the ack and before the loss was
-    found, the disturbance that destroyed a write acknowledged while all was well (a
-    simultaneous crash's exposure, the reduced redundancy of an ``acks=1`` fail-over, the
-    leader change of a clean hand-over that truncated one); None when there is none."""
-    inside = window_of(windows, acked)
-    if inside is not None or acked is None:
-        return inside
-    later = [w for w in windows if w.kind in _CLUSTER_KINDS and w.start >= acked
-             and (detected is None or w.start <= detected)]
-    return min(later, key=lambda w: (w.start, _CLUSTER_KINDS.index(w.kind)), default=None)
-
-
 def two_leader_windows(events: Sequence[ClusterEvent], topic: str, partition: int,
                        ) -> list[Window]:
     """Where two brokers each named themselves leader, as the watcher's per-broker views
     saw it (an open one lasts)."""
-    return [Window("split_brain", topic, partition, a.event_time,
+    return [Window(SPLIT_BRAIN_WINDOW, topic, partition, a.event_time,
                    b.event_time if b is not None else None, _two(a),
                    f"{b.kind} at {b.event_time.isoformat()}" if b is not None else None)
             for a, b in split_brain_pairs(events)]

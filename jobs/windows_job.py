@@ -23,14 +23,16 @@ import pyarrow.compute as pc
 
 from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding
 from kafka_audit.jobs.rules import merge_spans
-from kafka_audit.jobs.windows import Window, partition_windows
+from kafka_audit.jobs.windows import partition_windows
+from kafka_audit.schemas.events import TOPIC_CONFIG
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.schemas.verdicts import LOSSES
+from kafka_audit.schemas.windows import Window
 from kafka_audit.settings import Settings
 from kafka_audit.store import (
     AppendedRows,
-    _add_actions,
     committed_pass,
+    live_files,
     partition_slices,
     read_table,
     table_exists,
@@ -52,7 +54,7 @@ def _events(settings: Settings) -> tuple[dict[tuple[str, int], list[ClusterEvent
     min_isr: dict[str, int] = {}
     rows = read_table(settings.table_path("cluster_events"), "cluster_events").to_pylist()
     for r in sorted(rows, key=lambda r: r["event_time"]):
-        if r["kind"] == "topic_config":
+        if r["kind"] == TOPIC_CONFIG:
             try:
                 min_isr[r["topic"]] = int(json.loads(r["detail"])["min.insync.replicas"])
             except (KeyError, TypeError, ValueError):
@@ -158,9 +160,7 @@ class AckCounts:
         path = settings.table_path("acks")
         if not table_exists(path):
             return [0] * len(windows)
-        from deltalake import DeltaTable
-
-        adds = _add_actions(DeltaTable(path))
+        adds = live_files(path)
         paths = adds.column("path").to_pylist()
         fresh = [t for p, t in zip(paths, adds.column("min.ack_time").to_pylist(), strict=True)
                  if p not in self._files]

@@ -83,10 +83,10 @@ def child_environment(settings, environ=None) -> dict[str, str]:
 def _own_formatter() -> logging.Formatter | None:
     """The formatter ``kafka-audit``'s CLI gave the root logger (plain lines or JSON lines),
     if it did; another (a test runner's) stays in this process."""
-    from kafka_audit.cli import _JsonLines
+    from kafka_audit.log_format import JsonLines
 
     return next((h.formatter for h in logging.getLogger().handlers
-                 if type(h.formatter) in (logging.Formatter, _JsonLines)), None)
+                 if type(h.formatter) in (logging.Formatter, JsonLines)), None)
 
 
 def supervise_api_process(settings, stop: threading.Event, stop_seconds: float = 10) -> None:

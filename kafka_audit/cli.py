@@ -18,6 +18,7 @@ import traceback
 from kafka_audit import __version__
 from kafka_audit.clients import LIBRDKAFKA_LOGGER
 from kafka_audit.errors import AuditorError
+from kafka_audit.log_format import JsonLines
 from kafka_audit.redact import ScrubFilter, redacted, scrub
 from kafka_audit.settings import get_settings
 
@@ -81,11 +82,12 @@ def _audit(args) -> int:
 
 def _watch(args) -> int:
     from kafka_audit.jobs.watcher import ClusterWatcher
+    from kafka_audit.schemas.events import BLIND
 
     def show(rows: list[dict]) -> None:
         for row in rows:
             at, kind = f"{row['event_time']:%H:%M:%S}", row["kind"]
-            if kind == "watcher_blind":
+            if kind == BLIND:
                 print(f"{at} watcher blind until {row['until']:%H:%M:%S}", flush=True)
             elif row.get("partition", -1) < 0:
                 print(f"{at} {row['topic'] or 'cluster'} {kind} {row.get('detail')}", flush=True)
@@ -390,25 +392,11 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-class _JsonLines(logging.Formatter):
-    """One JSON object a line: time, level, logger, message (``--log-json``)."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        import json
-
-        out = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S%z"),
-               "level": record.levelname, "logger": record.name,
-               "message": record.getMessage()}
-        if record.exc_info:  # exc_text: the traceback with secrets hidden (ScrubFilter)
-            out["traceback"] = record.exc_text or self.formatException(record.exc_info)
-        return json.dumps(out)
-
-
 def _logging(args) -> None:
     """One log stream on stderr: readable lines, or JSON lines with ``--log-json``; the
     Kafka clients' and Spark's chatter only with ``--verbose``."""
     handler = logging.StreamHandler()
-    handler.setFormatter(_JsonLines() if getattr(args, "log_json", False) else logging.Formatter(
+    handler.setFormatter(JsonLines() if getattr(args, "log_json", False) else logging.Formatter(
         "%(asctime)s %(levelname)s %(name)s: %(message)s", "%H:%M:%S"))
     handler.addFilter(ScrubFilter())  # no line carries a secret, whoever logged it
     root = logging.getLogger()

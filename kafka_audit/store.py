@@ -2,13 +2,16 @@
 
 The ground floor of the project: it knows the declared schemas
 (``schemas/tables.py``) and delta-rs, nothing of Spark, of the audit's rules or
-of the API. Nothing above it imports ``deltalake`` for table access; Spark's
-own Delta writer (``jobs/sink.py``) is the one other path into the tables.
+of the API. Nothing above it imports ``deltalake`` or opens a table's files; Spark's
+own Delta writer (``jobs/sink.py``) is the one other path into the tables (the import
+contracts in ``pyproject.toml`` say who may import ``deltalake`` and ``delta``).
 
 * read: :func:`read_table` (an empty table of the declared schema if absent),
+  :func:`table_dataset` (a version to scan batch by batch),
   :func:`files_added_since` (the rows appended since a version: data-changing adds in
-  the commit files, so compactions never make old rows look new) and
-  :func:`max_in_files` (answered from the Delta log);
+  the commit files, so compactions never make old rows look new), read with
+  :func:`read_files` / :func:`read_file`, and :func:`max_in_files`, :func:`live_files`,
+  :func:`probe_version`, :func:`commit_time` (answered from the Delta log);
 * write: :func:`append_rows`, :func:`write_arrow`, and the idempotent appends
   :func:`append_once` / :func:`append_arrow_once` keyed by ``(app_id, version)``;
 * upkeep: :func:`compact` (OPTIMIZE, then a checkpoint), :func:`vacuum`,
@@ -24,11 +27,13 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import pyarrow as pa
@@ -37,11 +42,15 @@ import pyarrow.compute as pc
 from kafka_audit.errors import TableError
 from kafka_audit.schemas.tables import arrow_schema
 
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
+
 __all__ = ["table_exists", "check_table", "read_table", "append_rows", "append_once",
            "append_arrow_once", "write_arrow", "transaction_version", "commit_metadata",
            "files_added_since", "data_changes_since", "appends_by_commit", "latest_version",
-           "AppendedRows", "conform",
-           "max_in_files", "rows_in_files",
+           "AppendedRows", "conform", "table_dataset", "read_files", "read_file",
+           "probe_version", "commit_time",
+           "max_in_files", "rows_in_files", "live_files",
            "compact", "vacuum", "vacuum_unnamed", "checkpoint", "trim_log", "Footprint",
            "footprint", "Progress",
            "committed_progress", "committed_pass"]
@@ -108,6 +117,34 @@ def read_table(path: str, table: str, columns: list[str] | None = None,
         return found.select(columns) if columns else found
     dt = DeltaTable(path, version=version)
     return dt.to_pyarrow_dataset().to_table(columns=columns, filter=where)
+
+
+def table_dataset(path: str, version: int | None = None) -> tuple[int, ds.Dataset]:
+    """The table loaded at ``version`` (None: its latest): that version, and its rows as a
+    pyarrow dataset to scan whole or batch by batch (the table must exist)."""
+    from deltalake import DeltaTable
+
+    dt = DeltaTable(path, version=version)
+    return dt.version(), dt.to_pyarrow_dataset()
+
+
+def read_files(files: list[str], table: str, columns: list[str] | None = None) -> pa.Table:
+    """The rows of some data files of ``table`` (those :func:`files_added_since` named), in
+    one threaded scan typed by the declared schema (a column an older file lacks reads as
+    null)."""
+    import pyarrow.dataset as ds
+
+    return ds.dataset(files, format="parquet", schema=arrow_schema(table)).to_table(
+        columns=columns)
+
+
+def read_file(file: str, columns: list[str] | None = None,
+              where: pc.Expression | None = None) -> pa.Table:
+    """The rows of one data file of a table (a path :func:`appends_by_commit` or
+    :func:`files_added_since` named) under ``where``, in the file's own types."""
+    import pyarrow.parquet as pq
+
+    return pq.read_table(file, columns=columns, filters=where)
 
 
 def partition_slices(t: pa.Table) -> Iterator[tuple[tuple[str, int], pa.Table]]:
@@ -203,6 +240,15 @@ def _add_actions(dt) -> pa.Table:
     return pa.table(dt.get_add_actions(flatten=True))  # delta-rs hands arro3: to pyarrow
 
 
+def live_files(path: str) -> pa.Table:
+    """The live files of the table at ``path`` with their statistics (``path``,
+    ``num_records``, ``min.<column>``, ``max.<column>``, ...), one row each, from the Delta
+    log (no data read; the table must exist)."""
+    from deltalake import DeltaTable
+
+    return _add_actions(DeltaTable(path))
+
+
 def max_in_files(path: str, column: str) -> int | None:
     """The largest value of a numeric ``column`` over the table's live files, from the file
     statistics in the Delta log (no data read); None if the table is empty or absent, and
@@ -263,6 +309,47 @@ def _last_checkpoint(path: str) -> int:
         return int(json.loads((_log_dir(path) / "_last_checkpoint").read_text())["version"])
     except (FileNotFoundError, ValueError, KeyError, TypeError):
         return -1
+
+
+def _commit_name(log: str, version: int) -> str:
+    return f"{log}/{version:020d}.json"
+
+
+def probe_version(path: str, known: int | None) -> int | None:
+    """The table's newest version (None: no table), found from ``known`` (a version read
+    before) by probing the next commit files; a listing of the log only without one.
+    Plain ``os.path`` calls: the API runs this for every table on every request."""
+    log = f"{path}/_delta_log"
+    if known is not None and known >= 0 and os.path.exists(_commit_name(log, known)):
+        v = known
+        while os.path.exists(_commit_name(log, v + 1)):
+            v += 1
+        return v
+    if not os.path.isdir(log):
+        return None
+    versions = [int(name[:20]) for name in os.listdir(log)
+                if name.endswith(".json") and name[:20].isdigit()]
+    if not versions:  # a table being created: not there yet
+        return None
+    v = max(versions)
+    while os.path.exists(_commit_name(log, v + 1)):
+        v += 1
+    return v
+
+
+def commit_time(path: str, version: int) -> float | None:
+    """The commit timestamp (s) of the table's ``version``, from its commitInfo (or the
+    commit file's time); None if that commit file cannot be read."""
+    commit = _commit_file(path, version)
+    try:
+        for line in commit.read_text().splitlines():
+            if '"commitInfo"' in line:
+                ts = json.loads(line)["commitInfo"].get("timestamp")
+                if ts is not None:
+                    return ts / 1000.0
+        return commit.stat().st_mtime
+    except (OSError, ValueError):
+        return None
 
 
 def latest_version(path: str, at_least: int = -1) -> int:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from kafka_audit.deploy.cluster import LocalCluster, wait_until
+from kafka_audit.schemas.events import TOPIC_CONFIG
 from kafka_audit.settings import Settings
 
 __all__ = ["produce_with_leader_kill", "audit_until_settled", "fetch_lost", "lost_messages",
@@ -168,7 +169,7 @@ def pending_explained(settings: Settings, topic: str) -> str:
                         where=pc.field("topic") == topic).to_pylist()
     timeline = ", ".join(f"{e['event_time']:%H:%M:%S.%f} {e['kind']} isr={e['isr']}"
                          for e in sorted(events, key=lambda e: e["event_time"])
-                         if e["kind"] != "topic_config")
+                         if e["kind"] != TOPIC_CONFIG)
     return (f"pending runs: {runs or 'none'}; latest frontier observation: {seen}; "
             f"events: {timeline or 'none'}")
 

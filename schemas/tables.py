@@ -30,6 +30,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from kafka_audit.schemas.events import EVENTS, WINDOWS, kinds_doc
+
 __all__ = ["Column", "TABLES", "arrow_schema", "spark_schema", "column_names"]
 
 
@@ -98,16 +100,7 @@ TABLES: dict[str, list[Column]] = {
         C("event_time", "timestamp", False),
         C("topic", "string", False),
         C("partition", "int", False),
-        C("kind", "string", False, "leader_change | leader_reelected | isr_shrink | "
-                                   "isr_expand | offline | "
-                                   "under_min_isr_enter | under_min_isr_exit | first_seen | "
-                                   "watcher_blind (a gap: nothing was observed from "
-                                   "event_time to until; topic '' and partition -1) | "
-                                   "log_end_drop | topic_config | topic_config_change | "
-                                   "broker_fenced | "
-                                   "broker_unfenced | controller_change | split_brain_enter | "
-                                   "split_brain_exit (two brokers each named themselves "
-                                   "leader: leader the newer, previous_leader the older)"),
+        C("kind", "string", False, kinds_doc(EVENTS)),
         C("leader", "int", True),
         C("previous_leader", "int", True),
         C("isr", "int_list", True),
@@ -186,8 +179,7 @@ TABLES: dict[str, list[Column]] = {
     ],
     "windows": [
         C("window_id", "string", False, "kind:topic:partition:start"),
-        C("kind", "string", False, "exposure | reduced_redundancy | rejection | split_brain | "
-                                   "leader_change"),
+        C("kind", "string", False, kinds_doc(WINDOWS)),
         C("topic", "string", False),
         C("partition", "int", False),
         C("start", "timestamp", False),

@@ -42,7 +42,7 @@ from kafka_audit.auditor_api.problems import (
     bad_parameters,
     problem_responses,
 )
-from kafka_audit.jobs.rules import BLIND, LEADER_CHANGES
+from kafka_audit.schemas.events import BLIND, LEADER_CHANGES
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import CAUSE_SLACK
 
@@ -93,7 +93,7 @@ class Reread(BaseModel):
 
 class LeaderChange(BaseModel):
     time: datetime
-    kind: str = Field(description="leader_change | offline | leader_reelected")
+    kind: str = Field(description=" | ".join(LEADER_CHANGES))
     leader: int | None
     previous_leader: int | None
     leader_epoch: int | None

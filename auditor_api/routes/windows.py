@@ -21,8 +21,9 @@ from pydantic import BaseModel, Field
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.params import Instant, Partition
 from kafka_audit.auditor_api.problems import bad_parameters
-from kafka_audit.jobs.windows import WINDOW_KINDS, Window, loss_window, window_of
+from kafka_audit.schemas.events import WINDOW_KINDS
 from kafka_audit.schemas.verdicts import LOSSES
+from kafka_audit.schemas.windows import Window, loss_window, window_of
 
 __all__ = ["router", "WindowRow", "window_ids", "partition_windows_of"]
 
@@ -95,7 +96,7 @@ def window_ids(reader, rows: list[dict]) -> None:
     """Set ``window_id`` on finding rows: the window the first write's ack fell in, the
     most telling kind first (split brain, exposure, rejection, reduced redundancy); for a
     loss acknowledged in none, the first window of the cluster's that opened between its
-    ack and its detection (:func:`~kafka_audit.jobs.windows.loss_window`); null when
+    ack and its detection (:func:`~kafka_audit.schemas.windows.loss_window`); null when
     there is none (or windows are not computed yet)."""
     windows = partition_windows_of(reader)
     for row in rows:

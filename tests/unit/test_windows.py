@@ -10,15 +10,13 @@ from hypothesis import strategies as st
 from kafka_audit.jobs.model import ClusterEvent, Finding
 from kafka_audit.jobs.rules import likely_cause
 from kafka_audit.jobs.windows import (
-    Window,
     exposure_windows,
-    loss_window,
     partition_windows,
     reduced_redundancy_windows,
     rejection_windows,
     split_brain_windows,
-    window_of,
 )
+from kafka_audit.schemas.windows import Window, loss_window, window_of
 from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows, read_table
 
