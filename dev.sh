@@ -2,7 +2,8 @@
 # The README's two commands:
 #   bash dev.sh demo   set up what is missing, run the demo (acks=1 leader kill, audit, REST)
 #   bash dev.sh test   set up what is missing, run every test (unit + real-cluster integration)
-# Other verbs: setup (install only), lint, bench (producer), bench-audit (consume + audit).
+# Other verbs: setup (install only), lint (ruff and the import contracts: CI runs it before
+# the tests), bench (producer), bench-audit (consume + audit).
 set -euo pipefail
 cd "$(dirname "$0")"
 # the checkout keeps its working data (tables, checkpoints, the demo cluster) in var/;
@@ -41,18 +42,45 @@ setup() {
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     log "installing Python dependencies pinned in pyproject.toml (first time: a few minutes)"
     .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -e ".[test]"
+    .venv/bin/pip install -q -e ".[test,docs]"
     echo "$want" > "$stamp"
   fi
   log "fetching pinned JVM jars with Maven into the per-user cache (skipped when cached)"
   .venv/bin/kafka-audit setup
 }
 
+lint() {  # ruff, then the import contracts of [tool.importlinter] in pyproject.toml
+  .venv/bin/ruff check .
+  # import-linter reads the package from one folder, but kafka_audit's parts live in the
+  # folders [tool.setuptools] package-dir names: link them into one tree as a wheel has them
+  local tree here=$PWD
+  tree=$(mktemp -d)
+  trap "rm -rf '$tree'" EXIT
+  .venv/bin/python - "$tree" <<'PY'
+import sys, tomllib
+from pathlib import Path
+tree, here = Path(sys.argv[1]), Path.cwd()
+dirs = tomllib.loads(Path("pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+for name, folder in sorted(dirs.items()):  # a package before its subpackages
+    parent, _, leaf = name.rpartition(".")
+    if not parent:  # the root package: a folder of links to its own folder's entries
+        (tree / name).mkdir()
+        for entry in (here / folder).iterdir():
+            (tree / name / entry.name).symlink_to(entry)
+    elif f"{dirs[parent]}/{leaf}" != folder:  # not inside its parent's folder: a link
+        if "." in parent:  # it would land inside a linked folder of the checkout
+            sys.exit(f"dev.sh lint: cannot place {name} ({folder}) in the package tree")
+        (tree / name.replace(".", "/")).symlink_to(here / folder)
+PY
+  # run from the tree: lint-imports puts its working folder first on the import path
+  (cd "$tree" && "$here/.venv/bin/lint-imports" --config "$here/pyproject.toml" --no-cache)
+}
+
 case "${1:-}" in
   setup) setup ;;
   demo) setup; shift; exec .venv/bin/kafka-audit demo "$@" ;;
   test) setup; shift; exec .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@" ;;
-  lint) setup; .venv/bin/ruff check . ;;
+  lint) setup; lint ;;
   bench) setup; shift; exec .venv/bin/python bench/producer_bench.py "$@" ;;
   bench-audit) setup; shift; exec .venv/bin/python bench/audit_bench.py "$@" ;;
   *) echo "usage: bash dev.sh demo|test|setup|lint|bench|bench-audit" >&2; exit 2 ;;
