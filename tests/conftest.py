@@ -25,7 +25,7 @@ import pytest
 from kafka_audit.deploy.cluster import LocalCluster
 from kafka_audit.settings import Settings
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]  # the checkout (this file is tests/conftest.py)
 # AUDIT_TEST_PORT_OFFSET moves the test cluster (ports and folder), so that two test
 # sessions can run side by side on one machine (e.g. 1000: ports 20091-20393)
 OFFSET = int(os.environ.get("AUDIT_TEST_PORT_OFFSET", "0"))

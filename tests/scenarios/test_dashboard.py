@@ -17,16 +17,14 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_audit.auditor_api.auth import hash_token, new_token
-from kafka_audit.jobs.watcher import ClusterWatcher
-from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import (
     ApiServer,
-    audit_until_settled,
     fetch_lost,
     lost_messages,
-    produce_with_leader_kill,
 )
 from kafka_audit.settings import Settings
+
+from ..support.leader_kill import audited_losses, kill_the_leader, watching
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -48,19 +46,9 @@ def test_dashboard_shows_the_lost_writes_of_a_leader_kill(cluster, spark, settin
     token = new_token()
     settings = Settings(**{**settings.model_dump(), "api": {
         **settings.api.model_dump(), "tokens": [{"name": "test", "hash": hash_token(token)}]}})
-    watcher = ClusterWatcher(settings)
-    thread, stop = watcher.start_thread()
-    try:
-        # 5,000 writes/s (the demo's quarter): the same loss, less to read on a busy machine
-        p, killed = produce_with_leader_kill(settings, cluster, topic, acks="1", rate=5000,
-                                             before_kill=3, after_kill=3, progress=print)
-    finally:
-        stop.set()
-        thread.join(10)
-    audit_until_settled(spark, settings, topic, progress=print)
-    truth = acked_but_missing(p.record, p.producer_id, p.run_id,
-                              full_read_stamps(cluster.bootstrap, topic, timeout=300))
-    assert truth, "acks=1 with a leader SIGKILL mid-stream is expected to lose writes"
+    with watching(settings):
+        p, killed = kill_the_leader(settings, cluster, topic)
+    truth = audited_losses(spark, settings, cluster, topic, p, read_timeout=300)
     by_partition: dict[int, int] = {}
     for part, _offset, _seq in truth:
         by_partition[part] = by_partition.get(part, 0) + 1

@@ -6,10 +6,9 @@ import json
 import time
 
 from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.jobs.watcher import ClusterWatcher
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.scenarios.faults import cut_port, drop_responses
-from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
+from kafka_audit.scenarios.groundtruth import full_read_stamps
 from kafka_audit.scenarios.harness import (
     ApiServer,
     assert_secondaries_match,
@@ -17,28 +16,19 @@ from kafka_audit.scenarios.harness import (
     fetch_lost,
     findings_of,
     lost_messages,
-    produce_with_leader_kill,
 )
 from kafka_audit.scenarios.harness import expand_rows as expand
 from kafka_audit.schemas.verdicts import Cause, cause_name
 from kafka_audit.store import read_table
 
+from ..support.leader_kill import audited_losses, kill_the_leader, watching
+
 
 def test_acks1_leader_kill_loss_matches_ground_truth_over_http(cluster, spark, settings, topic):
-    watcher = ClusterWatcher(settings)
-    thread, stop = watcher.start_thread()
-    try:
-        p, killed = produce_with_leader_kill(settings, cluster, topic, acks="1", rate=5000,
-                                             before_kill=3, after_kill=3, progress=print)
-    finally:
-        stop.set()
-        thread.join(10)
-    audit_until_settled(spark, settings, topic, progress=print)
-
+    with watching(settings):
+        p, killed = kill_the_leader(settings, cluster, topic)
     # ground truth, computed apart from the auditor: acked stamps a full read cannot find
-    truth = acked_but_missing(p.record, p.producer_id, p.run_id,
-                              full_read_stamps(cluster.bootstrap, topic))
-    assert truth, "acks=1 with a leader SIGKILL mid-stream is expected to lose writes"
+    truth = audited_losses(spark, settings, cluster, topic, p)
     lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
     assert expand(lost, "partition", "offset", "seq") == truth
     assert {r["run_id"] for r in lost} == {p.run_id}

@@ -17,19 +17,18 @@ from fastapi.testclient import TestClient
 
 from kafka_audit.auditor_api.main import create_app
 from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import (
     Component,
     assert_secondaries_match,
-    audit_until_settled,
     expand_rows,
     findings_of,
-    produce_with_leader_kill,
 )
 from kafka_audit.schemas.verdicts import CAUSE_SLACK, Cause
 from kafka_audit.settings import get_settings
 from kafka_audit.status import read_statuses
 from kafka_audit.store import read_table
+
+from ..support.leader_kill import audited_losses, kill_the_leader
 
 FREEZE = 12  # seconds: longer than the watcher's 5 s metadata timeout, twice over
 
@@ -92,18 +91,13 @@ def test_a_loss_inside_a_watcher_gap_names_the_gap(cluster, spark, settings, top
             def __exit__(self, *exc):
                 watcher.resume()
 
-        p, _killed = produce_with_leader_kill(settings, cluster, topic, acks="1", rate=5000,
-                                              before_kill=3, after_kill=3, progress=print,
-                                              during_fault=Paused)
+        p, _killed = kill_the_leader(settings, cluster, topic, during_fault=Paused)
         wait_until(lambda: [r for r in read_table(settings.table_path("cluster_events"),
                                                   "cluster_events").to_pylist()
                             if r["kind"] == "watcher_blind" and r["until"] is not None],
                    60, "the watcher to record its gap")
         assert watcher.alive()
-    audit_until_settled(spark, settings, topic, progress=print)
-    truth = acked_but_missing(p.record, p.producer_id, p.run_id,
-                              full_read_stamps(cluster.bootstrap, topic))
-    assert truth, "acks=1 with a leader SIGKILL mid-stream is expected to lose writes"
+    truth = audited_losses(spark, settings, cluster, topic, p)
     lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
     assert expand_rows(lost, "partition", "offset", "seq") == truth
     for cause in sorted({r["cause"] for r in lost}):
