@@ -74,9 +74,11 @@ def _secret(direct: SecretStr | None, env: str | None, file: Path | None,
 
 
 class SaslSettings(_Section):
-    mechanism: Mechanism = "SCRAM-SHA-512"
-    username: str = Field(min_length=1)
-    password: SecretStr | None = None
+    mechanism: Mechanism = Field("SCRAM-SHA-512", description="the SASL mechanism")
+    username: str = Field(min_length=1, description="the auditor's principal")
+    password: SecretStr | None = Field(
+        None, description="the password itself (KAFKA_AUDIT_PROFILE__SASL__PASSWORD); set one "
+        "of it, password_env or password_file")
     password_env: str | None = Field(None, description="the variable holding the password")
     password_file: Path | None = Field(None, description="a file holding the password")
 
@@ -94,9 +96,13 @@ class TlsSettings(_Section):
                                  "certificates (none: the system's)")
     cert_file: Path | None = Field(None, description="PEM: the client's certificate (mTLS)")
     key_file: Path | None = Field(None, description="PEM: the client's private key (mTLS)")
-    key_password: SecretStr | None = None
-    key_password_env: str | None = None
-    key_password_file: Path | None = None
+    key_password: SecretStr | None = Field(
+        None, description="the password of an encrypted key_file; set one of it, "
+        "key_password_env or key_password_file")
+    key_password_env: str | None = Field(None, description="the variable holding the key's "
+                                         "password")
+    key_password_file: Path | None = Field(None, description="a file holding the key's "
+                                           "password")
     verify_hostname: bool = Field(True, description="the broker's certificate must name the "
                                   "host connected to")
 
@@ -118,8 +124,10 @@ class TopicSelection(_Section):
     written to (the ack ledger's). Topics starting with ``_`` (Kafka's internal ones, the
     auditor's own) are never audited unless an ``include`` pattern names them."""
 
-    include: list[str] = Field(default_factory=list)
-    exclude: list[str] = Field(default_factory=list)
+    include: list[str] = Field(default_factory=list, description="patterns of the topics "
+                               "audited; empty: the topics the ack ledger names")
+    exclude: list[str] = Field(default_factory=list, description="patterns of topics left "
+                               "out, even if included")
 
     @model_validator(mode="after")
     def _compile(self) -> TopicSelection:
@@ -136,7 +144,8 @@ class ProfileSettings(_Section):
 
     name: str = Field("local", description="shown in logs and `kafka-audit check`")
     bootstrap: str | None = Field(None, description="host:port,...; none: the local cluster")
-    security_protocol: Protocol = "PLAINTEXT"
+    security_protocol: Protocol = Field("PLAINTEXT", description="how every client "
+                                        "connects; SASL_* needs a sasl section")
     sasl: SaslSettings | None = None
     tls: TlsSettings = Field(default_factory=TlsSettings)
     librdkafka: dict[str, str] = Field(

@@ -67,8 +67,13 @@ class _Section(BaseModel):
 
 
 class ClusterSettings(_Section):
-    nodes: int = Field(3, ge=1, le=9)
-    host: str = "127.0.0.1"
+    """The local KRaft cluster that `kafka-audit cluster`, the demo, the scenarios and the
+    tests start on this machine; another cluster is a ``profile``."""
+
+    nodes: int = Field(3, ge=1, le=9, description="how many nodes the local cluster starts, "
+                       "each a broker and a KRaft controller")
+    host: str = Field("127.0.0.1", description="the address every local listener binds to: "
+                      "loopback only (127.0.0.0/8 or localhost)")
     broker_base_port: int = Field(29091, description="node N listens on this + N - 1")
     controller_base_port: int = Field(29191, description="KRaft controller listener of node N")
     replication_base_port: int = Field(
@@ -82,7 +87,10 @@ class ClusterSettings(_Section):
     broker_overrides: dict[str, Any] = Field(
         default_factory=dict, description="broker properties (conf/defaults.yaml sets the "
                                           "local cluster's: failures noticed in seconds)")
-    ready_timeout_seconds: float = 90
+    ready_timeout_seconds: float = Field(
+        90, description="`cluster up` waits this long for each step of readiness (ports open, "
+        "brokers registered, an acks=all write to the probe topic; the secured listener's "
+        "users and ACLs) before it fails")
     # the secured listener (deploy/security.py makes its certificates, users and ACLs);
     # the users' passwords are generated into <home>/kafka/security/<user>.password, never here
     secure: bool = Field(False, description="give each node a fourth listener, SECURE "
@@ -133,11 +141,20 @@ class ClusterSettings(_Section):
 
 
 class ProducerSettings(_Section):
-    acks: str = "all"
-    idempotence: bool = False
-    retries: int = 2
-    linger_ms: int = 5
-    message_timeout_ms: int = 30000
+    """The project's own instrumented producers: the ack ledger's commits, the load
+    generator's librdkafka settings."""
+
+    acks: str = Field("all", description="read by no command today: `kafka-audit produce "
+                      "--acks` sets the load generator's (default all)")
+    idempotence: bool = Field(False, description="read by no command today: `kafka-audit "
+                              "produce --idempotence` sets the load generator's")
+    retries: int = Field(2, description="read by no command today: `kafka-audit produce "
+                         "--retries` sets the load generator's (default 2)")
+    linger_ms: int = Field(5, description="the load generator's linger.ms (kafka-audit "
+                           "produce, the demo, the benchmarks)")
+    message_timeout_ms: int = Field(30000, description="the load generator's "
+                                    "message.timeout.ms: a write not acknowledged by then "
+                                    "fails (keep audit.read_retention_seconds above it)")
     ledger_flush_seconds: float = Field(1.0, gt=0, description="the ack ledger commits this "
                                                                 "often")
     ledger_flush_rows: int = Field(50000, gt=0, description="... or once this many reports "
@@ -152,6 +169,8 @@ class ProducerSettings(_Section):
 
 
 class StampSettings(_Section):
+    """The stamp every audited record carries (schemas/stamp.py)."""
+
     key_file: Path | None = Field(
         None, description="a file holding the stamp key (16-4096 bytes, not readable by "
         "others; the same file for producers and auditor): producers add a MAC to every "
@@ -160,15 +179,21 @@ class StampSettings(_Section):
 
 
 class SparkSettings(_Section):
-    master: str = "local[2]"
+    """The Spark session of the consume and audit jobs (jobs/spark.py)."""
+
+    master: str = Field("local[2]", description="Spark's master: local[N] runs in the "
+                        "service's own JVM; spark://host:port a standalone cluster")
     local_task_attempts: int = Field(
         6, ge=1, description="in local mode, a failed task is tried this many times before "
         "its job fails (Spark's local[N] tries once: a Kafka read that times out while a "
         "partition's leader fails over then failed the whole micro-batch and restarted the "
         "stream); a master given as local[N,F] keeps its own F")
-    driver_memory: str = "2g"
-    shuffle_partitions: int = 4
-    consume_trigger_seconds: float = 2
+    driver_memory: str = Field("2g", description="spark.driver.memory")
+    shuffle_partitions: int = Field(4, description="spark.sql.shuffle.partitions: few, "
+                                    "since the audit's data per pass is small")
+    consume_trigger_seconds: float = Field(2, description="the consume job starts a "
+                                           "micro-batch this often (its processingTime "
+                                           "trigger)")
     topic_refresh_seconds: float = Field(10, gt=0, description="how often the consume job "
                                          "looks for newly audited topics (the ack ledger's)")
     log_level: str = Field("ERROR", description="Spark's log level (WARN with --verbose)")
@@ -185,9 +210,13 @@ class SparkSettings(_Section):
 
 
 class AuditSettings(_Section):
+    """The audit passes and the verdict rules' time limits (docs/concepts.md)."""
+
     settle_seconds: float = Field(30, ge=0, description="a write is judged lost only once the "
                                   "consumed frontier has stayed past its offset this long")
-    interval_seconds: float = Field(5, gt=0)
+    interval_seconds: float = Field(5, gt=0, description="a pass starts this often (in "
+                                    "`kafka-audit run` also at once when the consume job "
+                                    "commits: steady.wake_on_commit)")
     lookback_seconds: float = Field(30, ge=0, description="writes acked this close to a leader "
                                     "change are judged only from a read made after it")
     unseen_after_seconds: float = Field(120, gt=0, description="a pending write still unread "
@@ -202,7 +231,10 @@ class AuditSettings(_Section):
 
 
 class WatchSettings(_Section):
-    interval_seconds: float = Field(0.5, gt=0)
+    """The watcher: the cluster's leaders, ISRs and settings into cluster_events."""
+
+    interval_seconds: float = Field(0.5, gt=0, description="the watcher polls every "
+                                    "broker's view of the partitions this often")
     blind_after_seconds: float = Field(
         3, gt=0, description="two successful polls further apart than this (an outage, a "
         "paused process) leave a gap in cluster_events: what happened then was not seen")
@@ -244,10 +276,12 @@ class ServiceSettings(_Section):
 class HealthSettings(_Section):
     """``/healthz`` says ``degraded`` once a component's last good step is older than this."""
 
-    watcher_stale_seconds: float = Field(15, gt=0)
+    watcher_stale_seconds: float = Field(15, gt=0, description="the watcher's last good "
+                                         "poll may be this old")
     consume_stale_seconds: float = Field(120, gt=0, description="the consume job reports "
                                          "progress at least every 10 s while it is alive")
-    audit_stale_seconds: float = Field(120, gt=0)
+    audit_stale_seconds: float = Field(120, gt=0, description="the audit loop's last "
+                                       "successful pass may be this old")
 
 
 class ApiToken(_Section):
@@ -282,9 +316,13 @@ def _bracketed(host: str) -> str:
 
 
 class ApiSettings(_Section):
-    host: str = "127.0.0.1"
-    port: int = 8088
-    page_size_max: int = Field(1000, gt=0)
+    """The REST API (`kafka-audit serve`, and the API process of `kafka-audit run`)."""
+
+    host: str = Field("127.0.0.1", description="the address the API binds to (serve --host); "
+                      "beyond loopback it needs api.tokens or api.allow_open")
+    port: int = Field(8088, description="the API's port (serve --port)")
+    page_size_max: int = Field(1000, gt=0, description="the largest page_size of "
+                               "/v1/findings")
     tokens: list[ApiToken] = Field(
         default_factory=list, description="bearer tokens, hashed; when any is set every "
         "endpoint but /healthz, /readyz and the dashboard's static page needs one (401 "
@@ -427,13 +465,13 @@ class SteadySettings(_Section):
         "pyarrow allocates from (its ARROW_DEFAULT_MEMORY_POOL; one already in the environment "
         "wins): system is glibc's malloc, capped by malloc_arenas and trimmed every "
         "trim_every_seconds; pyarrow's default, mimalloc, kept 96-158 MB resident for 2-52 MB "
-        "allocated in an hour soak (README); empty: pyarrow's default")
+        "allocated in an hour soak (bench/HISTORY.md); empty: pyarrow's default")
     python_allocator: typing.Literal["", "malloc", "pymalloc"] = Field(
         "malloc", description="in `kafka-audit run` (its service and API processes), the "
         "allocator of Python's objects (PYTHONMALLOC; one already in the environment wins; "
         "the service starts itself again in the same process to apply it): malloc is "
         "glibc's, capped by malloc_arenas and trimmed every trim_every_seconds; pymalloc, "
-        "Python's default, keeps each 1 MB arena while one object in it lives (README); "
+        "Python's default, keeps each 1 MB arena while one object in it lives (bench/HISTORY.md); "
         "empty: Python's default")
 
 
