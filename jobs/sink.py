@@ -4,7 +4,7 @@ tables.
 
 Spark's Delta writer costs 0.4-0.9 s a write here whatever the size of the data:
 a job, then the commit work on the driver (measured with Spark's event log over
-``bench/audit_bench.py``'s tables; see the README). The range ledger keeps the
+``bench/audit_bench.py``'s tables; see docs/benchmarks.md). The range ledger keeps the
 outputs of a consume micro-batch or an audit pass small (thousands of runs for
 millions of records), so those are collected as Arrow and committed with
 delta-rs, in tens of milliseconds. An output over ``spark.driver_rows`` rows (runs as many as

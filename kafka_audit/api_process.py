@@ -3,7 +3,7 @@
 In one process with the audit loop, the consume stream and the watcher, the API's
 requests waited for the interpreter lock whenever an audit pass ran its rules: the soak
 measured ``GET /v1/summary`` at 0.3-3 s while the same summary, computed beside the
-running service in another process, took 1-40 ms (README, "The one-hour soak"). The
+running service in another process, took 1-40 ms (bench/HISTORY.md, the one-hour soaks). The
 service (``kafka_audit/service.py``) starts this module as a child process, hands it
 its settings through a pipe (never on disk, never in its command line; without the Kafka
 secrets, which it has no use for: :func:`child_settings`, :func:`child_environment`),

@@ -83,7 +83,7 @@ def fix_mmap_threshold(kb: int) -> bool:
     glibc starts at 128 KB but raises the threshold, up to 32 MB, each time a mapped block
     is freed, so after the first pass the Arrow buffers and pandas columns of every pass
     come from the heap, and their freed pages stay resident until the next trim: in the
-    hour soak of 2026-11-27 06:08 (README) the service's anonymous memory right after each
+    hour soak of 2026-11-27 06:08 (bench/HISTORY.md) the service's anonymous memory right after each
     minute's trim grew +50 MB/h while its RSS sampled at any moment grew +140 MB/h, and
     what each trim gave back grew +97 MB/h (``bench/soak_log.py``). A fixed threshold also
     turns the raising off."""

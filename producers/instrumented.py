@@ -11,7 +11,7 @@ sequence, payload checksum). Every delivery report, success or failure, reaches 
   plugin assigns the sequence);
 * **Python** (the fallback): the stamp (version 1, CRC32) is built here and the delivery
   callback appends each report to the :class:`~kafka_audit.producers.ledger.AckLedger`
-  (about three times the CPU a message of the native path: README, benchmarks).
+  (about three times the CPU a message of the native path: docs/benchmarks.md).
 
 ``native=None`` (default) takes the plugin when it loads and otherwise falls back with a
 :class:`~kafka_audit.producers.native.NativeFallbackWarning`; ``True`` requires it
