@@ -28,11 +28,11 @@ import time
 import uuid
 from pathlib import Path
 
-from kafka_audit.deploy.cluster import LocalCluster
-from kafka_audit.jobs.audit_pass import run_audit_pass
-from kafka_audit.jobs.consume_job import start_consume
+from kafka_audit.jobs.audit.audit_pass import run_audit_pass
+from kafka_audit.jobs.consume.consume_job import start_consume
 from kafka_audit.jobs.spark import get_spark
 from kafka_audit.producers.instrumented import AuditedProducer
+from kafka_audit.scenarios.cluster import LocalCluster
 from kafka_audit.settings import Settings, get_settings
 from kafka_audit.store import read_table
 

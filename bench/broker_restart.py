@@ -18,7 +18,7 @@ from pathlib import Path
 
 from steady import cluster_of_its_own, settings_of_its_own
 
-from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.scenarios.cluster import wait_until
 
 OFFSET = 3000
 TOPICS = 20

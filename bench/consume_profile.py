@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from kafka_audit.jobs.consume_job import start_consume
+from kafka_audit.jobs.consume.consume_job import start_consume
+from kafka_audit.jobs.consume.transforms import fold_read_runs
 from kafka_audit.jobs.spark import get_spark
-from kafka_audit.jobs.transforms import fold_read_runs
 from kafka_audit.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -23,7 +23,7 @@ from pathlib import Path
 import pyarrow as pa
 from deltalake import write_deltalake
 
-from kafka_audit.memstats import glibc_heap, release_free_memory, rss_parts
+from kafka_audit.app.memstats import glibc_heap, release_free_memory, rss_parts
 from kafka_audit.store import compact, latest_version, read_table
 
 TABLES = ("audit_hot", "findings", "partition_state", "cluster_events", "windows", "dq_results")

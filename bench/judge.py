@@ -2,7 +2,7 @@
 
 Reads one generation of ``audit_hot`` (``--pass-id``; default: the newest one in the
 table that still holds pending acks), judges it ``--rounds`` times exactly as a pass on
-the driver does (:func:`~kafka_audit.jobs.audit_pass.judge_on_driver`, no cluster
+the driver does (:func:`~kafka_audit.jobs.audit.audit_pass.judge_on_driver`, no cluster
 events, no log ends, ``now`` two seconds after its newest read) and prints the median
 CPU seconds of the process and a digest of the output, so a change to the judge can be
 timed against the same input and shown to give the same rows.
@@ -15,7 +15,7 @@ can be given instead of a warehouse, so before and after a change judge the same
     .venv/bin/python bench/judge.py g.parquet
 
 ``--compare`` judges with the idle state rows passed through as Arrow
-(:func:`~kafka_audit.jobs.hot_state.split_idle`, as a pass does) and with every row
+(:func:`~kafka_audit.jobs.audit.hot_state.split_idle`, as a pass does) and with every row
 through the engine, interleaved round by round: both medians and both digests (equal).
 """
 
@@ -31,9 +31,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from deltalake import DeltaTable
 
-from kafka_audit.jobs.audit_pass import judge_on_driver, widen
-from kafka_audit.jobs.engine import AuditConfig
-from kafka_audit.jobs.hot_state import arrow_step_fn
+from kafka_audit.jobs.audit.audit_pass import judge_on_driver, widen
+from kafka_audit.jobs.audit.hot_state import arrow_step_fn
+from kafka_audit.jobs.core.engine import AuditConfig
 
 
 def generation(warehouse: str, pass_id: int | None):

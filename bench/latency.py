@@ -42,8 +42,8 @@ from steady import (
     say,
 )
 
-from kafka_audit.deploy.cluster import LocalCluster, wait_until
 from kafka_audit.latency import loss_latency, nearest_rank
+from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.scenarios.harness import Component
 from kafka_audit.store import read_table
 

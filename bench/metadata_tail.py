@@ -1,4 +1,4 @@
-"""What the watcher's KRaft metadata-log tail (``kafka_audit/MetadataTail.java``) costs
+"""What the watcher's KRaft metadata-log tail (``jobs/watcher/MetadataTail.java``) costs
 beside a running cluster: its CPU time and RSS, read from /proc, after a warm-up.
 
     KAFKA_AUDIT_HOME=var .venv/bin/python bench/metadata_tail.py [--warm 20] [--seconds 60]
@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 
-from kafka_audit.jobs.metadata_log import local_metadata_dirs, tail_command
+from kafka_audit.jobs.watcher.metadata_log import local_metadata_dirs, tail_command
 from kafka_audit.settings import get_settings
 
 

@@ -71,7 +71,7 @@ def cpu_seconds() -> float:
 def header_interceptor(home: Path) -> Path:
     """``bench/const_header.c`` built with the plugin's gcc flags (once per bench run), with
     the wheel's librdkafka promoted so that it loads."""
-    from kafka_audit.deploy.jars import PLUGIN_CFLAGS
+    from kafka_audit.jars import PLUGIN_CFLAGS
     from kafka_audit.producers.native import promote_librdkafka
 
     lib = home / "libconstheader.so"
@@ -200,7 +200,7 @@ def main() -> int:
                                 args.size, args.home)))
         return 0
 
-    from kafka_audit.deploy.cluster import LocalCluster
+    from kafka_audit.scenarios.cluster import LocalCluster
     from kafka_audit.settings import get_settings
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -6,7 +6,7 @@ A cluster of its own (ports 23091-23393, under ``/tmp/kafka-audit-reread``), one
 partitions written at ``--rate`` msg/s by the project's load generator (stamped records, as
 the audit re-reads them); each round re-reads, with each
 way in turn (interleaved, one warm consumer as the audit loop keeps), the ``--records``
-offsets that end ``--behind`` offsets before partition 0's end, as ``jobs/lookups.py``
+offsets that end ``--behind`` offsets before partition 0's end, as ``jobs/audit/lookups.py``
 does after a kill. Wall time per re-read (the pass waits for it), medians:
 
     .venv/bin/python bench/reread.py --rounds 10
@@ -22,10 +22,10 @@ from pathlib import Path
 
 from steady import cluster_of_its_own, settings_of_its_own
 
-from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.jobs import reread as rr
-from kafka_audit.jobs.model import Reread
+from kafka_audit.jobs.audit import reread as rr
+from kafka_audit.jobs.core.model import Reread
 from kafka_audit.producers.load import LoadSpec, run_load
+from kafka_audit.scenarios.cluster import wait_until
 
 OFFSET = 4000
 WAYS = {"offsets left": rr.batch_size, "5,000 a call": lambda pos, stop: rr.MAX_BATCH}

@@ -9,7 +9,7 @@ the process runs, one JSON line per sample; ``--show`` prints them back.
 Per sample ``--show`` gives the anonymous total and the largest mappings (start address,
 size, anonymous MB, the file or ``[heap]``): a 1 GiB mapping at a low address is
 mimalloc's arena, one of 64 MB aligned to it a glibc arena, ``[heap]`` glibc's main heap.
-The memory line (``kafka_audit/memstats.py``) says how much each allocator has in use;
+The memory line (``kafka_audit/app/memstats.py``) says how much each allocator has in use;
 this says how much of each is resident.
 """
 

@@ -44,8 +44,8 @@ from steady import (
     say,
 )
 
-from kafka_audit.deploy.cluster import LocalCluster, wait_until
 from kafka_audit.latency import loss_latency
+from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.scenarios.harness import Component
 from kafka_audit.status import consume_lag, current_statuses
 from kafka_audit.store import footprint, read_table
@@ -199,7 +199,7 @@ def main() -> None:
     ap.add_argument("--replot", type=Path, help="a samples.jsonl to plot again")
     ap.add_argument("--memory-log", type=float, default=60,
                     help="seconds between the service's memory lines in its log "
-                         "(kafka_audit/memstats.py; 0: none)")
+                         "(kafka_audit/app/memstats.py; 0: none)")
     args = ap.parse_args()
     if args.replot:
         samples = [json.loads(x) for x in args.replot.read_text().splitlines() if x.strip()]

@@ -4,7 +4,7 @@ From a run's home (``var/soak-<id>``, left by ``bench/soak.py``):
 
 * each part of the audit pass (the ``[prepare .. judge ..]`` of the service's pass lines
   in ``run.log``), median per ten minutes of the run, with the writes confirmed per pass;
-* the memory lines of the service and the API child (``kafka_audit/memstats.py``) in a
+* the memory lines of the service and the API child (``kafka_audit/app/memstats.py``) in a
   window of the run (``--window``; minute 10 to the end): range of each figure, and the
   first and last line's Python object counts;
 * the newest ``audit_hot`` generation's rows by kind (the audit's hot state);

@@ -28,7 +28,7 @@ from array import array
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafka_audit.deploy.cluster import LocalCluster, wait_until
+from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.settings import Settings, get_settings
 
 __all__ = ["bench_settings", "Load", "kill_leader", "missing_from_log", "lost_over_rest",
@@ -261,7 +261,7 @@ def _name(pid: int) -> str:
         return "metadata-log tail (JVM)"
     if args and args[0].endswith(b"java"):
         return "spark driver (JVM)"
-    if "kafka_audit.api_process" in text:
+    if "kafka_audit.app.api_process" in text:
         return "API (Python, child)"
     return "kafka-audit run (Python)"
 

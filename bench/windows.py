@@ -1,7 +1,7 @@
 """CPU time of the windows job's computation over a warehouse a run left.
 
 Computes the windows ``--rounds`` times in a row over the same warehouse, keeping what
-one computation keeps for the next (:class:`~kafka_audit.jobs.windows_job.WindowInputs`,
+one computation keeps for the next (:class:`~kafka_audit.jobs.upkeep.windows_job.WindowInputs`,
 as the service's upkeep does), and prints the process CPU seconds of each and a digest
 of the windows (kind, bounds, losses, causes: not the acked counts of open windows,
 which follow the clock). The first round reads everything; the others are the steady
@@ -22,7 +22,7 @@ import argparse
 import hashlib
 import time
 
-from kafka_audit.jobs import windows_job
+from kafka_audit.jobs.upkeep import windows_job
 from kafka_audit.settings import Settings
 
 

@@ -1,1 +1,4 @@
-"""Import name ``kafka_audit.jobs``: the Spark jobs, the watcher, the pure rules they share."""
+"""Import name ``kafka_audit.jobs``: the auditor's work, in five parts. ``core`` is the pure
+verdict core; ``consume``, ``audit``, ``watcher`` and ``upkeep`` run against Spark, Kafka
+and the tables. ``spark`` (the session) and ``sink`` (Spark's Delta writer) are shared by the
+Spark parts."""

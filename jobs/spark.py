@@ -1,6 +1,6 @@
 """One way to build a SparkSession: pinned jars through ``spark.jars``, Delta enabled.
 
-The Kafka source and Delta jars come from the Maven cache (``deploy/jars.py``);
+The Kafka source and Delta jars come from the Maven cache (``kafka_audit/jars.py``);
 nothing is downloaded through Ivy at run time. ``spark.master`` comes from the
 settings: ``local[2]`` by default, ``spark://host:port`` for a standalone cluster.
 """
@@ -12,7 +12,7 @@ import re
 import sys
 from importlib import resources
 
-from kafka_audit.deploy.jars import spark_jars
+from kafka_audit.jars import spark_jars
 from kafka_audit.redact import SPARK_REDACTION_REGEX
 from kafka_audit.settings import Settings
 

@@ -1,6 +1,6 @@
 """How ``kafka-audit`` writes its log lines: :class:`JsonLines` for ``--log-json``.
 
-Here, below the CLI, so that the API process (``kafka_audit/api_process.py``), which the
+Here, below the CLI, so that the API process (``kafka_audit/app/api_process.py``), which the
 service starts, can tell the CLI's formatter from a test runner's without importing the
 CLI (which imports the service).
 """

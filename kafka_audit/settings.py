@@ -49,7 +49,7 @@ from kafka_audit.redact import REDACTED, is_secret_name, redacted  # noqa: F401
 ENV_PREFIX = "KAFKA_AUDIT_"
 ENV_DELIMITER = "__"
 #: KAFKA_AUDIT_* variables that are not settings, accepted as they are:
-#: the overlay file, the JVM jar cache (deploy/jars.py) and a test knob
+#: the overlay file, the JVM jar cache (kafka_audit/jars.py) and a test knob
 #: (tests/spark/test_spark_engine.py).
 NON_SETTINGS_ENV = ("KAFKA_AUDIT_CONFIG", "KAFKA_AUDIT_JAR_CACHE", "KAFKA_AUDIT_SPARK_HISTORIES")
 
@@ -91,7 +91,7 @@ class ClusterSettings(_Section):
         90, description="`cluster up` waits this long for each step of readiness (ports open, "
         "brokers registered, an acks=all write to the probe topic; the secured listener's "
         "users and ACLs) before it fails")
-    # the secured listener (deploy/security.py makes its certificates, users and ACLs);
+    # the secured listener (scenarios/security.py makes its certificates, users and ACLs);
     # the users' passwords are generated into <home>/kafka/security/<user>.password, never here
     secure: bool = Field(False, description="give each node a fourth listener, SECURE "
                          "(SASL_SSL, SCRAM-SHA-512, ACLs enforced); PLAINTEXT stays a super user")
@@ -249,7 +249,7 @@ class WatchSettings(_Section):
     metadata_log_dirs: list[str] | None = Field(
         None, description="the nodes' KRaft metadata log folders on this machine (each a "
         "metadata.log.dir or its __cluster_metadata-0): the exact timeline "
-        "(jobs/metadata_log.py). None: the local cluster's, for the local profile; []: off")
+        "(jobs/watcher/metadata_log.py). None: the local cluster's, for the local profile; []: off")
     metadata_log_stale_seconds: float = Field(
         3, gt=0, description="the metadata log counts as current while its newest record is "
         "younger than this (the active controller writes one every 500 ms); else the "
@@ -394,7 +394,7 @@ class ApiSettings(_Section):
 
 class SteadySettings(_Section):
     """Steady state: how soon a loss is answered, and the upkeep that keeps a long run's
-    cost flat (compaction, vacuum, checkpoints; ``jobs/maintenance.py``)."""
+    cost flat (compaction, vacuum, checkpoints; ``jobs/upkeep/maintenance.py``)."""
 
     wake_on_commit: bool = Field(True, description="in `kafka-audit run`, a consume "
                                  "micro-batch committed starts the next audit pass at once "

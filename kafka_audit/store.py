@@ -538,7 +538,7 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
     return current, sorted(str(Path(path) / unquote(f)) for f in rows), total
 
 
-# ---- upkeep: compaction, vacuum, checkpoints (scheduled by jobs/maintenance.py) ----
+# ---- upkeep: compaction, vacuum, checkpoints (scheduled by jobs/upkeep/maintenance.py) ----
 
 def compact(path: str, target_size: int | None = None) -> dict | None:
     """OPTIMIZE: rewrite the table's small files into few (``dataChange`` false: readers of

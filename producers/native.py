@@ -1,6 +1,6 @@
 """The native ack path from Python: the ``kaudit`` librdkafka plugin (``producers/plugin/``).
 
-:func:`load_plugin` builds the plugin once (``deploy/jars.py``'s cached builds) and
+:func:`load_plugin` builds the plugin once (``kafka_audit/jars.py``'s cached builds) and
 makes the librdkafka that confluent-kafka's wheel bundles visible to it: the plugin is
 built without linking librdkafka, so its ``rd_kafka_*`` symbols must resolve from the
 library already in the process, which the wheel loads with local symbol scope. Promoting
@@ -84,8 +84,8 @@ def promote_librdkafka() -> str:
 def load_plugin() -> Path:
     """The plugin library, built if needed, with librdkafka promoted so that it loads;
     :class:`PluginUnavailable` (with the reason) if either cannot be done."""
-    from kafka_audit.deploy.jars import plugin_library
     from kafka_audit.errors import JarsMissing
+    from kafka_audit.jars import plugin_library
 
     try:
         path = plugin_library(quiet=True)

@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import cut_port, isolate
 
 __all__ = ["Scenario", "Context", "SCENARIOS", "scenario"]

@@ -22,7 +22,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
-from kafka_audit.deploy.cluster import LocalCluster
+from kafka_audit.scenarios.cluster import LocalCluster
 from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import (
     ApiServer,
@@ -54,9 +54,9 @@ class DemoResult:
 
 
 def run_demo(settings: Settings, keep_running: bool = False) -> DemoResult:
-    from kafka_audit.deploy.jars import ensure_jars
+    from kafka_audit.jars import ensure_jars
     from kafka_audit.jobs.spark import get_spark
-    from kafka_audit.jobs.watcher import ClusterWatcher
+    from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 
     t0 = time.monotonic()
     say("fetching pinned jars (skipped when cached)")

@@ -18,7 +18,7 @@ port it makes a new client's writes to that broker time out unsent.
 on the paths brokers use among themselves (the controller quorum and replication),
 while its clients still reach it on its client port: the isolated-leader and
 partitioned-follower faults. Its own listeners are cut by port; its connections to
-the others' listeners by its cgroup (``deploy/cgroups.py``: on loopback, a port or an
+the others' listeners by its cgroup (``scenarios/cgroups.py``: on loopback, a port or an
 address cannot tell one broker's outgoing connections from another's).
 
 The rule is removed on exit, whatever happens inside.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from kafka_audit.jobs.reread import record_headers
+from kafka_audit.jobs.audit.reread import record_headers
 from kafka_audit.schemas.stamp import StampError, stamp_of_headers
 
 __all__ = ["scan_log", "full_read", "full_read_stamps", "acked_but_missing", "Written",

@@ -20,7 +20,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka_audit.deploy.cluster import LocalCluster, wait_until
+from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.schemas.events import TOPIC_CONFIG
 from kafka_audit.settings import Settings
 
@@ -109,9 +109,9 @@ def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 
     """
     import pyarrow.compute as pc
 
-    from kafka_audit.jobs.audit_pass import run_audit_pass
-    from kafka_audit.jobs.consume_job import start_consume
-    from kafka_audit.jobs.lookups import ClusterLookups
+    from kafka_audit.jobs.audit.audit_pass import run_audit_pass
+    from kafka_audit.jobs.audit.lookups import ClusterLookups
+    from kafka_audit.jobs.consume.consume_job import start_consume
     from kafka_audit.store import read_table
 
     deadline = time.monotonic() + timeout
@@ -125,7 +125,7 @@ def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 
                            & (pc.field("topic") == topic))
         pending = sum(state.column("pending").to_pylist())
         if state.num_rows and pending == 0:
-            from kafka_audit.jobs.windows_job import update_windows
+            from kafka_audit.jobs.upkeep.windows_job import update_windows
 
             update_windows(settings)  # when the writes were at risk, from what is known now
             return summary

@@ -126,7 +126,7 @@ def _past_every_ack(cluster, topic: str, holder: dict, progress, timeout: float 
     acknowledged: a fault can leave acknowledged writes above where the healed log ends
     (an isolated leader's), and the audit judges an offset only once the log has passed
     it (until then they are pending, then unseen, never a verdict)."""
-    from kafka_audit.deploy.cluster import wait_until
+    from kafka_audit.scenarios.cluster import wait_until
 
     def passed() -> bool:
         p = holder.get("p")
@@ -165,7 +165,7 @@ def run_scenario(name: str, settings: Settings, cluster, spark, seed: int = 0,
                                                    "detail": json.dumps(detail)}])
         progress(f"fault: {kind} {detail}")
 
-    from kafka_audit.jobs.watcher import ClusterWatcher
+    from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 
     watcher = ClusterWatcher(settings)
     wthread, wstop = watcher.start_thread()

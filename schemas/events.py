@@ -1,8 +1,9 @@
 """The kinds of cluster event and of window, declared once.
 
-The watcher (``jobs/watcher.py``, ``jobs/metadata_log.py``) writes the event kinds to
-``cluster_events``; the windows job (``jobs/windows.py``) writes the window kinds to
-``windows``. The verdict rules read them; the tables' docs (``schemas/tables.py``, hence
+The watcher (``jobs/watcher/watcher.py``, ``jobs/watcher/metadata_log.py``) writes the event
+kinds to ``cluster_events``; the windows job (``jobs/upkeep/windows_job.py``, by the rules of
+``jobs/core/windows.py``) writes the window kinds to ``windows``. The verdict rules read
+them; the tables' docs (``schemas/tables.py``, hence
 ``deploy/sql/TABLES.md``) and the API's enums are derived from :data:`EVENTS` and
 :data:`WINDOWS`, and ``tests/unit/test_kinds.py`` proves that they agree and that the
 watcher names no other kind.
@@ -35,7 +36,7 @@ UNDER_MIN_ISR_ENTER, UNDER_MIN_ISR_EXIT = "under_min_isr_enter", "under_min_isr_
 ISR_ALONE_ENTER, ISR_ALONE_EXIT = "isr_alone_enter", "isr_alone_exit"
 UNCLEAN_ELECTION = "unclean_election"
 FIRST_SEEN = "first_seen"
-#: a gap in the watcher's observation (``jobs/watcher.py``): nothing was seen in it
+#: a gap in the watcher's observation (``jobs/watcher/watcher.py``): nothing was seen in it
 BLIND = "watcher_blind"
 #: a partition's log end (high watermark) went back: acknowledged data left the log
 LOG_END_DROP = "log_end_drop"
@@ -46,7 +47,7 @@ TOPIC_CONFIG, TOPIC_CONFIG_CHANGE = "topic_config", "topic_config_change"
 BROKER_FENCED, BROKER_UNFENCED = "broker_fenced", "broker_unfenced"
 CONTROLLER_CHANGE = "controller_change"
 #: two brokers each named themselves leader of the partition (the watcher's per-broker
-#: views, ``jobs/broker_views.py``), from ``SPLIT_BRAIN`` to ``SPLIT_BRAIN_END``
+#: views, ``jobs/watcher/broker_views.py``), from ``SPLIT_BRAIN`` to ``SPLIT_BRAIN_END``
 SPLIT_BRAIN, SPLIT_BRAIN_END = "split_brain_enter", "split_brain_exit"
 
 #: every kind of cluster event, with what it says (the ``cluster_events`` table's docs)
@@ -81,7 +82,7 @@ LEADER_CHANGES = (LEADER_CHANGE, OFFLINE, LEADER_REELECTED)
 #: the cluster-wide rows every partition's evidence includes
 CLUSTER_WIDE = (BLIND, BROKER_FENCED, BROKER_UNFENCED)
 
-# ---- windows: the ``kind`` of a ``windows`` row (``jobs/windows.py``) ----
+# ---- windows: the ``kind`` of a ``windows`` row (``jobs/core/windows.py``) ----
 
 SPLIT_BRAIN_WINDOW = "split_brain"
 EXPOSURE = "exposure"

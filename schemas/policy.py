@@ -1,6 +1,6 @@
 """Which anomalies a producer's own settings allow: policy, kept apart from detection.
 
-The rules (``jobs/rules.py``) find every anomaly whatever the producer asked
+The rules (``jobs/core/rules.py``) find every anomaly whatever the producer asked
 for; this table says which of them the producer's durability settings accept,
 the way Jepsen's Kafka checker keeps ``allowed-error-types`` apart from its
 detectors. An anomaly that is *allowed* is still reported (a user must see

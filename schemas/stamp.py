@@ -75,8 +75,8 @@ inner and outer blocks, :attr:`StampMac.blocks`) and its JVM fold
 :func:`stamp_of_headers` is the definition, over a record's header list
 (:func:`parse_stamp` over one ``kaudit`` value). Every reader follows it: the
 Spark consume job with SQL functions (``parse_kafka_records`` in
-``jobs/transforms.py``) and in its JVM fold (``jobs/ReadRuns.java``), the
-direct re-reads (``jobs/reread.py``) and the ground truth
+``jobs/consume/transforms.py``) and in its JVM fold (``jobs/consume/ReadRuns.java``), the
+direct re-reads (``jobs/audit/reread.py``) and the ground truth
 (``scenarios/groundtruth.py``) through :func:`stamp_of_headers` itself; the
 plugin writes it (``producers/plugin/kaudit.c``).
 ``tests/support/stamp_corpus.py`` holds them all equal on one corpus of good

@@ -1,6 +1,6 @@
 """The verdicts, declared once: kinds, sub-kinds, causes (``../shared/DESIGN.md``, "Verdicts").
 
-The rules (``jobs/rules.py``) give them, the ``findings`` table stores them as
+The rules (``jobs/core/rules.py``) give them, the ``findings`` table stores them as
 strings, the API filters on them and lists them in its OpenAPI schema. Each
 member is a ``str``, so a finding's ``kind`` compares equal to its stored value.
 """
@@ -51,7 +51,7 @@ class Cause(StrEnum):
     isr_shrunk = "ISR shrunk to leader then leader lost"
     unclean_election = "unclean election"
     #: acknowledged by a leader a newer one had already replaced (it kept accepting
-    #: writes): a loss inside a split-brain window (``jobs/windows.py``)
+    #: writes): a loss inside a split-brain window (``jobs/core/windows.py``)
     isolated_leader = "isolated leader (split brain)"
     #: every in-sync replica lost the write at once (a power cut): the partition went
     #: offline from a full ISR, or a leader elected from the ISR that held an acks=all

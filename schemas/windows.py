@@ -1,7 +1,7 @@
 """A window, and which window a write fell in: what the windows job writes and the API
 reads (the kinds: :mod:`kafka_audit.schemas.events`). Pure.
 
-The windows themselves are computed in ``jobs/windows.py``; the API
+The windows themselves are computed in ``jobs/core/windows.py``; the API
 (``auditor_api/routes/windows.py``) names a finding's window with :func:`window_of` and
 :func:`loss_window` over the rows of the ``windows`` table, as the windows job does.
 """

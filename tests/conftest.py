@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_audit.deploy.cluster import LocalCluster
+from kafka_audit.scenarios.cluster import LocalCluster
 from kafka_audit.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[1]  # the checkout (this file is tests/conftest.py)

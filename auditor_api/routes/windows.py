@@ -6,7 +6,7 @@ refused for want of replicas), *split_brain* (two leaders acknowledged writes),
 *reduced_redundancy* (a replica out of the ISR) and *leader_change* (the leader changed or
 there was none, until one is named again: an instant for a clean hand-over, where
 unreplicated ``acks=1`` writes are cut). The audit loop computes them
-(``jobs/windows_job.py``); each loss finding names the window its write fell in
+(``jobs/upkeep/windows_job.py``); each loss finding names the window its write fell in
 (``window_id`` in ``/v1/findings``), found with :func:`window_ids`.
 """
 

@@ -51,8 +51,8 @@
  *   NNNNNNNN.seg   64-byte header + 64-byte run records, mapped (see struct kseg, krec)
  *
  * Stamping in on_send(): librdkafka documents the message as immutable there. The plugin
- * relies on what librdkafka 2.0.2 and 2.16.0 do (README, "The stamp path"), and refuses to
- * load on any other version. Messages whose stamped size would exceed message.max.bytes
+ * relies on what librdkafka 2.0.2 and 2.16.0 do (docs/plugin.md, "The stamp path"), and
+ * refuses to load on any other version. Messages whose stamped size would exceed message.max.bytes
  * (librdkafka checked the size before on_send) are left unstamped and counted: a stamped
  * one could trip librdkafka's own assertion on the batch size.
  *
@@ -1279,7 +1279,7 @@ KAUDIT_EXPORT rd_kafka_resp_err_t conf_init(rd_kafka_conf_t *conf, void **plug_o
                 set_err(errstr, errstr_size,
                         "kaudit plugin: librdkafka %s is not a version it was tested with (%s): "
                         "stamping relies on how librdkafka treats a message in on_send, so it "
-                        "refuses to load (README: The stamp path)",
+                        "refuses to load (docs/plugin.md: The stamp path)",
                         rd_kafka_version_str(), list);
                 return RD_KAFKA_RESP_ERR__INVALID_ARG;
         }

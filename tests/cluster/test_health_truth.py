@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.producers.load import LoadSpec, run_load
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.harness import Component
 
 READY_COMPONENTS = ("watcher", "consume", "audit")

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from kafka_audit.deploy import cgroups
-from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.scenarios import cgroups
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import isolate
 
 PROBE = """

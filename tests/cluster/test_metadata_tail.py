@@ -1,4 +1,4 @@
-"""The metadata log's Java tail (``kafka_audit/MetadataTail.java``) on a copy of a real
+"""The metadata log's Java tail (``jobs/watcher/MetadataTail.java``) on a copy of a real
 node's ``__cluster_metadata`` folder: every record once, in offset order, decoded by
 Kafka's serde, the folder's files untouched (it opens them read-only and never trims)."""
 
@@ -7,7 +7,7 @@ import json
 import shutil
 import subprocess
 
-from kafka_audit.jobs.metadata_log import MetadataFold, tail_command
+from kafka_audit.jobs.watcher.metadata_log import MetadataFold, tail_command
 
 
 def digests(folder) -> dict:

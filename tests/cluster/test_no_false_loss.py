@@ -6,10 +6,10 @@ import time
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import NewPartitions
 
-from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.jobs.consume_job import start_consume
+from kafka_audit.jobs.consume.consume_job import start_consume
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.producers.load import LoadSpec, run_load
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.groundtruth import full_read_stamps
 from kafka_audit.scenarios.harness import assert_secondaries_match, audit_until_settled, findings_of
 from kafka_audit.scenarios.harness import expand_rows as expand

@@ -5,8 +5,8 @@ import pyarrow.compute as pc
 from confluent_kafka import Producer
 from deltalake import DeltaTable
 
-from kafka_audit.jobs.consume_job import consume_app_id, last_batch_written, start_consume
-from kafka_audit.jobs.watcher import ClusterWatcher
+from kafka_audit.jobs.consume.consume_job import consume_app_id, last_batch_written, start_consume
+from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.producers.load import LoadSpec, run_load
 from kafka_audit.scenarios.harness import (
     ApiServer,

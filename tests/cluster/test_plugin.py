@@ -13,11 +13,11 @@ import uuid
 import pytest
 from confluent_kafka import KafkaException
 
-from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.deploy.jars import plugin_library
+from kafka_audit.jars import plugin_library
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.producers.native import load_plugin, native_spool_root, spool_folder_name
 from kafka_audit.producers.shipper import ship_spools
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import cut_port
 from kafka_audit.schemas.stamp import HEADER
 

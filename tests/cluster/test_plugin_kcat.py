@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from kafka_audit.jobs.watcher import ClusterWatcher
+from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.producers.native import load_plugin, native_spool_root
 from kafka_audit.scenarios.harness import audit_until_settled, findings_of
 from kafka_audit.scenarios.harness import expand_rows as expand

@@ -6,7 +6,7 @@ import zlib
 
 from confluent_kafka import Producer
 
-from kafka_audit.jobs.transforms import fold_read_runs, parse_kafka_records, read_runs
+from kafka_audit.jobs.consume.transforms import fold_read_runs, parse_kafka_records, read_runs
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.schemas.stamp import HEADER, build_stamp
 from kafka_audit.schemas.tables import column_names

@@ -8,9 +8,9 @@ import pytest
 from confluent_kafka import Producer
 
 from kafka_audit.clients import cluster_config
-from kafka_audit.jobs.consume_job import start_consume
-from kafka_audit.jobs.model import Reread
-from kafka_audit.jobs.reread import reread
+from kafka_audit.jobs.audit.reread import reread
+from kafka_audit.jobs.consume.consume_job import start_consume
+from kafka_audit.jobs.core.model import Reread
 from kafka_audit.producers.native import load_plugin, native_spool_root
 from kafka_audit.schemas.stamp import HEADER, build_stamp, crc32
 from kafka_audit.store import read_table

@@ -190,7 +190,7 @@ def test_certificates_verify_against_the_ca_and_stay_private(cluster, tmp_path):
 def test_each_broker_answers_its_own_view_over_sasl_ssl_as_over_plaintext(cluster):
     """The watcher's per-broker views through the secured listener (TLS with the CA and
     the host-name check, SCRAM-SHA-512): each broker's answer equals its PLAINTEXT one."""
-    from kafka_audit.jobs.broker_views import ask, security_for
+    from kafka_audit.jobs.watcher.broker_views import ask, security_for
 
     topic = new_topic(cluster)
     profile = cluster.secure_profile("auditor")

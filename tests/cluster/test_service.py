@@ -13,8 +13,8 @@ from pathlib import Path
 
 import httpx
 
-from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.producers.load import LoadSpec, run_load
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.harness import Component, expand_rows, findings_of
 from kafka_audit.status import read_statuses
 
@@ -36,7 +36,7 @@ def api_child(pid: int) -> int:
     children = [c for t in Path(f"/proc/{pid}/task").iterdir()
                 for c in (t / "children").read_text().split()]  # any thread's
     return next(int(c) for c in children
-                if b"kafka_audit.api_process" in Path(f"/proc/{c}/cmdline").read_bytes())
+                if b"kafka_audit.app.api_process" in Path(f"/proc/{c}/cmdline").read_bytes())
 
 
 def judged(settings, topic, n: int) -> bool:

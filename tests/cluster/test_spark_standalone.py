@@ -16,8 +16,8 @@ from pathlib import Path
 
 from confluent_kafka import TopicPartition
 
-from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.producers.load import LoadSpec, run_load
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.harness import audit_until_settled, findings_of, settings_file
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kafka_audit.deploy.jars import jar_cache
+from kafka_audit.jars import jar_cache
 from kafka_audit.scenarios.harness import settings_file
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,8 +5,8 @@ and failed writes (rejected or indeterminate, never lost)."""
 import json
 import time
 
-from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.producers.instrumented import AuditedProducer
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import cut_port, drop_responses
 from kafka_audit.scenarios.groundtruth import full_read_stamps
 from kafka_audit.scenarios.harness import (

@@ -9,8 +9,8 @@ import time
 
 import httpx
 
-from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.producers.load import LoadSpec, run_load
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import (
     Component,

@@ -10,9 +10,9 @@ from datetime import UTC, datetime
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.jobs.metadata_log import SOURCE
-from kafka_audit.jobs.watcher import ClusterWatcher
+from kafka_audit.jobs.watcher.metadata_log import SOURCE
+from kafka_audit.jobs.watcher.watcher import ClusterWatcher
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.store import read_table
 
 

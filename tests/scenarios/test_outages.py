@@ -16,7 +16,7 @@ import time
 from fastapi.testclient import TestClient
 
 from kafka_audit.auditor_api.main import create_app
-from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.harness import (
     Component,
     assert_secondaries_match,

@@ -18,11 +18,11 @@ import time
 
 from confluent_kafka import Producer
 
-from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.jobs.audit_pass import run_audit_pass
-from kafka_audit.jobs.consume_job import start_consume
-from kafka_audit.jobs.watcher import ClusterWatcher
+from kafka_audit.jobs.audit.audit_pass import run_audit_pass
+from kafka_audit.jobs.consume.consume_job import start_consume
+from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.producers.instrumented import AuditedProducer
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import cut_port
 from kafka_audit.scenarios.groundtruth import full_read
 from kafka_audit.scenarios.harness import assert_secondaries_match, audit_until_settled

@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 import pandas as pd
 from deltalake import DeltaTable
 
-from kafka_audit.jobs.hot_state import consumed_row
-from kafka_audit.jobs.model import ReadRun
+from kafka_audit.jobs.audit.hot_state import consumed_row
+from kafka_audit.jobs.core.model import ReadRun
 from kafka_audit.jobs.sink import write_delta
 from kafka_audit.schemas.tables import column_names, spark_schema
 from kafka_audit.store import read_table

@@ -14,11 +14,11 @@ import time
 
 import pytest
 
-from kafka_audit.jobs.audit_pass import run_audit_pass
-from kafka_audit.jobs.engine import AuditConfig
-from kafka_audit.jobs.hot_state import consumed_row
-from kafka_audit.jobs.model import AckRun, ClusterEvent, Finding, ReadRun
-from kafka_audit.jobs.reference import finding_messages, reference_verdicts
+from kafka_audit.jobs.audit.audit_pass import run_audit_pass
+from kafka_audit.jobs.audit.hot_state import consumed_row
+from kafka_audit.jobs.core.engine import AuditConfig
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, Finding, ReadRun
+from kafka_audit.jobs.core.reference import finding_messages, reference_verdicts
 from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows, committed_progress, read_table
 

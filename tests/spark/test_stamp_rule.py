@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 import pytest
 from pyspark.sql import types as T
 
-from kafka_audit.jobs.transforms import fold_read_runs, parse_kafka_records, read_runs
+from kafka_audit.jobs.consume.transforms import fold_read_runs, parse_kafka_records, read_runs
 from kafka_audit.schemas.stamp import ForgedStamp, StampError, checksum_ok, stamp_of_headers
 
 from ..support.stamp_corpus import (

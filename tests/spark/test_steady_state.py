@@ -14,12 +14,12 @@ or missed.
 
 import pytest
 
-from kafka_audit.jobs.audit_pass import Warm, run_audit_pass
-from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
-from kafka_audit.jobs.hot_state import consumed_row
-from kafka_audit.jobs.maintenance import COMPACTED, Plan, Upkeep
-from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
-from kafka_audit.jobs.reference import finding_messages, reference_verdicts
+from kafka_audit.jobs.audit.audit_pass import Warm, run_audit_pass
+from kafka_audit.jobs.audit.hot_state import consumed_row
+from kafka_audit.jobs.core.engine import AuditConfig, InMemoryAuditor
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.jobs.core.reference import finding_messages, reference_verdicts
+from kafka_audit.jobs.upkeep.maintenance import COMPACTED, Plan, Upkeep
 from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows, committed_progress, footprint, read_table
 

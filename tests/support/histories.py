@@ -2,7 +2,7 @@
 
 from datetime import UTC, datetime, timedelta
 
-from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 

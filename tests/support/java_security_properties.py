@@ -46,7 +46,7 @@ public class JavaSecurityProperties {
 
 def java_security_properties() -> str:
     """The list as the pinned kafka-clients jar gives it (javac and java; the jars fetched)."""
-    from kafka_audit.deploy.jars import broker_classpath
+    from kafka_audit.jars import broker_classpath
 
     cp = broker_classpath()
     with tempfile.TemporaryDirectory() as tmp:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 
-from kafka_audit.jobs.watcher import ClusterWatcher
+from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import audit_until_settled, produce_with_leader_kill
 

@@ -76,7 +76,7 @@ def leader_kill(cluster, topic: str, lag_seconds: float = 0.5, progress=print) -
     back in every ISR, hand leadership back. Returns the killed node."""
     import signal
 
-    from kafka_audit.deploy.cluster import wait_until
+    from kafka_audit.scenarios.cluster import wait_until
 
     leader = cluster.leader_of(topic, 0)
     followers = [n for n in cluster.running() if n != leader]

@@ -15,7 +15,7 @@ import random
 
 from hypothesis import strategies as st
 
-from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
 
 from .histories import at
 

@@ -2,7 +2,7 @@
 
 import json
 
-from kafka_audit.deploy.cluster import LocalCluster
+from kafka_audit.scenarios.cluster import LocalCluster
 from kafka_audit.settings import Settings
 
 

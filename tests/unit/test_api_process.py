@@ -10,8 +10,8 @@ import threading
 import httpx
 import pytest
 
-from kafka_audit.api_process import start_api_process, supervise_api_process
-from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.app.api_process import start_api_process, supervise_api_process
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.settings import Settings
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import httpx
 
-from kafka_audit.api_process import child_environment, child_settings, start_api_process
-from kafka_audit.deploy.cluster import wait_until
+from kafka_audit.app.api_process import child_environment, child_settings, start_api_process
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.settings import Settings
 
 PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC" + secrets.token_hex(16) + \

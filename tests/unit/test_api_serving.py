@@ -16,13 +16,13 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from fastapi.testclient import TestClient
 
-from kafka_audit import cli
-from kafka_audit.api_process import start_api_process
+from kafka_audit.app import cli
+from kafka_audit.app.api_process import start_api_process
 from kafka_audit.auditor_api.auth import hash_token, new_token
 from kafka_audit.auditor_api.main import create_app
 from kafka_audit.auditor_api.server import allowed_hosts, check_exposure, uvicorn_config
-from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.errors import ConfigError
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.settings import Settings, get_settings
 
 PASSWORD = "correct horse"

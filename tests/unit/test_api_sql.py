@@ -8,7 +8,7 @@ from pathlib import Path
 
 import duckdb
 
-from kafka_audit.deploy.sql_layouts import layouts
+from kafka_audit.app.sql_layouts import layouts
 from kafka_audit.store import append_rows
 from tests.unit.test_api_resources import T, event, finding, warehouse
 
@@ -72,5 +72,5 @@ def test_the_example_queries_answer_exactly_in_duckdb(tmp_path):
 
 def test_the_layouts_document_is_generated_from_the_declaration():
     assert (SQL / "TABLES.md").read_text() == layouts(), (
-        "deploy/sql/TABLES.md is stale: python -m kafka_audit.deploy.sql_layouts > "
+        "deploy/sql/TABLES.md is stale: python -m kafka_audit.app.sql_layouts > "
         "deploy/sql/TABLES.md")

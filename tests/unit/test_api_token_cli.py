@@ -4,8 +4,8 @@ import io
 
 import yaml
 
+from kafka_audit.app.cli import main
 from kafka_audit.auditor_api.auth import hash_token
-from kafka_audit.cli import main
 from kafka_audit.settings import Settings
 
 

@@ -5,7 +5,7 @@ as bounds on the monotonic clock (the wait may run late on a loaded machine, nev
 import threading
 import time
 
-from kafka_audit.jobs.audit_job import _wait
+from kafka_audit.jobs.audit.audit_job import _wait
 from kafka_audit.settings import Settings
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kafka_audit import __version__, cli
+from kafka_audit import __version__
+from kafka_audit.app import cli
 from kafka_audit.errors import ClusterError
 from kafka_audit.settings import Settings, get_settings
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kafka_audit import docgen
+from kafka_audit.app import docgen
 from kafka_audit.settings import Settings
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -82,9 +82,9 @@ def test_every_settings_key_has_a_description(settings_schema):
 @pytest.mark.parametrize("name", sorted(docgen.PAGES))
 def test_the_generated_page_is_current(name):
     page = DOCS / name
-    assert page.is_file(), f"{page} missing: run python -m kafka_audit.docgen"
+    assert page.is_file(), f"{page} missing: run python -m kafka_audit.app.docgen"
     assert page.read_text(encoding="utf-8") == docgen.PAGES[name](), (
-        f"docs/{name} is stale: run python -m kafka_audit.docgen")
+        f"docs/{name} is stale: run python -m kafka_audit.app.docgen")
 
 
 def test_the_rest_reference_names_every_operation_and_schema():

@@ -3,9 +3,9 @@ reference (single messages, whole history) on random histories: exactly equal.""
 
 from hypothesis import HealthCheck, given, settings
 
-from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
-from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
-from kafka_audit.jobs.reference import finding_messages, reference_verdicts
+from kafka_audit.jobs.core.engine import AuditConfig, InMemoryAuditor
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.jobs.core.reference import finding_messages, reference_verdicts
 
 from ..support.random_histories import histories, log_end_fn
 

@@ -14,8 +14,8 @@ from fastapi.testclient import TestClient
 
 from kafka_audit.auditor_api.auth import hash_token, new_token
 from kafka_audit.auditor_api.main import create_app
-from kafka_audit.jobs.consume_job import _progress_detail
-from kafka_audit.jobs.watcher import BrokerOutages
+from kafka_audit.jobs.consume.consume_job import _progress_detail
+from kafka_audit.jobs.watcher.watcher import BrokerOutages
 from kafka_audit.settings import Settings
 from kafka_audit.status import (
     COMPONENTS,
@@ -291,7 +291,7 @@ def test_a_fenced_broker_is_down_at_once_and_named_in_health(tmp_path):
 
 
 def test_the_watcher_status_carries_log_ends_and_brokers(tmp_path):
-    from kafka_audit.jobs.watcher import ClusterWatcher
+    from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 
     w = ClusterWatcher(Settings(home=tmp_path))
     w.log_end = {("a", 0): 5, ("a", 1): 7, ("b", 0): 1}
@@ -321,7 +321,7 @@ def test_an_interrupted_batch_fails_short_and_unlogged(caplog):
 
     from py4j.protocol import Py4JJavaError
 
-    from kafka_audit.jobs.consume_job import (
+    from kafka_audit.jobs.consume.consume_job import (
         BatchInterrupted,
         _first_lines,
         _quiet_expected_interruptions,

@@ -10,8 +10,7 @@ import pyarrow.compute as pc
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_audit.jobs.engine import AuditConfig, PartitionHot
-from kafka_audit.jobs.hot_state import (
+from kafka_audit.jobs.audit.hot_state import (
     arrow_step_fn,
     hot_from_arrow,
     hot_from_rows,
@@ -19,8 +18,9 @@ from kafka_audit.jobs.hot_state import (
     split_idle,
     step_arrow_schema,
 )
-from kafka_audit.jobs.model import AckRun, ClusterEvent, ReadRun
-from kafka_audit.jobs.rules import partition_events
+from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.jobs.core.rules import partition_events
 from kafka_audit.store import partition_slices
 
 from ..support.random_histories import histories

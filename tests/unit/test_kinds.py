@@ -7,14 +7,15 @@ from pathlib import Path
 
 from kafka_audit.auditor_api.routes.partitions import LeaderChange
 from kafka_audit.auditor_api.routes.windows import WindowRow
-from kafka_audit.jobs.watcher import PartitionView, diff_partition
+from kafka_audit.jobs.watcher.watcher import PartitionView, diff_partition
 from kafka_audit.schemas import events
 from kafka_audit.schemas.events import EVENTS, LEADER_CHANGES, WINDOWS
 from kafka_audit.schemas.tables import TABLES
 
 ROOT = Path(__file__).resolve().parents[2]
 #: the modules that write ``cluster_events`` rows
-WATCHER = ("jobs/watcher.py", "jobs/metadata_log.py", "jobs/broker_views.py")
+WATCHER = ("jobs/watcher/watcher.py", "jobs/watcher/metadata_log.py",
+           "jobs/watcher/broker_views.py")
 
 
 def _documented(table: str) -> list[str]:

@@ -164,7 +164,7 @@ def test_unreachable_warehouse_keeps_acks_spooled_and_says_so(tmp_path, capsys):
 
 
 def test_writer_thread_flushes_at_flush_rows_without_waiting_for_the_interval(tmp_path):
-    from kafka_audit.deploy.cluster import wait_until
+    from kafka_audit.scenarios.cluster import wait_until
 
     led = make(tmp_path, flush_rows=3).start()  # flush_seconds is 60
     for i in range(3):

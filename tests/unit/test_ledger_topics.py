@@ -2,7 +2,7 @@
 incrementally (real Delta tables): each look reads only the files appended since the
 last, a compaction reads nothing, and the answer equals a whole read of the ledger."""
 
-from kafka_audit.jobs.consume_job import LedgerTopics, audited_pattern
+from kafka_audit.jobs.consume.consume_job import LedgerTopics, audited_pattern
 from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows, compact, read_table
 

@@ -9,8 +9,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from kafka_audit.jobs import lookups
-from kafka_audit.jobs.lookups import ClusterLookups
+from kafka_audit.jobs.audit import lookups
+from kafka_audit.jobs.audit.lookups import ClusterLookups
 
 
 class Admin:

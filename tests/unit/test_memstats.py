@@ -9,7 +9,7 @@ import subprocess
 import sys
 import threading
 
-from kafka_audit.memstats import (
+from kafka_audit.app.memstats import (
     ARROW_POOL,
     configure_arrow_pool,
     configure_deltalake_malloc,
@@ -63,7 +63,7 @@ def test_the_watcher_logs_and_stops(caplog):
 #: heaps (arenas) glibc made. argv[1]: the cap (0: none)
 _ARENAS = r"""
 import ctypes, re, sys, tempfile, threading
-from kafka_audit.memstats import cap_malloc_arenas
+from kafka_audit.app.memstats import cap_malloc_arenas
 print(cap_malloc_arenas(int(sys.argv[1])))
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
@@ -115,7 +115,7 @@ def test_capped_arenas_hold_every_thread_s_allocations_in_that_many_heaps():
 _DELTA = """
 import sys
 import pyarrow as pa
-from kafka_audit.memstats import configure_deltalake_malloc
+from kafka_audit.app.memstats import configure_deltalake_malloc
 if sys.argv[2]:
     assert configure_deltalake_malloc(sys.argv[2]) == (sys.argv[3] == "")
 from deltalake import write_deltalake
@@ -146,7 +146,7 @@ def test_deltalake_s_jemalloc_takes_the_options_given_before_the_first_table(tmp
 #: (argv[2]) and prints the backend its default pool then has
 _ARROW = """
 import sys
-from kafka_audit.memstats import configure_arrow_pool
+from kafka_audit.app.memstats import configure_arrow_pool
 if sys.argv[2] == "after":
     import pyarrow
 print(configure_arrow_pool(sys.argv[1]))
@@ -178,7 +178,7 @@ def test_pyarrow_allocates_from_the_pool_given_before_or_after_its_import():
 _RESTART = """
 import os, sys
 print("start", os.getpid(), flush=True)
-from kafka_audit.memstats import restart_with_python_allocator
+from kafka_audit.app.memstats import restart_with_python_allocator
 restart_with_python_allocator(sys.argv[1])
 print(os.environ.get("PYTHONMALLOC"), sys.getallocatedblocks(), sys.argv[2])
 """
@@ -209,7 +209,7 @@ def test_the_service_starts_itself_again_with_python_s_allocator_in_the_same_pro
 #: fix_mmap_threshold(argv[1]) (0: glibc's default); it prints the bytes malloc mapped for it
 _MMAP = r"""
 import ctypes, sys
-from kafka_audit.memstats import fix_mmap_threshold, glibc_heap
+from kafka_audit.app.memstats import fix_mmap_threshold, glibc_heap
 print(fix_mmap_threshold(int(sys.argv[1])))
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p

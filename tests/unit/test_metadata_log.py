@@ -1,10 +1,10 @@
 """The KRaft metadata log folded into cluster events (pure: records in, rows out), on
-records shaped as Kafka's own serde prints them (``kafka_audit/MetadataTail.java``)."""
+records shaped as Kafka's own serde prints them (``jobs/watcher/MetadataTail.java``)."""
 
 import json
 from datetime import UTC, datetime, timedelta
 
-from kafka_audit.jobs.metadata_log import SOURCE, MetadataFold, metadata_dirs
+from kafka_audit.jobs.watcher.metadata_log import SOURCE, MetadataFold, metadata_dirs
 
 T0 = 1_795_474_000_000  # ms
 

@@ -19,7 +19,7 @@ import secrets
 import pytest
 import yaml
 
-from kafka_audit import cli
+from kafka_audit.app import cli
 from kafka_audit.errors import ConfigError
 from kafka_audit.profile import describe, librdkafka_config, spark_kafka_options
 from kafka_audit.settings import get_settings
@@ -140,7 +140,7 @@ def test_every_line_of_the_cli_log(full, capsys):
         try:
             raise RuntimeError(f"query failed with {opts['kafka.sasl.jaas.config']}")
         except RuntimeError:
-            logging.getLogger("kafka_audit.service").exception("consume stopped")
+            logging.getLogger("kafka_audit.app.service").exception("consume stopped")
     finally:
         logging.getLogger().handlers[:] = []
     err = capsys.readouterr().err
@@ -149,7 +149,7 @@ def test_every_line_of_the_cli_log(full, capsys):
 
 
 def test_error_messages(full, capsys, monkeypatch):
-    from kafka_audit import preflight
+    from kafka_audit.app import preflight
 
     s = get_settings()
     opts = spark_kafka_options(s.profile, s.cluster.bootstrap)

@@ -5,8 +5,8 @@ import logging
 import threading
 from datetime import UTC, datetime
 
-from kafka_audit.jobs import audit_job
-from kafka_audit.jobs.audit_pass import AuditSummary
+from kafka_audit.jobs.audit import audit_job
+from kafka_audit.jobs.audit.audit_pass import AuditSummary
 from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter, read_statuses
 

@@ -15,8 +15,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer
 from deltalake import DeltaTable
 
-from kafka_audit.deploy.cluster import wait_until
-from kafka_audit.deploy.jars import plugin_library
+from kafka_audit.jars import plugin_library
 from kafka_audit.producers import instrumented
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.producers.native import (
@@ -29,6 +28,7 @@ from kafka_audit.producers.native import (
     spool_folder_name,
 )
 from kafka_audit.producers.shipper import ship_spools
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.schemas.stamp import StampError, xxh64
 from kafka_audit.settings import Settings
 

@@ -1,10 +1,10 @@
-"""`kafka-audit check`'s warnings about how the clients connect (kafka_audit/preflight.py's
+"""`kafka-audit check`'s warnings about how the clients connect (kafka_audit/app/preflight.py's
 pure part): SASL PLAIN in clear, TLS without hostname or certificate verification. Each
 case maps a real profile to both clients' configurations, as the check does."""
 
 import pytest
 
-from kafka_audit.preflight import transport_risks
+from kafka_audit.app.preflight import transport_risks
 from kafka_audit.profile import ProfileSettings, librdkafka_config, spark_kafka_options
 
 

@@ -1,7 +1,7 @@
 """Folding a direct re-read into runs: every offset asked gets an answer."""
 
-from kafka_audit.jobs.model import Reread
-from kafka_audit.jobs.reread import Record, _reread_one, batch_size, fold_records
+from kafka_audit.jobs.audit.reread import Record, _reread_one, batch_size, fold_records
+from kafka_audit.jobs.core.model import Reread
 
 from ..support.histories import at
 
@@ -127,7 +127,7 @@ def test_a_record_that_cannot_be_classified_is_malformed_and_its_range_answered(
     runs = _reread_one(Mixed(), Reread("t", 0, 200, 300, "x"), timeout=5)
     # every offset answered, the two records unjudged (no producer), as foreign ones are
     assert shape(runs) == [(200, 100, "record", None, None, 3)]
-    from kafka_audit.jobs.reread import _record
+    from kafka_audit.jobs.audit.reread import _record
 
     for msg, says in ((_Undecodable(1), "malformed stamp: headers unreadable here "
                                         "(SystemError"),

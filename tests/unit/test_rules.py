@@ -4,9 +4,9 @@ exact findings expected (in the manner of Jepsen's kafka checker tests)."""
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_audit.jobs.engine import AuditConfig, InMemoryAuditor
-from kafka_audit.jobs.model import ClusterEvent
-from kafka_audit.jobs.rules import (
+from kafka_audit.jobs.core.engine import AuditConfig, InMemoryAuditor
+from kafka_audit.jobs.core.model import ClusterEvent
+from kafka_audit.jobs.core.rules import (
     SUSPECT,
     _Cover,
     likely_cause,
@@ -425,7 +425,7 @@ def test_a_run_acked_across_the_isr_growing_back_is_not_held_for_ever():
     # writes acked from 0 to 2 s; the ISR, the leader alone since -5, seen grown at 1 and
     # unchanged since: the watcher records changes only, so no event follows the last ack.
     # (min-isr-2 in CI: 2,522 writes pending for 300 s, found by the timeout's account)
-    from kafka_audit.jobs.rules import change_gate
+    from kafka_audit.jobs.core.rules import change_gate
 
     shrink, grown = isr_event(-5, (1,), (1, 2, 3)), isr_event(1, (1, 2, 3), (1,))
     assert change_gate([shrink, grown], at(0), at(2), 5) == ([], None)

@@ -6,7 +6,10 @@ import struct
 
 import pytest
 
-from kafka_audit.jobs.broker_views import (
+from kafka_audit.jobs.core.model import ClusterEvent, Finding
+from kafka_audit.jobs.core.rules import likely_cause, split_brain_spans
+from kafka_audit.jobs.core.windows import partition_windows, two_leader_windows
+from kafka_audit.jobs.watcher.broker_views import (
     BrokerView,
     claimants,
     decode_response,
@@ -16,9 +19,6 @@ from kafka_audit.jobs.broker_views import (
     encode_sasl_authenticate,
     encode_sasl_handshake,
 )
-from kafka_audit.jobs.model import ClusterEvent, Finding
-from kafka_audit.jobs.rules import likely_cause, split_brain_spans
-from kafka_audit.jobs.windows import partition_windows, two_leader_windows
 from kafka_audit.schemas.verdicts import Cause
 
 from ..support.histories import ack, at, leader_change
@@ -71,7 +71,7 @@ def test_claimants_are_the_brokers_naming_themselves_leader():
 
 
 def test_the_view_believed_is_the_newest_epochs_then_the_leaders_own():
-    from kafka_audit.jobs.broker_views import freshest
+    from kafka_audit.jobs.watcher.broker_views import freshest
 
     key = ("t", 0)
     stale, new = BrokerView(1, 4, (1, 2, 3), (1, 2, 3)), BrokerView(2, 5, (2, 3), (1, 2, 3))
@@ -85,7 +85,7 @@ def test_the_view_believed_is_the_newest_epochs_then_the_leaders_own():
 
 
 def test_the_watcher_writes_two_leaders_seen_by_two_polls_in_a_row(tmp_path):
-    from kafka_audit.jobs.watcher import ClusterWatcher, PartitionView
+    from kafka_audit.jobs.watcher.watcher import ClusterWatcher, PartitionView
     from kafka_audit.settings import Settings
 
     key = ("t", 0)

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_audit.jobs.reread import _record
+from kafka_audit.jobs.audit.reread import _record
 from kafka_audit.schemas.stamp import (
     HEADER,
     MALFORMED,

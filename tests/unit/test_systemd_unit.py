@@ -42,8 +42,8 @@ def test_the_unit_keeps_its_files_private_and_names_a_writable_jar_cache():
     entries = _service_entries()
     assert entries["UMask"] == ["0077"]  # spools, tables, status files: the user's alone
     env = dict(e.split("=", 1) for e in entries["Environment"])
-    cache = env["KAFKA_AUDIT_JAR_CACHE"]  # deploy/jars.py's jar_cache() reads it
-    from kafka_audit.deploy import jars
+    cache = env["KAFKA_AUDIT_JAR_CACHE"]  # kafka_audit/jars.py's jar_cache() reads it
+    from kafka_audit import jars
 
     assert "KAFKA_AUDIT_JAR_CACHE" in jars.jar_cache.__doc__
     # under ProtectSystem=strict the cache must be a path the service may write

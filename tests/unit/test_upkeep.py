@@ -7,8 +7,8 @@
 * Vacuum deletes replaced files only past their retention, and keeps those of the latest
   versions; the Delta log loses only entries past its retention and before its last
   checkpoint, and the tables read the same after; the schedule
-  (:func:`~kafka_audit.jobs.maintenance.plan`) and one round of
-  :class:`~kafka_audit.jobs.maintenance.Upkeep` over a warehouse.
+  (:func:`~kafka_audit.jobs.upkeep.maintenance.plan`) and one round of
+  :class:`~kafka_audit.jobs.upkeep.maintenance.Upkeep` over a warehouse.
 """
 
 import os
@@ -21,9 +21,9 @@ import pyarrow.dataset as ds
 import pytest
 from deltalake import DeltaTable
 
-from kafka_audit.deploy.cluster import wait_until
 from kafka_audit.errors import TableError
-from kafka_audit.jobs.maintenance import COMPACTED, Done, Plan, Upkeep, plan
+from kafka_audit.jobs.upkeep.maintenance import COMPACTED, Done, Plan, Upkeep, plan
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.settings import Settings
 from kafka_audit.store import (

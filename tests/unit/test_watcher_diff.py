@@ -1,4 +1,4 @@
-from kafka_audit.jobs.watcher import PartitionView, diff_partition
+from kafka_audit.jobs.watcher.watcher import PartitionView, diff_partition
 
 
 def v(leader, isr, replicas=(1, 2, 3)):

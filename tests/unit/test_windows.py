@@ -7,9 +7,9 @@ from datetime import timedelta
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafka_audit.jobs.model import ClusterEvent, Finding
-from kafka_audit.jobs.rules import likely_cause
-from kafka_audit.jobs.windows import (
+from kafka_audit.jobs.core.model import ClusterEvent, Finding
+from kafka_audit.jobs.core.rules import likely_cause
+from kafka_audit.jobs.core.windows import (
     exposure_windows,
     partition_windows,
     reduced_redundancy_windows,
@@ -172,7 +172,7 @@ def _shrunk_warehouse(tmp_path) -> Settings:
 
 
 def test_the_windows_job_rewrites_the_table_only_when_windows_change(tmp_path):
-    from kafka_audit.jobs.windows_job import update_windows
+    from kafka_audit.jobs.upkeep.windows_job import update_windows
 
     s = _shrunk_warehouse(tmp_path)
     ws = update_windows(s, now=at(60))
@@ -192,7 +192,7 @@ def test_the_windows_job_rewrites_the_table_only_when_windows_change(tmp_path):
 
 
 def test_the_audit_loops_upkeep_computes_windows_when_their_sources_change(tmp_path):
-    from kafka_audit.jobs.maintenance import Plan, Upkeep
+    from kafka_audit.jobs.upkeep.maintenance import Plan, Upkeep
 
     s = _shrunk_warehouse(tmp_path)
     upkeep = Upkeep(s, clock=lambda: 100.0)
@@ -219,7 +219,7 @@ def _version(s) -> int:
 
 
 def test_kafka_audit_windows_computes_and_prints_them(tmp_path, monkeypatch, capsys):
-    from kafka_audit import cli
+    from kafka_audit.app import cli
     from kafka_audit.settings import get_settings
 
     _shrunk_warehouse(tmp_path)
@@ -239,7 +239,7 @@ def test_kafka_audit_windows_computes_and_prints_them(tmp_path, monkeypatch, cap
 def test_the_pass_gives_every_partition_the_brokers_fencing(tmp_path):
     """The audit pass's event log over a real ``cluster_events`` table: a broker row is
     cluster-wide, in every partition's evidence (one it has never seen too), read once."""
-    from kafka_audit.jobs.audit_pass import EventLog
+    from kafka_audit.jobs.audit.audit_pass import EventLog
 
     s = Settings(home=tmp_path)
     path = s.table_path("cluster_events")
@@ -265,7 +265,7 @@ def test_the_pass_gives_every_partition_the_brokers_fencing(tmp_path):
 def test_a_leader_change_is_a_window_and_holds_a_clean_hand_overs_loss():
     """A clean preferred-replica hand-over (the ISR full throughout) opens no exposure or
     reduced redundancy; the acks=1 write it truncated falls in its leader_change window."""
-    from kafka_audit.jobs.windows import leader_change_windows
+    from kafka_audit.jobs.core.windows import leader_change_windows
 
     full = (0, 1, 2)
 
@@ -299,8 +299,8 @@ def test_window_counts_are_kept_until_the_ledger_gains_acks_from_before_their_en
     """Closed windows are not counted again on every computation (the scans grew with the
     windows); a file of acks from before a window's end (a late ledger, a compaction) has
     it counted again, so the kept counts always equal a fresh computation's."""
-    from kafka_audit.jobs import windows_job
-    from kafka_audit.jobs.windows_job import WindowInputs, compute_windows
+    from kafka_audit.jobs.upkeep import windows_job
+    from kafka_audit.jobs.upkeep.windows_job import WindowInputs, compute_windows
 
     s = _shrunk_warehouse(tmp_path)  # 7 writes acked at 12 s, the ISR shrunk at 10 s
     append_rows(s.table_path("cluster_events"), "cluster_events", [
@@ -379,7 +379,7 @@ def test_windows_from_kept_inputs_equal_a_fresh_computation_as_findings_arrive(t
     between computations: each computation still equals one from the tables alone, as
     passes commit losses, uncommitted passes stay out, and the writes at lost offsets are
     confirmed later than their losses."""
-    from kafka_audit.jobs.windows_job import WindowInputs, compute_windows
+    from kafka_audit.jobs.upkeep.windows_job import WindowInputs, compute_windows
 
     s = _shrunk_warehouse(tmp_path)
     kept = WindowInputs(s)
@@ -415,7 +415,7 @@ def test_only_the_writes_confirmed_at_lost_offsets_are_read_for_split_brain(tmp_
     """The confirmed findings read for split-brain windows are those at the lost offsets,
     not every one between a partition's first and last loss (two kills apart, that was
     every write confirmed between them, read and converted at every computation)."""
-    from kafka_audit.jobs.windows_job import WindowInputs, compute_windows
+    from kafka_audit.jobs.upkeep.windows_job import WindowInputs, compute_windows
 
     s = _shrunk_warehouse(tmp_path)
     append_rows(s.table_path("findings"), "findings", [

@@ -19,8 +19,8 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kafka_audit.jobs.model import ClusterEvent
-from kafka_audit.jobs.windows import partition_windows
+from kafka_audit.jobs.core.model import ClusterEvent
+from kafka_audit.jobs.core.windows import partition_windows
 
 from ..support.histories import at
 
@@ -77,7 +77,7 @@ def test_a_window_seen_on_a_prefix_is_never_taken_back(timeline):
 @given(timelines(), st.data())
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 def test_the_windows_job_follows_a_growing_events_table(timeline, data):
-    from kafka_audit.jobs.windows_job import update_windows
+    from kafka_audit.jobs.upkeep.windows_job import update_windows
     from kafka_audit.settings import Settings
     from kafka_audit.store import append_rows, read_table
 

@@ -1,0 +1,124 @@
+"""Audit job: the streaming verdict engine on Spark, one incremental pass at a time.
+
+* sources: the new files of ``acks`` and ``consumed``, the state in
+  ``audit_hot``, ``cluster_events`` (see :mod:`~kafka_audit.jobs.audit.audit_pass`);
+* sinks: ``findings``, re-reads into ``consumed``, ``audit_hot`` (the commit
+  point), ``partition_state``, ``dq_results``;
+* checkpoint: the latest progress row of ``audit_hot`` (the committed pass and
+  the source versions it consumed);
+* trigger: a pass every ``audit.interval_seconds``, or one pass with ``--once``; in
+  ``kafka-audit run`` also as soon as the consume job commits a micro-batch
+  (``steady.wake_on_commit``: an in-process event; passes start at least
+  ``steady.min_pass_gap_seconds`` apart), so a pass observes the new frontier, and
+  judges what settled, without waiting out an interval;
+* warm between passes: the cluster lookups (an admin client, a re-read consumer), the
+  cluster events read so far, the Spark session;
+* upkeep: after each committed pass, :mod:`~kafka_audit.jobs.upkeep.maintenance` (compaction,
+  vacuum, checkpoints, the great-expectations check) when due;
+* outages: a pass that fails (the cluster or the warehouse unreachable) is
+  retried with a capped doubling wait, logged once when passes start failing and
+  once when they succeed again; ``<home>/status/audit.json`` says which pass was
+  committed last and when (health reads it).
+
+The parts: :mod:`~kafka_audit.jobs.audit.audit_pass` (the pass itself),
+:mod:`~kafka_audit.jobs.audit.hot_state` (its state as rows) and
+:mod:`~kafka_audit.jobs.audit.lookups` (what it asks the cluster).
+
+Command: ``kafka-audit audit [--once]``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime
+
+from kafka_audit.jobs.audit.audit_pass import AuditSummary, Warm, run_audit_pass
+from kafka_audit.jobs.audit.lookups import ClusterLookups
+from kafka_audit.jobs.upkeep.maintenance import Upkeep
+from kafka_audit.settings import Settings
+from kafka_audit.status import Outage, StatusWriter
+
+__all__ = ["run_audit_loop"]
+
+log = logging.getLogger(__name__)
+
+
+def run_audit_loop(spark, settings: Settings, once: bool = False,
+                   report: Callable[[AuditSummary], None] = lambda s: print(s.line(),
+                                                                              flush=True),
+                   stop: threading.Event | None = None,
+                   wake: threading.Event | None = None) -> None:
+    """Run passes every ``audit.interval_seconds`` (one with ``once``, which raises on a
+    failed pass), sharing one set of cluster lookups and warm state; ``report`` gets each
+    pass's summary. ``wake``: set by the consume job when it commits a micro-batch, it
+    starts the next pass early. Runs until ``stop`` is set."""
+    stop = stop or threading.Event()
+    lookups = ClusterLookups(settings)
+    warm = Warm()
+    upkeep = None if once else Upkeep(settings)
+    outage = Outage("audit", StatusWriter(settings.home_dir, "audit"), log,
+                    settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
+    try:
+        while not stop.is_set():
+            if wake is not None:
+                wake.clear()  # commits from now on wake the next pass
+            try:
+                summary = run_audit_pass(spark, settings, lookups=lookups, warm=warm,
+                                         quality=once)
+            except Exception as exc:
+                if once:
+                    raise
+                stop.wait(outage.failed(exc))
+                continue
+            outage.succeeded(pass_id=summary.pass_id, pending=summary.pending,
+                             unseen=summary.unseen, at=summary.at.isoformat())
+            if upkeep is not None:
+                upkeep.between_passes(summary.pass_id)
+                upkeep.after_pass(summary.pass_id)
+                summary = replace(summary, quality_failures=upkeep.quality_failures)
+            report(summary)
+            if once:
+                return
+            _wait(settings, stop, wake, _due(summary), sum(summary.seconds.values()))
+    finally:
+        if upkeep is not None:
+            upkeep.close()
+        lookups.close_reader()
+
+
+def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | None,
+          due: float | None = None, pass_seconds: float = 0.0) -> None:
+    """Until the next pass: ``audit.interval_seconds``, or less once ``wake`` is set (but
+    at least ``steady.min_pass_gap_seconds``), or until ``stop``.
+
+    ``due`` (``time.monotonic()``): when the writes that look lost now will have settled
+    (:attr:`AuditSummary.suspects_settle`). A pass starts then at the latest; and one that
+    would start less than ``pass_seconds`` (the last pass's length) before it waits for it
+    instead, since begun sooner it would still be running then and leave them to the pass
+    after."""
+    start = time.monotonic()
+    end = start + settings.audit.interval_seconds
+    if due is not None and due - end < pass_seconds:
+        end = max(due, start)  # the interval ends too close to it: wait for it
+    gap = min(settings.steady.min_pass_gap_seconds, settings.audit.interval_seconds)
+    if wake is None:
+        stop.wait(end - start)
+        return
+    if stop.wait(min(gap, end - start)):
+        return
+    while not stop.is_set() and (left := end - time.monotonic()) > 0:
+        if wake.wait(min(left, 0.25)):
+            if due is not None and 0 < (until_due := due - time.monotonic()) < pass_seconds:
+                stop.wait(until_due)  # woken too close to it: wait for it
+            return
+
+
+def _due(summary: AuditSummary) -> float | None:
+    """:attr:`AuditSummary.suspects_settle` on the ``time.monotonic()`` clock."""
+    if summary.suspects_settle is None:
+        return None
+    return time.monotonic() + (summary.suspects_settle - datetime.now(UTC)).total_seconds()

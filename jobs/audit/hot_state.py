@@ -1,0 +1,451 @@
+"""The audit's hot state as rows: ``audit_hot`` rows <-> :class:`PartitionHot`, and the
+rows one judge step hands back to the pass (state, findings, re-reads, status).
+
+``audit_hot`` holds one row per state item, ``kind`` naming which: an unjudged
+``ack`` run, a ``read`` run still needed, a recently ``judged`` run (for
+``reordered``), a frontier ``observation``, and the pass's ``progress`` row.
+Each kind fills its own named columns (``schemas/tables.py``).
+
+The judge step (``groupBy().applyInPandas``) returns the state rows plus the
+columns of :data:`STEP_COLUMNS`, tagged by ``row``: ``hot``, ``finding``,
+``reread`` or ``status``.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot, step_partition
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.schemas.tables import arrow_schema, spark_schema
+
+__all__ = ["hot_from_rows", "hot_from_arrow", "hot_table", "step_fn", "arrow_step_fn",
+           "step_schema", "step_arrow_schema", "consumed_row", "STEP_COLUMNS"]
+
+#: what a judge step returns besides the ``audit_hot`` columns: name -> Spark SQL type
+STEP_COLUMNS = {
+    "row": "string",             # hot | finding | reread | status
+    "finding_id": "string",      # finding
+    "subkind": "string",         # finding
+    "cause": "string",           # finding
+    "evidence": "string",        # finding: JSON
+    "ack_time": "timestamp",     # finding: first ack of the range
+    "reason": "string",          # reread: why the range is read again
+    "frontier": "bigint",        # status: the consumed frontier
+    "settled_frontier": "bigint",  # status: the frontier a settle period ago
+    "pending": "bigint",         # status: writes not yet judged
+    "unseen": "bigint",          # status: pending writes unread too long
+    "oldest_unseen": "timestamp",  # status: ack time of the oldest unseen write
+    "suspects_settle": "timestamp",  # status: when what looks lost now will have settled
+}
+
+
+def _aware(v) -> datetime | None:
+    # Spark hands pandas naive timestamps in the session time zone, which is UTC
+    if v is None or v is pd.NaT or (isinstance(v, float) and pd.isna(v)):
+        return None
+    return pd.Timestamp(v).to_pydatetime().replace(tzinfo=UTC)
+
+
+def _naive(v: datetime | None) -> datetime | None:
+    return None if v is None else v.astimezone(UTC).replace(tzinfo=None)
+
+
+def _opt(v):
+    """None for every null pandas hands out (None, NaN, NA, NaT), else the value."""
+    if v is None or v is pd.NA or v is pd.NaT or (isinstance(v, float) and v != v):
+        return None
+    return v
+
+
+def _opt_int(v) -> int | None:
+    v = _opt(v)
+    return None if v is None else int(v)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def _times(col: pd.Series) -> list:
+    """A timestamp column as aware UTC datetimes, None where null (column-wise: a pandas
+    scalar per value costs microseconds, and a pass converts a whole state)."""
+    if not pd.api.types.is_datetime64_any_dtype(col):
+        return [_aware(v) for v in col.tolist()]
+    if col.dt.tz is not None:
+        col = col.dt.tz_convert(UTC).dt.tz_localize(None)
+    micros = col.to_numpy(dtype="datetime64[us]").astype("int64").tolist()
+    return [None if null else _EPOCH + timedelta(microseconds=m)
+            for m, null in zip(micros, col.isna().tolist(), strict=True)]
+
+
+def _ints(col: pd.Series) -> list:
+    if pd.api.types.is_integer_dtype(col.dtype) and not col.hasnans:
+        return [int(v) for v in col.tolist()]
+    return [_opt_int(v) for v in col.tolist()]
+
+
+def _objects(col: pd.Series) -> list:
+    return [_opt(v) for v in col.tolist()]
+
+
+_TIMES_IN = ("first_ack", "last_ack", "read_time", "judged_at", "observed_at")
+_INTS_IN = ("partition", "seq", "count", "offset", "horizon", "leader_epoch")
+_OBJECTS_IN = ("kind", "topic", "producer_id", "run_id", "error_name", "acks", "source",
+               "status")
+
+
+#: the columns each kind of state row is built from, in the order its constructor takes them
+_ACK_RUN = ("topic", "partition", "producer_id", "run_id", "seq", "count", "offset",
+            "first_ack", "last_ack", "error_name", "acks", "horizon")
+_READ_RUN = ("topic", "partition", "offset", "count", "producer_id", "run_id", "seq",
+             "read_time", "source", "status", "leader_epoch")
+_JUDGED = ("topic", "partition", "producer_id", "run_id", "seq", "count", "offset", "judged_at")
+_OBSERVATION = ("offset", "observed_at")
+
+
+def _hot_of(columns: Callable[[str, tuple[str, ...]], list[list]]) -> PartitionHot:
+    """A partition's state from ``columns(kind, names)``: the values of the rows of that
+    kind, column by column, in the rows' order."""
+    hot = PartitionHot()
+    hot.acks = list(map(AckRun, *columns("ack", _ACK_RUN)))
+    hot.reads = list(map(ReadRun, *columns("read", _READ_RUN)))
+    hot.judged = [(AckRun(*run, at, at), at)
+                  for *run, at in zip(*columns("judged", _JUDGED), strict=True)]
+    hot.observations = list(zip(*columns("observation", _OBSERVATION), strict=True))
+    return hot
+
+
+def hot_from_rows(pdf: pd.DataFrame) -> PartitionHot:
+    """One partition's ``audit_hot`` rows (and new ack and read rows, in the same columns)."""
+    if not len(pdf):
+        return PartitionHot()
+    c = ({n: _times(pdf[n]) for n in _TIMES_IN} | {n: _ints(pdf[n]) for n in _INTS_IN}
+         | {n: _objects(pdf[n]) for n in _OBJECTS_IN})
+    rows: dict[str, list[int]] = {}
+    for i, kind in enumerate(c["kind"]):
+        rows.setdefault(kind, []).append(i)
+
+    def columns(kind: str, names: tuple[str, ...]) -> list[list]:
+        mine = rows.get(kind, [])
+        return [[c[n][i] for i in mine] for n in names]
+
+    return _hot_of(columns)
+
+
+def hot_from_arrow(t: pa.Table) -> PartitionHot:
+    """:func:`hot_from_rows` of rows held as Arrow (the driver's judgement): the rows of each
+    kind taken apart first, so that only the columns a kind uses become Python values (a
+    pass converts its whole state: 70,000 rows and more)."""
+    kinds = t.column("kind")
+
+    def columns(kind: str, names: tuple[str, ...]) -> list[list]:
+        rows = t.filter(pc.equal(kinds, kind))
+        return [_arrow_times(rows.column(n)) if n in _TIMES_IN else rows.column(n).to_pylist()
+                for n in names]
+
+    return _hot_of(columns)
+
+
+def _arrow_times(col) -> list:
+    """An Arrow timestamp column as aware UTC datetimes, None where null."""
+    return [None if m is None else _EPOCH + timedelta(microseconds=m)
+            for m in col.cast(pa.int64()).to_pylist()]
+
+
+def _row(kind: str, topic: str, partition: int, **kw) -> dict:
+    return {"kind": kind, "topic": topic, "partition": partition, **kw}
+
+
+#: rows of one kind as columns: (how many, column -> values; a column left out is null)
+_Block = tuple[int, dict[str, list]]
+
+
+def _block(kind: str, topic: str, partition: int, row: str, n: int, **columns: list) -> _Block:
+    return n, {"kind": [kind] * n, "topic": [topic] * n, "partition": [partition] * n,
+               "row": [row] * n, **columns}
+
+
+def _hot_blocks(topic: str, partition: int, hot: PartitionHot, utc: bool = False
+                ) -> list[_Block]:
+    """One partition's state as ``audit_hot`` columns, a block per kind (``row = hot``);
+    its times as they are for columns typed in UTC (``utc``), else naive UTC."""
+    def as_time(values) -> list:
+        return list(values) if utc else [_naive(v) for v in values]
+
+    acks, reads, judged = hot.acks, hot.reads, hot.judged
+    return [
+        _block("ack", topic, partition, "hot", len(acks),
+               producer_id=[a.producer_id for a in acks], run_id=[a.run_id for a in acks],
+               seq=[a.seq for a in acks], count=[a.count for a in acks],
+               offset=[a.offset for a in acks],
+               first_ack=as_time(a.first_ack for a in acks),
+               last_ack=as_time(a.last_ack for a in acks),
+               error_name=[a.error for a in acks], acks=[a.acks for a in acks],
+               horizon=[a.horizon for a in acks]),
+        _block("read", topic, partition, "hot", len(reads),
+               producer_id=[r.producer_id for r in reads], run_id=[r.run_id for r in reads],
+               seq=[r.seq for r in reads], count=[r.count for r in reads],
+               offset=[r.offset for r in reads],
+               read_time=as_time(r.read_time for r in reads),
+               source=[r.source for r in reads], status=[r.status for r in reads],
+               leader_epoch=[r.leader_epoch for r in reads]),
+        _block("judged", topic, partition, "hot", len(judged),
+               producer_id=[a.producer_id for a, _ in judged],
+               run_id=[a.run_id for a, _ in judged], seq=[a.seq for a, _ in judged],
+               count=[a.count for a, _ in judged], offset=[a.offset for a, _ in judged],
+               judged_at=as_time(t for _, t in judged)),
+        _block("observation", topic, partition, "hot", len(hot.observations),
+               offset=[f for f, _ in hot.observations],
+               observed_at=as_time(t for _, t in hot.observations)),
+    ]
+
+
+def _table_of(blocks: list[_Block], schema: pa.Schema) -> pa.Table:
+    """Blocks as one table, column by column, each typed at once (a table built row by row
+    costs seconds for a large state)."""
+    arrays = []
+    for f in schema:
+        values: list = []
+        for n, cols in blocks:
+            values.extend(cols.get(f.name) or [None] * n)
+        arrays.append(pa.array(values, f.type))
+    return pa.Table.from_arrays(arrays, schema=schema)
+
+
+def hot_table(topic: str, partition: int, hot: PartitionHot, schema: pa.Schema) -> pa.Table:
+    """The ``audit_hot`` rows that hold one partition's state (tagged ``row = hot``), as a
+    table of ``schema`` (:func:`step_arrow_schema`)."""
+    return _table_of(_hot_blocks(topic, partition, hot,
+                                 utc=schema.field("read_time").type.tz is not None), schema)
+
+
+def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_ends,
+           tz: str | None) -> pa.Table:
+    """One :func:`~kafka_audit.jobs.core.engine.step_partition` and its result as rows of
+    :func:`step_arrow_schema` (``tz``: its timestamps' zone, None for naive UTC)."""
+    topic, partition = key[0], int(key[1])
+    res = step_partition(topic, hot, events.get((topic, partition), []), now, cfg,
+                         log_ends.get((topic, partition)))
+    blocks = _hot_blocks(topic, partition, res.hot, utc=tz is not None)
+    found = [_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
+                  producer_id=f.producer_id, run_id=f.run_id, seq=f.seq, count=f.count,
+                  offset=f.offset, ack_time=_naive(f.ack_time), subkind=f.subkind,
+                  cause=f.cause, evidence=json.dumps(f.evidence, default=str))
+             for f in res.findings]
+    found += [_row("reread", topic, partition, row="reread", offset=q.offset,
+                   count=q.end - q.offset, reason=q.reason) for q in res.rereads]
+    found.append(_row("status", topic, partition, row="status",
+                      frontier=res.clock.stream_frontier,
+                      settled_frontier=res.clock.settled_frontier, pending=res.pending,
+                      unseen=res.unseen, oldest_unseen=_naive(res.oldest_unseen),
+                      suspects_settle=_naive(res.suspects_settle)))
+    schema = step_arrow_schema(tz)
+    blocks.append((len(found), {f.name: [r.get(f.name) for r in found] for f in schema}))
+    return _table_of(blocks, schema)
+
+
+def step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
+            cfg: AuditConfig, log_ends: dict[tuple[str, int], int]):
+    """The pandas function a pass runs per ``(topic, partition)`` on Spark: one
+    :func:`~kafka_audit.jobs.core.engine.step_partition`, its result as rows."""
+
+    def step(key, pdf):  # no hints: pyspark would try to infer an eval type from them
+        return _judge(key, hot_from_rows(pdf), events, now, cfg, log_ends, None).to_pandas(
+            coerce_temporal_nanoseconds=True)
+
+    return step
+
+
+def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
+                  cfg: AuditConfig, log_ends: dict[tuple[str, int], int], idle: bool = True):
+    """:func:`step_fn` over Arrow rows of :func:`step_arrow_schema` (UTC), for the driver;
+    the state rows no judgement can touch stay Arrow (:func:`split_idle`; ``idle`` False:
+    every row goes through the engine, as on Spark)."""
+
+    def step(key, table: pa.Table) -> pa.Table:
+        busy, kept = split_idle(key, table, now, cfg) if idle else (table, None)
+        out = _judge(key, hot_from_arrow(busy), events, now, cfg, log_ends, "UTC")
+        return pa.concat_tables([out, kept.cast(out.schema)]) if kept else out
+
+    return step
+
+
+#: the columns a passed-through state row of each kind keeps (what :func:`_hot_blocks`
+#: writes for it); the others are null, as in a row the engine wrote
+_KEPT_COLUMNS = {"read": frozenset(("kind", "row") + _READ_RUN),
+                 "judged": frozenset(("kind", "row") + _JUDGED)}
+
+
+def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Table, pa.Table]:
+    """One partition's rows (:func:`step_arrow_schema`, UTC) as ``(busy, kept)``: what the
+    engine must see, and the ``read`` and ``judged`` rows it cannot use in this step,
+    already as the engine would keep them (within ``cfg.read_retention_seconds``, tagged
+    ``row = hot``).
+
+    At a steady rate the state is mostly runs read or judged minutes ago and kept for the
+    read retention (tens of thousands at 5,000 msg/s), and every step turned all of them
+    into Python objects and back; a loss found in a pass took seconds longer for it. The
+    engine reads a read run only where it overlaps an unjudged run's offsets, a copy of its
+    seqs or that copy's offsets (:func:`~kafka_audit.jobs.core.rules.retained_reads` keeps
+    exactly those), and a judged run only as a reorder witness: a lower seq of the same
+    producer run above a confirmed write (``_Written.candidates``). So a read is idle when
+    it touches none of the ack rows' offsets, copies or copies' offsets (inclusive ends, a
+    superset of what is needed), and was read at least ``cfg.settle_seconds`` ago; a judged
+    run when no placed ack of its producer run has a last seq at or above its seq and a
+    first offset at or below its last. The stream's idle reads still count as frontier
+    observations (``rules.settled_frontier``): they are handed in as one observation, their
+    highest end when it was last read, which changes neither the settled frontier nor
+    what is kept (all of them lie a settle period back). The engine's verdicts do not
+    depend on the order of its rows (Spark hands them in any order); the step equals
+    the one without this split (``tests/unit/test_hot_state.py``)."""
+    kind = t.column("kind")
+    reads_at, judged_at = pc.equal(kind, "read"), pc.equal(kind, "judged")
+    if not (pc.any(reads_at).as_py() or pc.any(judged_at).as_py()):
+        return t, t.schema.empty_table()
+    acks = t.filter(pc.equal(kind, "ack"))
+    placed = acks.filter(pc.is_valid(acks.column("offset")))
+    reads, judged = t.filter(reads_at), t.filter(judged_at)
+    idle_reads = _idle_reads(reads, acks, placed, now - timedelta(seconds=cfg.settle_seconds))
+    idle_judged = _idle_judged(judged, placed)
+
+    idle_r, idle_j = reads.filter(pa.array(idle_reads)), judged.filter(pa.array(idle_judged))
+    busy = [t.filter(pc.invert(pc.or_(reads_at, judged_at))),
+            reads.filter(pa.array(~idle_reads)), judged.filter(pa.array(~idle_judged))]
+    stream = idle_r.filter(pc.equal(idle_r.column("source"), "stream"))
+    if stream.num_rows:
+        ends = pc.add(stream.column("offset"), stream.column("count"))
+        top = pc.max(ends)
+        at = pc.max(stream.filter(pc.equal(ends, top)).column("read_time"))
+        busy.append(_table_of([_block("observation", key[0], int(key[1]), "hot", 1,
+                                      offset=[top.as_py()], observed_at=[at.as_py()])],
+                              t.schema))
+    keep = now - timedelta(seconds=cfg.read_retention_seconds)
+    kept = [_as_kept(rows.filter(pc.fill_null(pc.greater_equal(rows.column(col), keep), False)),
+                     k)
+            for rows, k, col in ((idle_r, "read", "read_time"), (idle_j, "judged", "judged_at"))]
+    return pa.concat_tables(busy), pa.concat_tables(kept)
+
+
+def _int_array(rows: pa.Table, name: str) -> np.ndarray:
+    """A column as int64 (nulls: 0)."""
+    return pc.fill_null(rows.column(name), 0).to_numpy(zero_copy_only=False).astype(np.int64)
+
+
+def _idle_reads(reads: pa.Table, acks: pa.Table, placed: pa.Table, settled: datetime
+                ) -> np.ndarray:
+    """Which ``reads`` touch none of the unjudged runs' offsets, their copies' seqs or those
+    copies' offsets (ends included) and were read at or before ``settled``."""
+    r_off, r_n, r_seq = (_int_array(reads, c) for c in ("offset", "count", "seq"))
+    r_stamped = pc.and_(pc.and_(pc.equal(reads.column("status"), "record"),
+                                pc.is_valid(reads.column("producer_id"))),
+                        pc.is_valid(reads.column("seq"))).to_numpy(zero_copy_only=False)
+    p_off = _int_array(placed, "offset")
+    spans = [(p_off, p_off + _int_array(placed, "count"))]
+    for run in _runs(acks):
+        mine = acks.filter(_of_run(acks, run))
+        s_lo, s_n = _int_array(mine, "seq"), _int_array(mine, "count")
+        theirs = _of_run(reads, run).to_numpy(zero_copy_only=False) & r_stamped
+        copies = theirs & _touching(r_seq, r_seq + r_n, s_lo, s_lo + s_n)
+        spans.append((r_off[copies], r_off[copies] + r_n[copies]))
+    lo = np.concatenate([s[0] for s in spans])
+    hi = np.concatenate([s[1] for s in spans])
+    old = pc.fill_null(pc.less_equal(reads.column("read_time"), settled), False)
+    return ~_touching(r_off, r_off + r_n, lo, hi) & (r_n > 0) & old.to_numpy(
+        zero_copy_only=False)
+
+
+def _idle_judged(judged: pa.Table, placed: pa.Table) -> np.ndarray:
+    """Which ``judged`` runs no placed ack of their producer run can have as a reorder
+    witness: none with a last seq at or above theirs and a first offset at or below their
+    last."""
+    j_seq = _int_array(judged, "seq")
+    j_last = _int_array(judged, "offset") + _int_array(judged, "count") - 1
+    idle = pc.and_(pc.is_valid(judged.column("seq")),
+                   pc.is_valid(judged.column("offset"))).to_numpy(zero_copy_only=False)
+    for run in _runs(placed):
+        mine = placed.filter(_of_run(placed, run))
+        last_seq = int((_int_array(mine, "seq") + _int_array(mine, "count") - 1).max())
+        first_offset = int(_int_array(mine, "offset").min())
+        theirs = _of_run(judged, run).to_numpy(zero_copy_only=False)
+        idle &= ~(theirs & (j_seq <= last_seq) & (j_last >= first_offset))
+    return idle
+
+
+def _runs(rows: pa.Table) -> set[tuple]:
+    """The producer runs (``producer_id``, ``run_id``) of ``rows``."""
+    return set(zip(rows.column("producer_id").to_pylist(), rows.column("run_id").to_pylist(),
+                   strict=True))
+
+
+def _of_run(rows: pa.Table, run: tuple):
+    """Where ``rows`` belong to producer run ``run`` (a null in it matches a null)."""
+    def same(name: str, v):
+        col = rows.column(name)
+        return pc.is_null(col) if v is None else pc.fill_null(pc.equal(col, v), False)
+
+    return pc.and_(same("producer_id", run[0]), same("run_id", run[1]))
+
+
+def _touching(lo, hi, span_lo, span_hi):
+    """Which intervals ``[lo, hi]`` touch one of ``[span_lo, span_hi]`` (ends included)."""
+    if not len(span_lo):
+        return np.zeros(len(lo), dtype=bool)
+    order = np.argsort(span_lo, kind="stable")
+    s_lo, s_hi = span_lo[order], np.maximum.accumulate(span_hi[order])
+    # the first span (sorted by start) whose running highest end reaches lo
+    i = np.searchsorted(s_hi, lo, side="left")
+    ok = i < len(s_lo)
+    return ok & (s_lo[np.minimum(i, len(s_lo) - 1)] <= hi)
+
+
+def _as_kept(rows: pa.Table, kind: str) -> pa.Table:
+    """State rows passed through as the engine writes a kept row of ``kind``."""
+    cols = _KEPT_COLUMNS[kind]
+    n = rows.num_rows
+    return pa.Table.from_arrays(
+        [pa.array(["hot"] * n, f.type) if f.name == "row" else rows.column(f.name)
+         if f.name in cols else pa.nulls(n, f.type) for f in rows.schema], schema=rows.schema)
+
+
+@functools.cache
+def step_arrow_schema(tz: str | None = "UTC") -> pa.Schema:
+    """:func:`step_schema` as Arrow: ``audit_hot``'s columns (nullable), then
+    :data:`STEP_COLUMNS`; timestamps in zone ``tz`` (None: naive, as Spark hands pandas)."""
+    def typed(t: pa.DataType) -> pa.DataType:
+        return pa.timestamp("us", tz=tz) if pa.types.is_timestamp(t) else t
+
+    types = {"string": pa.string(), "bigint": pa.int64(),
+             "timestamp": pa.timestamp("us", tz=tz)}
+    return pa.schema([pa.field(f.name, typed(f.type)) for f in arrow_schema("audit_hot")]
+                     + [pa.field(n, types[t]) for n, t in STEP_COLUMNS.items()])
+
+
+@functools.cache
+def step_schema():
+    """``audit_hot``'s columns plus :data:`STEP_COLUMNS`: what a judge step returns."""
+    from pyspark.sql import types as T
+
+    extra = {"string": T.StringType(), "bigint": T.LongType(), "timestamp": T.TimestampType()}
+    return T.StructType([T.StructField(f.name, f.dataType, True)
+                         for f in spark_schema("audit_hot").fields]
+                        + [T.StructField(n, extra[t], True) for n, t in STEP_COLUMNS.items()])
+
+
+def consumed_row(r: ReadRun, batch_id: int) -> dict:
+    """A read run as a row of the ``consumed`` table (re-reads; recorded test histories)."""
+    stamped = r.producer_id is not None
+    return {"topic": r.topic, "partition": r.partition, "offset": r.offset, "count": r.count,
+            "kafka_timestamp": None, "stamped": stamped,
+            "stamp_error": None if stamped or r.status != "record" else "foreign or malformed",
+            "producer_id": r.producer_id, "run_id": r.run_id, "seq": r.seq,
+            "checksum_ok": True if stamped else None, "read_time": r.read_time,
+            "batch_id": batch_id, "source": r.source, "status": r.status,
+            "leader_epoch": r.leader_epoch}

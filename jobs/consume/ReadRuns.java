@@ -1,0 +1,500 @@
+package kafka_audit.spark;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.CharBuffer;
+import java.nio.charset.CharsetDecoder;
+import java.nio.charset.CodingErrorAction;
+import java.nio.charset.StandardCharsets;
+import java.sql.Timestamp;
+import java.util.ArrayList;
+import java.util.Iterator;
+import java.util.List;
+import java.util.zip.CRC32;
+
+import javax.crypto.Mac;
+import javax.crypto.ShortBufferException;
+import javax.crypto.spec.SecretKeySpec;
+
+import org.apache.spark.api.java.JavaRDD;
+import org.apache.spark.rdd.RDD;
+import org.apache.spark.sql.Dataset;
+import org.apache.spark.sql.Row;
+import org.apache.spark.sql.RowFactory;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.catalyst.InternalRow;
+import org.apache.spark.sql.catalyst.expressions.XXH64;
+import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
+import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
+import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
+import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.execution.LogicalRDD;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.unsafe.Platform;
+import org.apache.spark.unsafe.array.ByteArrayMethods;
+import org.apache.spark.unsafe.types.UTF8String;
+
+/**
+ * The consume job's fast path: Kafka source rows to read runs in one pass per task.
+ *
+ * <p>Same result as {@code parse_kafka_records} + {@code read_runs} in
+ * {@code jobs/consume/transforms.py} (the readable definition; a test holds the two equal), without
+ * their sort: the Kafka source hands each task one partition's offsets in order, so a run is
+ * folded while the records stream by. A run is consecutive offsets holding consecutive seqs of
+ * one producer run with one checksum verdict, or consecutive foreign records sharing one
+ * reason; anything else starts a new one. Runs may also end at a task's edge (harmless: the
+ * audit joins runs as intervals).
+ *
+ * <p>Stamp layouts and the stamp rule: {@code schemas/stamp.py}. No {@code kaudit} header is
+ * no stamp; two or more, a null or empty value, a version other than 1 and 2, fewer bytes than
+ * its version's fixed part (15 for version 1, 19 for version 2), an empty id, lengths that do
+ * not add up to the value's, an id that is not strict UTF-8 or a seq of 2^63 or more is a
+ * malformed one. With a stamp key, a well-formed stamp without exactly one {@code kaudit-mac}
+ * header holding its MAC (HMAC-SHA256 of the stamp, the first 16 bytes) is a forged one. The
+ * checksum is CRC32 of the value for version 1, XXH64 with seed 42 for version 2 (Spark's own
+ * {@link XXH64}, which SQL's {@code xxhash64} is).
+ */
+public final class ReadRuns {
+    private ReadRuns() {}
+
+    static final String HEADER = "kaudit";
+    static final int VERSION_CRC32 = 1;
+    static final int VERSION_XXH64 = 2;
+    static final int FIXED_CRC32 = 15;  // version, seq, CRC32, the two id lengths
+    static final int FIXED_XXH64 = 19;  // version, seq, XXH64, the two id lengths
+    static final long XXH64_SEED = 42L;
+    static final int MAX_ID = 255;
+
+    /** Fold {@code kafka} (the Kafka source's columns) into rows of the {@code consumed} schema. */
+    public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
+                                    long readTimeMicros) {
+        return fold(kafka, consumed, batchId, readTimeMicros, null);
+    }
+
+    /** The same, verifying stamps' MACs under {@code key} (the stamp key; null: none). */
+    public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
+                                    long readTimeMicros, byte[] key) {
+        StructType in = kafka.schema();
+        int[] idx = {in.fieldIndex("topic"), in.fieldIndex("partition"), in.fieldIndex("offset"),
+                     in.fieldIndex("timestamp"), in.fieldIndex("value"), in.fieldIndex("headers")};
+        JavaRDD<InternalRow> rows = sourceRows(kafka).toJavaRDD();
+        JavaRDD<Row> runs = rows.mapPartitions(it -> fold(it, idx, batchId, readTimeMicros, key));
+        return SparkSession.active().createDataFrame(runs, consumed);
+    }
+
+    /**
+     * The rows of {@code kafka}. A {@code foreachBatch} micro-batch is a {@link LogicalRDD}
+     * over the source's rows; planning it would copy every row once more (its scan node
+     * projects each row to a new UnsafeRow: about a tenth of a task's CPU here, measured
+     * with Java Flight Recorder), so its RDD is read directly.
+     */
+    static RDD<InternalRow> sourceRows(Dataset<Row> kafka) {
+        LogicalPlan plan = kafka.queryExecution().optimizedPlan();
+        if (plan instanceof LogicalRDD batch) {
+            return batch.rdd();
+        }
+        return kafka.queryExecution().toRdd();
+    }
+
+    static final UTF8String HEADER_KEY = UTF8String.fromString(HEADER);
+    static final byte[] HEADER_BYTES = HEADER.getBytes(StandardCharsets.UTF_8);
+    static final String NO_HEADER = "no " + HEADER + " header";
+    static final String MALFORMED = "malformed stamp";
+    static final String FORGED = "forged stamp";
+    static final String MAC_HEADER = "kaudit-mac";
+    static final UTF8String MAC_KEY = UTF8String.fromString(MAC_HEADER);
+    static final byte[] MAC_HEADER_BYTES = MAC_HEADER.getBytes(StandardCharsets.UTF_8);
+    static final int MAC_LENGTH = 16;  // HMAC-SHA256's first 16 bytes
+    static final boolean BIG_ENDIAN = ByteOrder.nativeOrder() == ByteOrder.BIG_ENDIAN;
+
+    /**
+     * Folds one task's records without allocating per record where the rows are UnsafeRows
+     * (the Kafka source's): the stamp is parsed and compared with the open run's where the
+     * row holds it, the payload is checksummed there, and the topic, producer and run are
+     * decoded into strings once per run.
+     */
+    static final class Folder {
+        final int[] idx;
+        final CRC32 crc = new CRC32();
+        // the record being looked at (views into the source row, valid until the next one)
+        UTF8String topic;
+        int partition;
+        long offset;
+        boolean hasTimestamp;
+        long timestampMicros;
+        String error;
+        boolean idsOfRun;  // a stamp whose ids are the open run's (so valid already)
+        Object sBase;  // the stamp's bytes: base object and address offset, as Platform reads
+        long sOff;
+        int fixed;  // the stamp's fixed part: the producer id's length byte is at fixed - 2
+        int pLen;
+        int rLen;
+        long seq;
+        Boolean checksumOk;
+        // the open run (owned copies)
+        UTF8String runTopic;
+        int runPartition;
+        long runOffset;
+        long count;
+        boolean runHasTimestamp;
+        long runTimestampMicros;
+        String runError;
+        byte[] runStamp;
+        int runFixed;
+        int runPLen;
+        int runRLen;
+        long runSeq;
+        Boolean runChecksumOk;
+
+        // with a stamp key: its HMAC, and the record's kaudit-mac headers (count, last view)
+        final Mac mac;
+        final byte[] macOut = new byte[32];
+        final byte[] stampCopy = new byte[FIXED_XXH64 + 2 * MAX_ID];
+        int nMacs;
+        Object mBase;  // null: a kaudit-mac header with a null value
+        long mOff;
+        int mLen;
+
+        Folder(int[] idx, byte[] key) {
+            this.idx = idx;
+            if (key == null) {
+                mac = null;
+                return;
+            }
+            try {
+                mac = Mac.getInstance("HmacSHA256");
+                mac.init(new SecretKeySpec(key, "HmacSHA256"));
+            } catch (java.security.GeneralSecurityException e) {
+                throw new IllegalStateException("HmacSHA256: " + e, e);
+            }
+        }
+
+        /** A kaudit-mac header: counted, its value's view kept (mBase null: a null value). */
+        void seeMac(InternalRow h) {
+            nMacs++;
+            if (h.isNullAt(1)) {
+                mBase = null;
+                return;
+            }
+            if (h instanceof UnsafeRow u) {
+                long offsetAndSize = u.getLong(1);
+                mBase = u.getBaseObject();
+                mOff = u.getBaseOffset() + (offsetAndSize >> 32);
+                mLen = (int) offsetAndSize;
+            } else {
+                byte[] b = h.getBinary(1);
+                mBase = b;
+                mOff = Platform.BYTE_ARRAY_OFFSET;
+                mLen = b.length;
+            }
+        }
+
+        /** Whether the record's one kaudit-mac header holds the MAC of its {@code n}-byte stamp
+         *  (sBase/sOff). */
+        boolean macOk(int n) {
+            if (nMacs != 1 || mBase == null || mLen != MAC_LENGTH) {
+                return false;
+            }
+            Platform.copyMemory(sBase, sOff, stampCopy, Platform.BYTE_ARRAY_OFFSET, n);
+            mac.update(stampCopy, 0, n);
+            try {
+                mac.doFinal(macOut, 0);
+            } catch (ShortBufferException e) {
+                throw new IllegalStateException(e);
+            }
+            int diff = 0;
+            for (int i = 0; i < MAC_LENGTH; i++) {
+                diff |= macOut[i] ^ Platform.getByte(mBase, mOff + i);
+            }
+            return diff == 0;
+        }
+
+        int u8(long at) {
+            return Platform.getByte(sBase, sOff + at) & 0xff;
+        }
+
+        /** Big-endian, as the stamp is laid out (Platform reads native order). */
+        long u64(long at) {
+            long v = Platform.getLong(sBase, sOff + at);
+            return BIG_ENDIAN ? v : Long.reverseBytes(v);
+        }
+
+        long u32(long at) {
+            int v = Platform.getInt(sBase, sOff + at);
+            return (BIG_ENDIAN ? v : Integer.reverseBytes(v)) & 0xffffffffL;
+        }
+
+        /** Point sBase/sOff at binary field {@code field} of {@code row}; its length. */
+        int view(InternalRow row, int field) {
+            if (row instanceof UnsafeRow u) {
+                long offsetAndSize = u.getLong(field);
+                sBase = u.getBaseObject();
+                sOff = u.getBaseOffset() + (offsetAndSize >> 32);
+                return (int) offsetAndSize;
+            }
+            byte[] b = row.getBinary(field);
+            sBase = b;
+            sOff = Platform.BYTE_ARRAY_OFFSET;
+            return b.length;
+        }
+
+        // reused views into the source row's headers (UnsafeRows: no objects per record)
+        final UnsafeArrayData headerArray = new UnsafeArrayData();
+        final UnsafeRow header = new UnsafeRow(2);
+
+        static final int NONE = -1;  // findStamp: no kaudit header
+        static final int BAD = -2;  // findStamp: two or more, or one with a null value
+
+        /**
+         * The one {@code kaudit} header's value: sBase/sOff point at it; its length, or
+         * {@link #NONE} or {@link #BAD}. Every header is looked at: a second one is malformed.
+         */
+        int findStamp(InternalRow row, int field) {
+            int found = NONE;
+            if (!(row instanceof UnsafeRow u)) {
+                ArrayData headers = row.getArray(field);
+                for (int i = 0; i < headers.numElements(); i++) {
+                    if (headers.isNullAt(i)) {
+                        continue;
+                    }
+                    InternalRow h = headers.getStruct(i, 2);
+                    if (!h.isNullAt(0) && HEADER_KEY.equals(h.getUTF8String(0))) {
+                        if (found != NONE || h.isNullAt(1)) {
+                            return BAD;
+                        }
+                        found = view(h, 1);
+                    } else if (mac != null && !h.isNullAt(0)
+                               && MAC_KEY.equals(h.getUTF8String(0))) {
+                        seeMac(h);
+                    }
+                }
+                return found;
+            }
+            long at = u.getLong(field);
+            headerArray.pointTo(u.getBaseObject(), u.getBaseOffset() + (at >> 32), (int) at);
+            for (int i = 0; i < headerArray.numElements(); i++) {
+                if (headerArray.isNullAt(i)) {
+                    continue;
+                }
+                long h = headerArray.getLong(i);  // a struct element: its offset and size
+                header.pointTo(headerArray.getBaseObject(),
+                               headerArray.getBaseOffset() + (h >> 32), (int) h);
+                if (!header.isNullAt(0) && isKey(header, HEADER_BYTES)) {
+                    if (found != NONE || header.isNullAt(1)) {
+                        return BAD;
+                    }
+                    found = view(header, 1);  // sBase/sOff stay on it: views are not reused
+                } else if (mac != null && !header.isNullAt(0) && isKey(header, MAC_HEADER_BYTES)) {
+                    seeMac(header);  // its view is into the row: still valid when checked
+                }
+            }
+            return found;
+        }
+
+        // strict UTF-8 (as Python's and Spark's): malformed input is reported, not replaced
+        final CharsetDecoder utf8 = StandardCharsets.UTF_8.newDecoder()
+                .onMalformedInput(CodingErrorAction.REPORT)
+                .onUnmappableCharacter(CodingErrorAction.REPORT);
+        final byte[] idBytes = new byte[MAX_ID];
+        final ByteBuffer idIn = ByteBuffer.wrap(idBytes);
+        final CharBuffer idOut = CharBuffer.allocate(MAX_ID);  // n bytes decode to <= n chars
+
+        /** Whether the {@code len} stamp bytes at {@code at} are UTF-8 (copied, not allocated). */
+        boolean isUtf8(long at, int len) {
+            Platform.copyMemory(sBase, sOff + at, idBytes, Platform.BYTE_ARRAY_OFFSET, len);
+            idIn.clear().limit(len);
+            idOut.clear();
+            utf8.reset();
+            return utf8.decode(idIn, idOut, true).isUnderflow() && utf8.flush(idOut).isUnderflow();
+        }
+
+        /** Whether the stamp's ids (both lengths and bytes) are the open run's (of any
+         *  version: the SQL definition groups by the ids, not by the layout). */
+        boolean sameIdsAsRun(int fix, int p, int r) {
+            return runStamp != null && p == runPLen && r == runRLen
+                    && ByteArrayMethods.arrayEquals(sBase, sOff + fix - 2, runStamp,
+                                                    Platform.BYTE_ARRAY_OFFSET + runFixed - 2,
+                                                    1 + p + r);
+        }
+
+        /** Whether string field 0 of {@code h} is {@code key}, compared where it lies. */
+        static boolean isKey(UnsafeRow h, byte[] key) {
+            long at = h.getLong(0);
+            return (int) at == key.length && ByteArrayMethods.arrayEquals(
+                    h.getBaseObject(), h.getBaseOffset() + (at >> 32), key,
+                    Platform.BYTE_ARRAY_OFFSET, key.length);
+        }
+
+        /** Whether the row's topic is {@code topic}, compared where the row holds it. */
+        boolean sameTopic(InternalRow row, int field) {
+            if (!(row instanceof UnsafeRow u)) {
+                return topic.equals(row.getUTF8String(field));
+            }
+            long at = u.getLong(field);
+            return (int) at == topic.numBytes() && ByteArrayMethods.arrayEquals(
+                    u.getBaseObject(), u.getBaseOffset() + (at >> 32), topic.getBaseObject(),
+                    topic.getBaseOffset(), topic.numBytes());
+        }
+
+        void parse(InternalRow row) {
+            if (topic == null || !sameTopic(row, idx[0])) {
+                topic = row.getUTF8String(idx[0]).clone();
+            }
+            partition = row.getInt(idx[1]);
+            offset = row.getLong(idx[2]);
+            hasTimestamp = !row.isNullAt(idx[3]);
+            timestampMicros = hasTimestamp ? row.getLong(idx[3]) : 0L;
+            error = null;
+            sBase = null;
+            checksumOk = null;
+            idsOfRun = false;
+            nMacs = 0;
+            int n = row.isNullAt(idx[5]) ? Folder.NONE : findStamp(row, idx[5]);
+            if (n == Folder.NONE) {
+                sBase = null;
+                error = NO_HEADER;
+                return;
+            }
+            // BAD (two kaudit headers, or a null value) and empty values are malformed
+            int v = n > 0 ? u8(0) : 0;
+            int fix = v == VERSION_XXH64 ? FIXED_XXH64 : FIXED_CRC32;
+            int p = n >= fix ? u8(fix - 2) : 0;
+            int r = n >= fix + p && p > 0 ? u8(fix - 1 + p) : 0;
+            if (n < fix || (v != VERSION_CRC32 && v != VERSION_XXH64) || p == 0 || r == 0
+                    || n != fix + p + r || u64(1) < 0) {
+                sBase = null;
+                error = MALFORMED;
+                return;
+            }
+            // ids equal to the open run's were checked when it opened: only new ones are decoded
+            idsOfRun = sameIdsAsRun(fix, p, r);
+            if (!idsOfRun && !(isUtf8(fix - 1, p) && isUtf8(fix + p, r))) {
+                sBase = null;
+                error = MALFORMED;
+                return;
+            }
+            if (mac != null && !macOk(n)) {  // no producer's: it confirms no write
+                sBase = null;
+                error = FORGED;
+                return;
+            }
+            fixed = fix;
+            pLen = p;
+            rLen = r;
+            seq = u64(1);
+            if (v == VERSION_XXH64) {
+                checksumOk = xxh64(row, idx[4]) == u64(9);
+            } else {
+                crc.reset();
+                updateCrc(row, idx[4]);
+                checksumOk = crc.getValue() == u32(9);
+            }
+        }
+
+        /** XXH64 (seed 42) of a binary field, read where the row holds it; a null value
+         *  counts as empty bytes. Leaves sBase/sOff on the stamp. */
+        long xxh64(InternalRow row, int field) {
+            if (row.isNullAt(field)) {
+                return XXH64.hashUnsafeBytes(EMPTY, Platform.BYTE_ARRAY_OFFSET, 0, XXH64_SEED);
+            }
+            if (row instanceof UnsafeRow u) {
+                long offsetAndSize = u.getLong(field);
+                return XXH64.hashUnsafeBytes(u.getBaseObject(),
+                                             u.getBaseOffset() + (offsetAndSize >> 32),
+                                             (int) offsetAndSize, XXH64_SEED);
+            }
+            byte[] b = row.getBinary(field);
+            return XXH64.hashUnsafeBytes(b, Platform.BYTE_ARRAY_OFFSET, b.length, XXH64_SEED);
+        }
+
+        static final byte[] EMPTY = new byte[0];
+
+        /** CRC32 of a binary field, read where an UnsafeRow holds it (no copy). */
+        void updateCrc(InternalRow row, int field) {
+            if (row.isNullAt(field)) {
+                return;
+            }
+            if (row instanceof UnsafeRow u && u.getBaseObject() instanceof byte[] base) {
+                long offsetAndSize = u.getLong(field);
+                long at = u.getBaseOffset() + (offsetAndSize >> 32) - Platform.BYTE_ARRAY_OFFSET;
+                crc.update(base, (int) at, (int) offsetAndSize);
+            } else {
+                crc.update(row.getBinary(field));
+            }
+        }
+
+        boolean extendsRun() {
+            if (runTopic == null || partition != runPartition || offset != runOffset + count
+                    || (sBase == null) != (runStamp == null)
+                    || (runTopic != topic && !runTopic.equals(topic))) {
+                return false;
+            }
+            if (sBase == null) {
+                return error.equals(runError);
+            }
+            return idsOfRun && seq == runSeq + count
+                    && java.util.Objects.equals(checksumOk, runChecksumOk);
+        }
+
+        void open() {
+            runTopic = topic;  // an owned copy already
+            runPartition = partition;
+            runOffset = offset;
+            count = 1;
+            runHasTimestamp = hasTimestamp;
+            runTimestampMicros = timestampMicros;
+            runError = error;
+            runStamp = null;
+            if (sBase != null) {
+                runStamp = new byte[fixed + pLen + rLen];
+                Platform.copyMemory(sBase, sOff, runStamp, Platform.BYTE_ARRAY_OFFSET,
+                                   runStamp.length);
+            }
+            runFixed = fixed;
+            runPLen = pLen;
+            runRLen = rLen;
+            runSeq = seq;
+            runChecksumOk = checksumOk;
+        }
+
+        Row close(Timestamp readTime, long batchId) {
+            boolean stamped = runStamp != null;
+            return RowFactory.create(runTopic.toString(), runPartition, runOffset, count,
+                    runHasTimestamp ? micros(runTimestampMicros) : null, stamped, runError,
+                    stamped ? new String(runStamp, runFixed - 1, runPLen, StandardCharsets.UTF_8)
+                            : null,
+                    stamped ? new String(runStamp, runFixed + runPLen, runRLen,
+                                         StandardCharsets.UTF_8) : null,
+                    stamped ? runSeq : null, runChecksumOk, readTime, batchId, "stream",
+                    "record", null);
+        }
+    }
+
+    static Iterator<Row> fold(Iterator<InternalRow> it, int[] idx, long batchId,
+                              long readTimeMicros, byte[] key) {
+        List<Row> out = new ArrayList<>();
+        Timestamp readTime = micros(readTimeMicros);
+        Folder f = new Folder(idx, key);
+        while (it.hasNext()) {
+            f.parse(it.next());
+            if (f.extendsRun()) {
+                f.count++;
+                continue;
+            }
+            if (f.runTopic != null) {
+                out.add(f.close(readTime, batchId));
+            }
+            f.open();
+        }
+        if (f.runTopic != null) {
+            out.add(f.close(readTime, batchId));
+        }
+        return out.iterator();
+    }
+
+    static Timestamp micros(long us) {
+        Timestamp t = new Timestamp(Math.floorDiv(us, 1000L));
+        t.setNanos((int) Math.floorMod(us, 1_000_000L) * 1000);
+        return t;
+    }
+}

@@ -1,0 +1,399 @@
+"""Consume job: what is really in the audited topics, into the ``consumed`` table.
+
+* source: Spark Kafka source, reaching the cluster through the connection
+  profile, ``subscribePattern`` (default: the audited topics, :func:`audited_pattern`:
+  the profile's include/exclude patterns, or else the topics the instrumented
+  producers wrote to, from the ack ledger; never a topic starting with ``_``
+  unless included by name), ``startingOffsets=earliest``,
+  ``includeHeaders=true``, ``failOnDataLoss=false`` (truncated offsets are what we
+  audit, not an error);
+* sink: ``<warehouse>/consumed`` (Delta), one row per run of records
+  (:func:`~kafka_audit.jobs.consume.transforms.fold_read_runs`: one pass per task on the
+  JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch``
+  (:func:`~kafka_audit.jobs.sink.write_delta`: from the driver with delta-rs when
+  the batch's runs are few, as they are for batched producers); each commit names
+  its query and batch in Delta's ``userMetadata``;
+* exactly once: Spark re-runs a micro-batch only when the process died after its
+  sink ran and before the checkpoint recorded it, so only the first batch a run
+  executes can be a replay. That one is skipped if the table's history already holds
+  this query's commit of it. (Delta's own idempotent append, ``txnAppId``, rebuilds the
+  table state for every commit: 0.4-0.5 s a micro-batch here, measured);
+* checkpoint: ``<home>/checkpoints/consume``;
+* trigger: ``processingTime`` every ``spark.consume_trigger_seconds``, or
+  ``availableNow`` with ``--once`` (read to the current end, then stop);
+* outages: :func:`run_consume` restarts a query that stopped on an error (every
+  broker unreachable for longer than the Kafka source retries) with a capped
+  doubling wait, logged once when it starts failing and once when it reads
+  again; ``<home>/status/consume.json`` holds the last progress and the offset of
+  each partition its last micro-batch committed (health measures the lag with them
+  against the log ends the watcher samples: :func:`kafka_audit.status.consume_lag`;
+  Spark's own figure, the latest offsets it knew when it planned the last batch, says
+  0 for as long as the next batch runs, however far behind it is);
+* stop: the query is stopped between micro-batches when it can be (a batch running
+  then is interrupted, and re-run at the next start: the checkpoint has not recorded
+  it); the interruption's errors are expected then, and said in one line.
+
+Command: ``kafka-audit consume [--once] [--topics PATTERN]``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Callable
+
+from kafka_audit.jobs.consume.transforms import fold_read_runs
+from kafka_audit.jobs.sink import write_delta
+from kafka_audit.profile import spark_kafka_options
+from kafka_audit.settings import Settings
+from kafka_audit.store import check_table, commit_metadata
+
+__all__ = ["start_consume", "run_consume", "consume_app_id", "last_batch_written",
+           "stop_quietly", "QUERY_NAME", "DEFAULT_PATTERN"]
+
+log = logging.getLogger(__name__)
+
+QUERY_NAME = "kafka_audit_consume"
+#: every topic whose name does not start with "_" (internal and the auditor's own topics).
+#: Anchored: Spark finds a subscribe pattern anywhere in a name, so "[^_].*" alone
+#: matched "_kafka_audit_probe" from its second character
+DEFAULT_PATTERN = "^[^_].*$"
+
+
+class LedgerTopics:
+    """The topics the ack ledger holds, kept from one look to the next: a look reads the
+    topic column of the files appended since the last one, not the whole ledger (the
+    consume job looks every ``spark.topic_refresh_seconds``, and a day's ledger at 5,000
+    msg/s is millions of rows). ``files_read`` and ``full_reads`` count the two kinds of
+    read (for tests)."""
+
+    def __init__(self, path: str) -> None:
+        self.path, self.version, self.topics = path, -1, set()
+        self.files_read = self.full_reads = 0
+
+    def read(self) -> set[str]:
+        from kafka_audit.store import (
+            files_added_since,
+            latest_version,
+            read_file,
+            read_table,
+            table_exists,
+        )
+
+        if not table_exists(self.path) or latest_version(self.path, self.version) == \
+                self.version:
+            return self.topics
+        try:
+            version, files, _ = files_added_since(self.path, self.version)
+            for f in files:  # topics are never removed: what was seen stays
+                self.topics.update(read_file(f, columns=["topic"]).column("topic")
+                                   .unique().to_pylist())
+            self.files_read += len(files)
+        except Exception as exc:  # noqa: BLE001 - a file vacuumed meanwhile: read it all
+            log.info("ledger topics read whole (%s)", exc)
+            version = latest_version(self.path)
+            ledger = read_table(self.path, "acks", columns=["topic"], version=version)
+            self.topics = set(ledger.column("topic").unique().to_pylist())
+            self.full_reads += 1
+        self.version = version
+        return self.topics
+
+
+def audited_pattern(settings: Settings, ledger: LedgerTopics | None = None) -> str:
+    """The subscribe pattern of the audited topics: the profile's ``topics.include``
+    patterns less its ``exclude`` ones, or, with no ``include``, the topics the ack ledger
+    holds (a pattern naming each; it grows as producers write to new topics), as
+    ``ledger`` has seen them (a fresh read without). Topics starting with ``_`` are
+    audited only when an include pattern names them."""
+    from kafka_audit.profile import audited, topic_pattern
+
+    sel = settings.profile.topics
+    if sel.include:
+        inc = "|".join(f"(?:{p})" for p in sel.include)
+        exc = "|".join(f"(?:{p})" for p in sel.exclude)
+        return f"^(?!(?:{exc})$)(?:{inc})$" if exc else f"^(?:{inc})$"
+    ledger = ledger or LedgerTopics(settings.table_path("acks"))
+    return topic_pattern(audited(sel, sorted(ledger.read())))
+
+
+def consume_app_id(settings: Settings) -> str:
+    """The consume query's name in the commits it writes (one per checkpoint)."""
+    return f"{QUERY_NAME}:{settings.checkpoints / 'consume'}"
+
+
+def _marker(app_id: str, batch_id: int) -> str:
+    return json.dumps({"app": app_id, "batch": batch_id})
+
+
+def last_batch_written(table: str, app_id: str) -> int | None:
+    """The last micro-batch of query ``app_id`` committed to ``table`` (newest commit first;
+    None if it never wrote one)."""
+    for meta in commit_metadata(table):
+        try:
+            mark = json.loads(meta or "null")
+        except ValueError:
+            continue
+        if isinstance(mark, dict) and mark.get("app") == app_id:
+            return int(mark["batch"])
+    return None
+
+
+def start_consume(spark, settings: Settings, pattern: str | None = None, once: bool = False,
+                  on_commit: Callable[[], None] | None = None,
+                  halting: threading.Event | None = None):
+    """Start the consume query on ``pattern`` (default: :func:`audited_pattern`); return the
+    StreamingQuery. ``on_commit`` is called after each micro-batch committed to the table
+    (``kafka-audit run`` wakes the audit loop with it). ``halting`` is set before the query
+    is stopped: a micro-batch the stop interrupts then fails with a short
+    :class:`BatchInterrupted`, which Spark takes for the interruption it is."""
+    from kafka_audit.stamp_key import stamp_mac
+
+    _quiet_expected_interruptions()
+    pattern = pattern or audited_pattern(settings)
+    table = settings.table_path("consumed")
+    check_table(table, "consumed")
+    app_id = consume_app_id(settings)
+    mac = stamp_mac(settings)  # the stamp key, read once a query: a stamp without its MAC
+    # is forged (None: no key)
+    first = [True]
+
+    def write_batch(batch_df, batch_id: int) -> None:
+        if first[0]:
+            first[0] = False
+            done = last_batch_written(table, app_id)
+            if done is not None and done >= batch_id:
+                log.warning("consume batch %d was written before a restart: not again",
+                            batch_id)
+                return
+        try:
+            write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed",
+                        settings.spark.driver_rows, user_metadata=_marker(app_id, batch_id))
+        except Exception as exc:
+            if halting is None or not halting.is_set():
+                raise
+            raise BatchInterrupted(_first_lines(exc)) from None
+        if on_commit is not None:
+            on_commit()
+
+    source = (
+        spark.readStream.format("kafka")
+        # a request to a broker that is up but not serving yet (restarting after a crash)
+        # waits out request.timeout.ms (30 s by default) before the client asks another: the
+        # whole micro-batch with it, and every loss of that fault for as long. The profile's
+        # java properties (below) override these
+        .option("kafka.request.timeout.ms", "2000")
+        # the driver asks each micro-batch's end offsets with an admin client whose call,
+        # once its partition's leader is SIGKILLed, keeps trying that dead node until this
+        # timeout, however soon a new leader is elected: with 15 s here every leader kill
+        # stalled the stream (and delayed its losses) 15 s (bench/latency.py), with 5 s a
+        # kill of the leader that was also the active controller (elected 7-9 s later)
+        # waited out two calls: its first read came 11-13 s after the kill. A call that
+        # fails is made again half a second later (fetchOffset.retryIntervalMs) by a new
+        # admin client, with fresh metadata, up to fetchOffset.numRetries times (20: about
+        # 50 s) before the query fails (and is restarted). On the executors the same
+        # timeout bounds a consumer's wait for a partition's position; a task that fails on
+        # it is tried again (spark.local_task_attempts), not the whole micro-batch
+        .option("kafka.default.api.timeout.ms", "2000")
+        .option("fetchOffset.numRetries", "20")
+        .option("fetchOffset.retryIntervalMs", "500")
+        .options(**spark_kafka_options(settings.profile, settings.cluster.bootstrap))
+        .option("subscribePattern", pattern)
+        .option("startingOffsets", "earliest")
+        .option("includeHeaders", "true")
+        .option("failOnDataLoss", "false")
+        .option("maxOffsetsPerTrigger", settings.spark.max_offsets_per_trigger)
+        # find new topics and partitions quickly
+        .option("kafka.metadata.max.age.ms", "2000")
+        .load()
+    )
+    writer = (source.writeStream.queryName(QUERY_NAME).foreachBatch(write_batch)
+              .option("checkpointLocation", str(settings.checkpoints / "consume")))
+    if once:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{settings.spark.consume_trigger_seconds} seconds")
+    return writer.start()
+
+
+def run_consume(spark, settings: Settings, pattern: str | None = None, once: bool = False,
+                stop: threading.Event | None = None,
+                on_commit: Callable[[], None] | None = None) -> None:
+    """Run the consume query until ``stop`` (or, with ``once``, until it has read to the
+    end), restarting it after an error; its progress goes to the status file. Without a
+    ``pattern``, the audited topics are looked up every ``spark.topic_refresh_seconds``:
+    when they change (a producer wrote to a new topic), the query restarts on the new
+    pattern from its checkpoint (the new topic's partitions start at their beginning).
+    ``on_commit``: see :func:`start_consume`."""
+    import time
+
+    from kafka_audit.stamp_key import stamp_mac
+    from kafka_audit.status import Outage, StatusWriter
+
+    stamp_mac(settings)  # a stamp key file that is no key: an error now, not an outage
+    stop = stop or threading.Event()
+    restarts = 0  # queries started again after an error, shown in the status file
+    outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
+                    settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
+    ledger = LedgerTopics(settings.table_path("acks"))
+    while not stop.is_set():
+        query = None
+        try:
+            current = pattern or audited_pattern(settings, ledger)
+            halting = threading.Event()  # set before this query is stopped
+            query = start_consume(spark, settings, current, once=once, on_commit=on_commit,
+                                  halting=halting)
+            seen, looked = None, time.monotonic()
+            while not stop.is_set():
+                done = query.awaitTermination(2)  # raises the query's error, if it failed
+                progress = query.lastProgress
+                if progress is not None and progress["timestamp"] != seen:
+                    seen = progress["timestamp"]
+                    outage.succeeded(restarts=restarts, **_progress_detail(progress))
+                if done:
+                    if once:
+                        return  # read to the end
+                    raise RuntimeError("the consume query stopped")  # restarted below
+                if pattern is None and time.monotonic() - looked > \
+                        settings.spark.topic_refresh_seconds:
+                    looked = time.monotonic()
+                    if audited_pattern(settings, ledger) != current:
+                        log.warning("consume: the audited topics changed; restarting on them")
+                        halting.set()
+                        query.stop()
+                        break
+            else:
+                stop_quietly(spark, query, halting)
+                return
+        except Exception as exc:  # noqa: BLE001 - restarted after a wait, never dies of it
+            if once:
+                raise
+            if query is not None:
+                halting.set()
+                try:
+                    query.stop()
+                except Exception:  # noqa: BLE001 - it is being replaced anyway
+                    pass
+            stop.wait(outage.failed(exc))
+            restarts += 1
+
+
+class BatchInterrupted(Exception):  # noqa: N818 - named for what happened, not "Error"
+    """Raised when a micro-batch is interrupted by the query's stop: short, so that the JVM
+    reads it. Spark takes a batch function's failure for an interruption when its text
+    holds py4j's ``Py4JJavaError: An error occurred while calling ...`` and an
+    ``InterruptedException`` after it; it matches that with a regular expression whose
+    recursion overflowed the stream thread's stack on the whole error (a thousand lines
+    of Java stack: ``StackOverflowError`` printed to stderr at every stop that
+    interrupted a batch). This one carries the error's first two lines."""
+
+
+def _first_lines(exc: BaseException) -> str:
+    """``exc`` as a traceback would end: its class and the first two lines of its text
+    (a Py4JJavaError's: the call, then the Java exception's class and message)."""
+    from py4j.protocol import Py4JJavaError
+
+    name = "py4j.protocol.Py4JJavaError" if isinstance(exc, Py4JJavaError) else \
+        f"{type(exc).__module__}.{type(exc).__name__}"
+    try:
+        text = str(exc)  # a Py4JJavaError asks the JVM for the Java exception's text
+    except Exception:  # noqa: BLE001 - the JVM may not answer any more
+        text = ""
+    return f"{name}: " + "\n".join(text.splitlines()[:2])[:500]
+
+
+class _ExpectedInterruption(logging.Filter):
+    """py4j logs, with its stack, every exception a Python function called by the JVM
+    raises: not a :class:`BatchInterrupted`, which is expected."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        exc = record.exc_info[1] if record.exc_info else None
+        return not isinstance(exc, BatchInterrupted)
+
+
+def _quiet_expected_interruptions() -> None:
+    py4j = logging.getLogger("py4j.clientserver")
+    if not any(isinstance(f, _ExpectedInterruption) for f in py4j.filters):
+        py4j.addFilter(_ExpectedInterruption())
+
+
+#: where the JVM logs a query that ended with an error (Spark 4.1 moved the classes to
+#: ``.runtime``; the prefix holds both)
+_STREAMING_LOGGER = "org.apache.spark.sql.execution.streaming"
+
+
+def stop_quietly(spark, query, halting: threading.Event | None = None) -> None:
+    """Stop ``query`` for good (the service or the command is stopping), in one log line.
+
+    Between micro-batches the stop is clean. A micro-batch running then is interrupted: its
+    checkpoint has not recorded it, so the next start reads it again (and skips its
+    write if that was committed: :func:`start_consume`). Its errors are expected, and
+    were printed as a thousand lines of Java and Python stack: the batch fails with a
+    short :class:`BatchInterrupted` (``halting`` set) that py4j does not log, the JVM's
+    log of a query ending with an error is silenced from here on, and this one line says
+    what happened."""
+    if halting is not None:
+        halting.set()
+    try:
+        jvm = spark.sparkContext._jvm
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            _STREAMING_LOGGER, jvm.org.apache.logging.log4j.Level.OFF)
+    except Exception as exc:  # noqa: BLE001 - a JVM without log4j 2: its lines stay
+        log.debug("cannot silence the streaming log: %s", exc)
+    batch = None
+    try:
+        progress = query.lastProgress
+        batch = None if progress is None else progress["batchId"] + 1
+        running = bool(query.status["isTriggerActive"])
+        query.stop()
+        interrupted = running or query.exception() is not None
+    except Exception as exc:  # noqa: BLE001 - stopping anyway: the JVM may be going
+        interrupted = True
+        log.debug("consume query stop: %s", exc)
+    if interrupted:
+        log.info("consume: stopped; micro-batch %s was interrupted and is read again at the "
+                 "next start", "?" if batch is None else batch)
+    else:
+        log.info("consume: stopped between micro-batches")
+
+
+def _progress_detail(progress) -> dict:
+    """Batch, time and the offsets committed (the batch's end, ``{topic: {partition:
+    offset}}``) of a progress.
+
+    Read from the progress's own JSON: pyspark 4's ``SourceProgress`` holds each offset
+    map as ``str(dict)``, Python's repr, which is not JSON (the lag computed from it here
+    before was 0 whatever the backlog: every parse failed and was skipped)."""
+    raw = progress
+    text = getattr(progress, "json", None)
+    if isinstance(text, str):
+        try:
+            raw = json.loads(text)
+        except ValueError:
+            pass
+    committed: dict[str, dict[str, int]] = {}
+    for source in raw["sources"] or []:
+        end = _offsets(source["endOffset"])
+        for topic, parts in end.items():
+            if isinstance(parts, dict):
+                committed.setdefault(str(topic), {}).update(
+                    {str(p): int(o) for p, o in parts.items()})
+    return {"batch": raw["batchId"], "progress_at": raw["timestamp"], "committed": committed}
+
+
+def _offsets(value) -> dict:
+    """A source's offsets as a map: given as one, as JSON, or as the repr of one."""
+    if isinstance(value, dict):
+        return value
+    if isinstance(value, str | bytes) and value:
+        try:
+            out = json.loads(value)
+        except ValueError:
+            import ast
+
+            try:
+                out = ast.literal_eval(value if isinstance(value, str) else value.decode())
+            except (ValueError, SyntaxError):
+                return {}
+        return out if isinstance(out, dict) else {}
+    return {}

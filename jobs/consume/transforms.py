@@ -1,0 +1,171 @@
+"""Spark column logic shared by the jobs: stamp parsing and read runs.
+
+Parses the ``kaudit`` header laid out in ``schemas/stamp.py``, by the stamp
+rule defined there, with SQL functions only (no Python UDF), so parsing runs
+in the JVM at source speed. A record without the header, or with a malformed
+one (or, with a stamp key, a forged one: no ``kaudit-mac`` that verifies), stays in
+the output with ``stamped = false`` and a ``stamp_error``: counted, never dropped.
+
+:func:`read_runs` then folds the records into runs (the range ledger's read
+side): consecutive offsets holding consecutive seqs of one producer run, or
+consecutive foreign records sharing one reason; any gap, change of producer,
+seq jump or bad checksum starts a new run.
+
+These two are the readable definition. The consume job runs
+:func:`fold_read_runs`, the same fold in one pass per task on the JVM
+(``jobs/consume/ReadRuns.java``): no per-record SQL expressions, no sort.
+``tests/cluster/test_read_runs.py`` holds the two equal on real records (stamped,
+foreign, malformed, bad checksums, gaps) and ``tests/spark/test_stamp_rule.py``
+holds both equal to ``schemas/stamp.py``'s rule on a corpus of stamps.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+
+from kafka_audit.schemas.stamp import (
+    FORGED,
+    HEADER,
+    MAC_HEADER,
+    MAC_LENGTH,
+    MALFORMED,
+    MIN_LENGTHS,
+    NO_STAMP,
+    VERSION,
+    VERSION_XXH64,
+    StampMac,
+)
+from kafka_audit.schemas.tables import column_names
+
+__all__ = ["parse_kafka_records", "read_runs", "fold_read_runs"]
+
+
+def _uint(binary: Column, pos: int | Column, length: int | Column) -> Column:
+    """Big-endian unsigned integer of ``length`` bytes at 1-based ``pos``."""
+    return F.conv(F.hex(F.substring(binary, pos, length)), 16, 10)
+
+
+def _mac_ok(s: Column, mac: StampMac) -> Column:
+    """Whether the record holds exactly one ``kaudit-mac`` header, the MAC of stamp ``s``:
+    HMAC-SHA256 as RFC 2104 defines it, two SHA-256 hashes behind the key's inner and outer
+    blocks, its first :data:`MAC_LENGTH` bytes."""
+    macs = F.filter("headers", lambda h: h["key"] == F.lit(MAC_HEADER))
+    given = F.try_element_at(macs, F.lit(1))["value"]
+    ipad, opad = (F.lit(bytearray(b)) for b in mac.blocks)
+    inner = F.unhex(F.sha2(F.concat(ipad, s), 256))
+    want = F.substring(F.unhex(F.sha2(F.concat(opad, inner), 256)), 1, MAC_LENGTH)
+    return F.coalesce((F.coalesce(F.size(macs), F.lit(0)) == 1) & (given == want),
+                      F.lit(False))
+
+
+def parse_kafka_records(df: DataFrame, batch_id: int, mac: StampMac | None = None
+                        ) -> DataFrame:
+    """Kafka source rows (with ``includeHeaders``) to rows of the ``consumed`` table.
+
+    The stamp rule of ``schemas/stamp.py``, check by check: no ``kaudit`` header is no
+    stamp; two or more, a null or empty value, a version other than 1 and 2, too short
+    for its version, an empty id, lengths that do not add up, an id that is not UTF-8 or
+    a seq of 2^63 or more is a malformed one; with the stamp key's ``mac``, a well-formed
+    stamp without its one MAC is a forged one. The checksum is CRC32 (``crc32``) for a
+    version 1 stamp and XXH64 with seed 42 (``xxhash64``, whose seed is 42) for version 2.
+    """
+    ours = F.filter("headers", lambda h: h["key"] == F.lit(HEADER))
+    # null headers (a record without any) leave a null array: no header of ours
+    n_stamps = F.coalesce(F.size(ours), F.lit(0))
+    # try_: a record with headers, none of them ours, leaves an empty array (ANSI would fail)
+    stamp = F.try_element_at(ours, F.lit(1))["value"]
+    with_stamp = df.withColumn("_n", n_stamps).withColumn("_s", stamp)
+    n, s = F.col("_n"), F.col("_s")
+    version = _uint(s, 1, 1).cast("int")
+    # the version's fixed part plus the two id lengths; the producer id's length byte is
+    # the one before it (1-based positions)
+    fixed = (F.when(version == VERSION_XXH64, F.lit(MIN_LENGTHS[VERSION_XXH64]))
+             .otherwise(F.lit(MIN_LENGTHS[VERSION])))
+    p_len = _uint(s, fixed - 1, 1).cast("int")
+    r_len_pos = fixed + p_len
+    r_len = F.when(F.length(s) >= r_len_pos, _uint(s, r_len_pos, 1).cast("int"))
+    producer = F.substring(s, fixed, p_len)
+    run = F.substring(s, fixed + 1 + p_len, r_len)
+    # a binary cast to string copies the bytes unchecked: validity is asked for explicitly
+    # (Spark's validation is strict UTF-8, as Python's and Java's REPORT decoders are)
+    well_formed = F.coalesce(
+        (n == 1)
+        & s.isNotNull()
+        & version.isin(VERSION, VERSION_XXH64)
+        & (F.length(s) >= fixed)
+        & (p_len > 0)
+        & r_len.isNotNull()
+        & (r_len > 0)
+        & (F.length(s) == fixed + p_len + r_len)
+        & F.is_valid_utf8(producer.cast("string"))
+        & F.is_valid_utf8(run.cast("string"))
+        & (_uint(s, 2, 1).cast("int") < 128),  # a seq past 2^63 - 1 fits no long column
+        F.lit(False))
+    error = (F.when(n <= 0, F.lit(NO_STAMP))
+             .when(~well_formed, F.lit(MALFORMED)))
+    stamped = well_formed
+    if mac is not None:  # a forged stamp is no producer's
+        mac_ok = _mac_ok(s, mac)
+        error = error.when(~mac_ok, F.lit(FORGED))
+        stamped = well_formed & mac_ok
+    value = F.coalesce(F.col("value"), F.lit(b"").cast("binary"))  # null counts as empty
+    crc_ok = F.crc32(value) == _uint(s, 10, 4).cast("long")
+    # hex of a long is its two's complement: the stamp's unsigned 64 bits, byte for byte
+    xxh64_ok = F.lpad(F.hex(F.xxhash64(value)), 16, "0") == F.hex(F.substring(s, 10, 8))
+    parsed = with_stamp.select(
+        F.col("topic"),
+        F.col("partition").cast("int").alias("partition"),
+        F.col("offset").cast("long").alias("offset"),
+        F.col("timestamp").alias("kafka_timestamp"),
+        stamped.alias("stamped"),
+        error.alias("stamp_error"),
+        F.when(stamped, producer.cast("string")).alias("producer_id"),
+        F.when(stamped, run.cast("string")).alias("run_id"),
+        F.when(stamped, _uint(s, 2, 8).cast("long")).alias("seq"),
+        F.when(stamped, F.when(version == VERSION_XXH64, xxh64_ok).otherwise(crc_ok))
+        .alias("checksum_ok"),
+        F.current_timestamp().alias("read_time"),
+        F.lit(batch_id).cast("long").alias("batch_id"),
+    )
+    return parsed
+
+
+def read_runs(records: DataFrame) -> DataFrame:
+    """Parsed records (:func:`parse_kafka_records`) to rows of the ``consumed`` table."""
+    from pyspark.sql.window import Window
+
+    keys = ["topic", "partition", "stamped", "stamp_error", "producer_id", "run_id",
+            "checksum_ok", "read_time", "batch_id"]
+    # along a run both offset - seq and offset - (row number) stay constant
+    diagonal = F.when(F.col("stamped"), F.col("offset") - F.col("seq")).otherwise(F.lit(0))
+    w = Window.partitionBy(*keys, "_diag").orderBy("offset")
+    runs = (records.withColumn("_diag", diagonal)
+            .withColumn("_island", F.col("offset") - F.row_number().over(w))
+            .groupBy(*keys, "_diag", "_island")
+            .agg(F.min("offset").alias("offset"), F.count(F.lit(1)).alias("count"),
+                 F.min("seq").alias("seq"),
+                 F.min_by("kafka_timestamp", "offset").alias("kafka_timestamp")))
+    return (runs.withColumn("source", F.lit("stream")).withColumn("status", F.lit("record"))
+            .withColumn("leader_epoch", F.lit(None).cast("int"))
+            .select(*column_names("consumed")))
+
+
+def fold_read_runs(kafka: DataFrame, batch_id: int, mac: StampMac | None = None
+                   ) -> DataFrame:
+    """Kafka source rows (with ``includeHeaders``) to ``consumed`` rows, on the JVM in one pass.
+
+    Same rows as ``read_runs(parse_kafka_records(kafka, batch_id, mac))`` but for runs that
+    a task edge splits in two; ``read_time`` is the time of this call. ``mac``: the stamp
+    key's (its key goes to the tasks: ``javax.crypto.Mac`` there).
+    """
+    from datetime import UTC, datetime
+
+    from kafka_audit.schemas.tables import spark_schema
+
+    spark = kafka.sparkSession
+    jschema = spark._jsparkSession.parseDataType(spark_schema("consumed").json())
+    micros = int(datetime.now(UTC).timestamp() * 1_000_000)
+    key = None if mac is None else bytearray(mac.key)
+    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(kafka._jdf, jschema, batch_id, micros, key)
+    return DataFrame(jdf, spark)

@@ -1,0 +1,325 @@
+"""The KRaft metadata log as the cluster's timeline: every change in the controller's
+order, at the controller's time (milliseconds; the records of one millisecond a
+microsecond apart, in the log's order), where the auditor runs beside the nodes.
+
+Kafka's controllers write every partition change, broker registration and fencing into
+``__cluster_metadata``; each node keeps a copy in its ``metadata.log.dir``. A small Java
+program (``jobs/watcher/MetadataTail.java``) tails those files read-only and decodes each
+record with Kafka's own metadata serde into one JSON line; :class:`MetadataFold` (pure:
+records in, event rows out) turns them into ``cluster_events`` rows with the source
+``kraft:metadata_log``:
+
+- ``PARTITION_RECORD`` / ``PARTITION_CHANGE_RECORD``: the same event kinds the polling
+  watcher derives (``jobs/watcher/watcher.py``, ``diff_partition``), from every change, none
+  missed however short; the leader epoch counted as Kafka counts it (one more each time
+  a change record names a leader);
+- ``REGISTER_BROKER_RECORD`` (a restarted broker registers fenced),
+  ``BROKER_REGISTRATION_CHANGE_RECORD``, ``FENCE_``/``UNFENCE_BROKER_RECORD``:
+  ``broker_fenced`` / ``broker_unfenced``;
+- ``CONFIG_RECORD`` of a topic's durability setting changed after its creation:
+  ``topic_config_change`` (name, value, the one before; the watcher then asks for the
+  effective settings at once);
+- the Raft ``LEADER_CHANGE`` control record: ``controller_change`` (the active
+  controller), which no client API tells (a KRaft broker answers DescribeCluster with a
+  random live broker as "controller").
+
+What it can miss: nothing in the log, but the log can be late. A node whose files are
+read may be down; the tail takes each offset from whichever node has it, and while no
+record is newer than ``watch.metadata_log_stale_seconds`` (the active controller writes
+a no-op every 500 ms) the watcher falls back to its polls for partition events. Records
+a controller wrote but the quorum never committed can be read from its own file before
+Raft truncates them (a controller failover at that instant).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kafka_audit.schemas.events import (
+    BROKER_FENCED,
+    BROKER_UNFENCED,
+    CONTROLLER_CHANGE,
+    TOPIC_CONFIG_CHANGE,
+)
+
+if TYPE_CHECKING:
+    from kafka_audit.jobs.watcher.watcher import PartitionView
+
+__all__ = ["MetadataFold", "MetadataTail", "metadata_dirs", "local_metadata_dirs",
+           "tail_command"]
+
+log = logging.getLogger(__name__)
+
+SOURCE = "kraft:metadata_log"
+#: a change record's leader when the leader does not change (Kafka's NO_LEADER_CHANGE)
+NO_LEADER_CHANGE = -2
+#: a CONFIG_RECORD's resourceType for a topic (ConfigResource.Type.TOPIC)
+TOPIC_RESOURCE = 2
+#: the topic settings the timeline follows (the watcher's topic_config rows hold them too)
+DURABILITY = ("min.insync.replicas", "unclean.leader.election.enable", "flush.messages",
+              "flush.ms", "cleanup.policy", "retention.ms")
+
+
+def metadata_dirs(paths: list[str]) -> list[Path]:
+    """The ``__cluster_metadata-0`` folders of ``paths`` (each that folder itself or a node's
+    ``metadata.log.dir`` holding it)."""
+    return [p if p.name.startswith("__cluster_metadata") else p / "__cluster_metadata-0"
+            for p in map(Path, paths)]
+
+
+def local_metadata_dirs(settings) -> list[Path]:
+    """The local cluster's nodes' metadata log folders that exist on this machine."""
+    root = settings.home_dir / "kafka"
+    return [d for d in metadata_dirs([str(root / f"node{n}" / "meta")
+                                      for n in range(1, settings.cluster.nodes + 1)])
+            if d.is_dir()]
+
+
+@dataclass
+class MetadataFold:
+    """The metadata log folded record by record (pure): topic names, partitions, brokers;
+    :meth:`apply` returns the ``cluster_events`` rows a record makes.
+
+    ``min_isr`` maps a topic to its ``min.insync.replicas`` where known (the watcher's);
+    ``excluded``: topics whose names start with it make no rows (internal topics);
+    ``quiet_until``: records up to this time only fold (a restarted watcher has written
+    their rows before)."""
+
+    min_isr: Mapping[str, int] = field(default_factory=dict)
+    excluded: str = "_"
+    quiet_until: datetime | None = None
+    topics: dict[str, str] = field(default_factory=dict)  # topic id -> name
+    #: (topic id, partition) -> its state, and its eligible leader replicas where kept
+    partitions: dict[tuple[str, int], PartitionView] = field(default_factory=dict)
+    elr: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
+    fenced: dict[int, bool] = field(default_factory=dict)
+    controller: int | None = None
+    #: a topic's own min.insync.replicas (its CONFIG_RECORD), before ``min_isr`` is asked
+    topic_min_isr: dict[str, int] = field(default_factory=dict)
+    #: each topic's durability settings of its own (CONFIG_RECORDs): name -> value
+    configs: dict[str, dict[str, str | None]] = field(default_factory=dict)
+    created: dict[str, int] = field(default_factory=dict)  # name -> its creation's ms
+    _last_ms: int = -1  # the last timed record's own time (ms) and the one it was given (us)
+    _last_us: int = -1
+
+    def apply(self, rec: dict) -> list[dict]:
+        kind, data = rec.get("type"), rec.get("data") or {}
+        at = self._time(rec.get("time", -1))
+        quiet = rec.get("snapshot") or at is None or (
+            self.quiet_until is not None and at <= self.quiet_until)
+        rows = self._apply(kind, data, at)
+        return [] if quiet else rows
+
+    def _time(self, ms: int) -> datetime | None:
+        """A record's time, its order kept: the controller stamps a whole batch with one
+        millisecond (all of a restart's fencings and elections, say), so a record in the
+        same or a later millisecond than the one before it but not after its time gets
+        one microsecond more. Rules order events by time alone, and a tie there loses the
+        log's order (which leader change came first). A clock that went back (another
+        controller's) keeps its own time. Deterministic: a replay gives the same times."""
+        if ms < 0:
+            return None
+        us = ms * 1000
+        if ms >= self._last_ms and us <= self._last_us:
+            us = self._last_us + 1
+        self._last_ms, self._last_us = ms, us
+        return datetime.fromtimestamp(us // 1_000_000, UTC).replace(microsecond=us % 1_000_000)
+
+    def _apply(self, kind, data: dict, at: datetime | None) -> list[dict]:
+        if kind == "TOPIC_RECORD":
+            self.topics[data["topicId"]] = data["name"]
+            self.created[data["name"]] = self._last_ms
+        elif kind == "REMOVE_TOPIC_RECORD":
+            tid = data["topicId"]
+            self.topics.pop(tid, None)
+            for key in [k for k in self.partitions if k[0] == tid]:
+                del self.partitions[key]
+                self.elr.pop(key, None)
+        elif kind == "PARTITION_RECORD":
+            from kafka_audit.jobs.watcher.watcher import PartitionView
+
+            new = PartitionView(data.get("leader", -1), tuple(sorted(data.get("isr") or ())),
+                                tuple(data.get("replicas") or ()), data.get("leaderEpoch", 0))
+            return self._partition(data["topicId"], data["partitionId"], new, data, at)
+        elif kind == "PARTITION_CHANGE_RECORD":
+            key = (data["topicId"], data["partitionId"])
+            old = self.partitions.get(key)
+            if old is None:
+                return []  # a change to a partition this fold never saw created
+            changes: dict = {}
+            if data.get("isr") is not None:
+                changes["isr"] = tuple(sorted(data["isr"]))
+            if data.get("replicas") is not None:
+                changes["replicas"] = tuple(data["replicas"])
+            if data.get("leader", NO_LEADER_CHANGE) != NO_LEADER_CHANGE:
+                changes["leader"], changes["epoch"] = data["leader"], old.epoch + 1  # type: ignore[operator]
+            return self._partition(*key, replace(old, **changes), data, at)
+        elif kind in ("REGISTER_BROKER_RECORD", "BROKER_REGISTRATION_CHANGE_RECORD",
+                      "FENCE_BROKER_RECORD", "UNFENCE_BROKER_RECORD",
+                      "UNREGISTER_BROKER_RECORD"):
+            return self._broker(kind, data, at)
+        elif kind == "CONFIG_RECORD" and data.get("resourceType") == TOPIC_RESOURCE \
+                and data.get("name") in DURABILITY:
+            return self._config(data["resourceName"], data["name"], data.get("value"), at)
+        elif kind == "LEADER_CHANGE":
+            leader = data.get("leaderId", -1)
+            if leader >= 0 and leader != self.controller:
+                before, self.controller = self.controller, leader
+                return [self._row(at, "", -1, CONTROLLER_CHANGE,
+                                  detail={"controller": leader, "previous": before})]
+        return []
+
+    def _partition(self, tid: str, pid: int, new: PartitionView, data: dict,
+                   at: datetime | None) -> list[dict]:
+        """``new`` in place of what the partition was; its rows (those of ``diff_partition``,
+        the polls' own rules)."""
+        from kafka_audit.jobs.watcher.watcher import diff_partition
+
+        key = (tid, pid)
+        old = self.partitions.get(key)
+        self.partitions[key] = new
+        if data.get("eligibleLeaderReplicas") is not None:
+            self.elr[key] = tuple(data["eligibleLeaderReplicas"])
+        topic = self.topics.get(tid)
+        if topic is None or topic.startswith(self.excluded):
+            return []
+        kinds = diff_partition(old, new, self.topic_min_isr.get(topic, self.min_isr.get(topic)))
+        elr = self.elr.get(key)
+        detail = {"eligible_leader_replicas": list(elr)} if elr else None
+        return [self._row(at, topic, pid, k, leader=new.leader,
+                          previous_leader=old.leader if old else None,
+                          isr=list(new.isr), previous_isr=list(old.isr) if old else None,
+                          replicas=list(new.replicas),
+                          leader_epoch=new.epoch if new.leader >= 0 else None, detail=detail)
+                for k in kinds]
+
+    def _config(self, topic: str, name: str, value: str | None, at: datetime | None
+                ) -> list[dict]:
+        """A topic's durability setting set or removed (None: back to the cluster's default):
+        a ``topic_config_change`` row with the name, the value and the one before (the
+        polls' ``topic_config`` rows hold the effective values, defaults included)."""
+        if name == "min.insync.replicas":
+            try:
+                self.topic_min_isr[topic] = int(value)  # type: ignore[arg-type]
+            except (TypeError, ValueError):  # removed (null): the cluster's default again
+                self.topic_min_isr.pop(topic, None)
+        before = self.configs.setdefault(topic, {}).get(name)
+        self.configs[topic][name] = value
+        if before == value or topic.startswith(self.excluded) or (
+                before is None and self._last_ms == self.created.get(topic)):
+            return []  # unchanged, internal, or set with the topic (in its creation's batch)
+        return [self._row(at, topic, -1, TOPIC_CONFIG_CHANGE,
+                          detail={"name": name, "value": value, "previous": before})]
+
+    def _broker(self, kind: str, data: dict, at: datetime | None) -> list[dict]:
+        broker = data.get("brokerId", data.get("id"))
+        if broker is None:
+            return []
+        if kind == "REGISTER_BROKER_RECORD":
+            fenced = bool(data.get("fenced", True))
+        elif kind == "BROKER_REGISTRATION_CHANGE_RECORD":
+            change = data.get("fenced", 0)
+            if change == 0:
+                return []
+            fenced = change > 0
+        elif kind == "UNREGISTER_BROKER_RECORD":
+            fenced = True
+        else:
+            fenced = kind == "FENCE_BROKER_RECORD"
+        was = self.fenced.get(broker)
+        self.fenced[broker] = fenced
+        if was == fenced and kind != "REGISTER_BROKER_RECORD":
+            return []
+        detail = {"broker": broker}
+        if kind == "REGISTER_BROKER_RECORD":
+            detail["registered"] = True  # a (re)start: a new incarnation of the broker
+        return [self._row(at, "", -1, BROKER_FENCED if fenced else BROKER_UNFENCED,
+                          detail=detail)]
+
+    @staticmethod
+    def _row(at, topic: str, partition: int, kind: str, detail: dict | None = None,
+             **columns) -> dict:
+        return {"event_time": at, "topic": topic, "partition": partition, "kind": kind,
+                **columns, "detail": json.dumps(detail) if detail is not None else None,
+                "source": SOURCE}
+
+
+class MetadataTail:
+    """The Java tail (``jobs/watcher/MetadataTail.java``) of the nodes' metadata logs,
+    folded as its lines arrive: :meth:`drain` hands over the rows made since the last
+    call; :meth:`fresh` says whether the log is current (its newest record younger than
+    ``stale_seconds``, the tail alive)."""
+
+    def __init__(self, dirs: list[Path], fold: MetadataFold, stale_seconds: float) -> None:
+        self.dirs, self.fold, self.stale_seconds = dirs, fold, stale_seconds
+        self._lock = threading.Lock()
+        self._rows: list[dict] = []
+        self._newest: float = -1.0  # ms, the newest record's time
+        self._proc: subprocess.Popen | None = None
+        self.errors = 0  # lines that could not be read (counted, skipped)
+        self._stopping = False
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(tail_command(self.dirs), stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, bufsize=1)
+        threading.Thread(target=self._read, name="metadata-log-tail", daemon=True).start()
+
+    def stop(self) -> None:
+        self._stopping = True
+        if self._proc is not None and self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+
+    def _read(self) -> None:
+        assert self._proc is not None and self._proc.stdout is not None
+        for line in self._proc.stdout:
+            try:
+                rec = json.loads(line)
+                if rec.get("type") == "_AT":
+                    continue
+                with self._lock:
+                    self._rows += self.fold.apply(rec)
+                    if not rec.get("snapshot"):
+                        self._newest = max(self._newest, float(rec.get("time", -1)))
+            except (ValueError, KeyError, TypeError) as exc:
+                self.errors += 1
+                log.warning("metadata log: a line skipped (%s): %.200s", exc, line)
+        err = self._proc.stderr.read() if self._proc.stderr else ""
+        (log.debug if self._stopping else log.warning)(
+            "metadata log tail ended (exit %s)%s; partition events come from the polls",
+            self._proc.wait(), f": {err.strip().splitlines()[-1]}" if err.strip() else "")
+
+    def alive(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
+    def fresh(self, now: float | None = None) -> bool:
+        now = time.time() if now is None else now
+        with self._lock:
+            newest = self._newest
+        return self.alive() and newest >= 0 and now - newest / 1000 <= self.stale_seconds
+
+    def drain(self) -> list[dict]:
+        with self._lock:
+            rows, self._rows = self._rows, []
+        return rows
+
+
+def tail_command(dirs: list[Path]) -> list[str]:
+    """The Java tail of ``dirs`` (a look every 200 ms), on the pinned Kafka jars."""
+    from kafka_audit.jars import broker_classpath, client_tools_jar
+
+    classpath = f"{client_tools_jar(quiet=True)}:{broker_classpath()}"
+    return ["java", "-Xmx64m", "-XX:+UseSerialGC", "-cp", classpath,
+            "kafka_audit.jobs.watcher.MetadataTail", "200", *map(str, dirs)]

@@ -1,0 +1,145 @@
+"""The REST API of ``kafka-audit run`` in a process of its own.
+
+In one process with the audit loop, the consume stream and the watcher, the API's
+requests waited for the interpreter lock whenever an audit pass ran its rules: the soak
+measured ``GET /v1/summary`` at 0.3-3 s while the same summary, computed beside the
+running service in another process, took 1-40 ms (bench/HISTORY.md, the one-hour soaks). The
+service (``kafka_audit/app/service.py``) starts this module as a child process, hands it
+its settings through a pipe (never on disk, never in its command line; without the Kafka
+secrets, which it has no use for: :func:`child_settings`, :func:`child_environment`),
+restarts it if it dies, and stops it with SIGTERM. The child dies with the
+thread that started it (``PR_SET_PDEATHSIG``), so a killed service leaves no server
+holding the port.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import threading
+
+__all__ = ["start_api_process", "supervise_api_process", "main", "child_settings",
+           "child_environment"]
+
+log = logging.getLogger("kafka_audit.app.service")
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # runs in the child between fork and exec
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):  # not Linux: the stop path still terminates it
+        pass
+
+
+def start_api_process(settings) -> subprocess.Popen:
+    """The API server as a child process serving ``settings``; its output goes where this
+    process's goes, formatted as this process formats its log (``kafka-audit``'s
+    ``--log-json`` included)."""
+    from kafka_audit.app.memstats import configure_allocators
+
+    env = child_environment(settings)
+    configure_allocators(settings.steady, env)
+    proc = subprocess.Popen([sys.executable, "-m", "kafka_audit.app.api_process"],
+                            stdin=subprocess.PIPE, preexec_fn=_die_with_parent, env=env)
+    assert proc.stdin is not None
+    proc.stdin.write(pickle.dumps((child_settings(settings), _own_formatter())))
+    proc.stdin.close()
+    return proc
+
+
+def child_settings(settings):
+    """``settings`` without a Kafka secret, for the API process: it never talks to Kafka.
+    The profile's secrets go (:meth:`ProfileSettings.without_secrets`), and any secret
+    property of the local cluster's brokers or of Spark (a JAAS config)."""
+    from kafka_audit.redact import is_secret_name
+
+    def keep(props: dict) -> dict:
+        return {k: v for k, v in props.items() if not is_secret_name(k)}
+
+    return settings.model_copy(update={
+        "profile": settings.profile.without_secrets(),
+        "cluster": settings.cluster.model_copy(
+            update={"broker_overrides": keep(settings.cluster.broker_overrides)}),
+        "spark": settings.spark.model_copy(update={"properties": keep(settings.spark.properties)})})
+
+
+def child_environment(settings, environ=None) -> dict[str, str]:
+    """This process's environment for the API process, without the variables that hold
+    Kafka secrets: those the profile names (``password_env``, ``key_password_env``) and
+    every ``KAFKA_AUDIT_PROFILE__*`` setting (the child gets its settings through the pipe)."""
+    environ = os.environ if environ is None else environ
+    drop = set(settings.profile.secret_environment())
+    return {k: v for k, v in environ.items()
+            if k not in drop and not k.upper().startswith("KAFKA_AUDIT_PROFILE__")}
+
+
+def _own_formatter() -> logging.Formatter | None:
+    """The formatter ``kafka-audit``'s CLI gave the root logger (plain lines or JSON lines),
+    if it did; another (a test runner's) stays in this process."""
+    from kafka_audit.log_format import JsonLines
+
+    return next((h.formatter for h in logging.getLogger().handlers
+                 if type(h.formatter) in (logging.Formatter, JsonLines)), None)
+
+
+def supervise_api_process(settings, stop: threading.Event, stop_seconds: float = 10) -> None:
+    """Run the API process until ``stop``; raise if it exits on its own (the service's
+    supervisor then starts it again after its back-off)."""
+    proc = start_api_process(settings)
+    try:
+        while not stop.wait(0.5):
+            code = proc.poll()
+            if code is not None:
+                raise RuntimeError(f"the API process exited with code {code}")
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(stop_seconds)
+            except subprocess.TimeoutExpired:
+                log.warning("the API process did not stop in %.0fs: killed", stop_seconds)
+                proc.kill()
+                proc.wait()
+
+
+def main() -> int:
+    import uvicorn
+
+    from kafka_audit.app.memstats import watch_memory
+    from kafka_audit.auditor_api.main import create_app
+    from kafka_audit.auditor_api.server import uvicorn_config
+    from kafka_audit.errors import ConfigError
+    from kafka_audit.redact import ScrubFilter
+
+    settings, formatter = pickle.load(sys.stdin.buffer)
+    handler = logging.StreamHandler()
+    if formatter is not None:
+        handler.setFormatter(formatter)
+    handler.addFilter(ScrubFilter())
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(logging.WARNING)
+    logging.getLogger("kafka_audit.memory").setLevel(logging.INFO)
+    for noisy in ("uvicorn.error", "uvicorn.access"):
+        logging.getLogger(noisy).setLevel(logging.ERROR)
+    watch_memory(settings.steady.trim_every_seconds, settings.service.memory_log_seconds,
+                 threading.Event(), "api")
+    try:  # refused open beyond loopback, TLS files that do not load: one line, exit 2
+        config = uvicorn_config(create_app(settings), settings, log_config=None,
+                                access_log=False)
+    except ConfigError as exc:
+        log.error("the API cannot start: %s", exc.message)
+        return 2
+    server = uvicorn.Server(config)
+    server.run()  # SIGTERM: uvicorn finishes the requests in flight and returns
+    return 0 if server.started else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,323 @@
+"""``kafka-audit check``: can the auditor audit this cluster, and what does it risk?
+
+Against the profile (``kafka_audit/profile.py``), in this order, each failure
+saying what to change:
+
+1. the profile resolves: TLS files readable, secrets present;
+2. the cluster answers and accepts the credentials, through librdkafka (the
+   watcher, the re-reads, the producers) and through the Java client (what the
+   Spark Kafka source uses: the same profile mapped to Java properties); the
+   Kafka version (the finalized ``metadata.version``) comes from there;
+3. the permissions the auditor needs: describe the cluster; describe, describe
+   the configs of and read every audited topic;
+4. per audited topic, its durability and the risk it carries: replication factor
+   below 3, ``min.insync.replicas`` below 2 or equal to the replication factor,
+   ``unclean.leader.election.enable=true``, producers seen in the ack ledger with
+   ``acks=0``/``1`` or without idempotence;
+5. how the clients connect, as each is configured (:func:`transport_risks`): SASL PLAIN
+   over a plaintext listener (the password in clear on the network), TLS without hostname
+   verification or without certificate verification (anyone in the path can pose as a
+   broker and take the password).
+
+A *blocker* stops the auditor from auditing (exit 3); a *risk* is reported and
+does not. Secrets never appear in the output.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from dataclasses import asdict, dataclass, field
+
+from kafka_audit.clients import admin_client, cluster_config
+from kafka_audit.errors import AuditorError
+from kafka_audit.profile import audited, spark_kafka_options
+from kafka_audit.schemas.policy import Durability, allowed_because
+from kafka_audit.schemas.verdicts import Kind
+from kafka_audit.settings import Settings
+
+__all__ = ["Finding", "Report", "run_check", "CheckFailed", "transport_risks"]
+
+#: the permissions the auditor needs, and what each is for
+NEEDED_ON_TOPICS = {"READ": "the consume job and the re-reads read every record",
+                    "DESCRIBE": "the watcher follows leaders and ISRs",
+                    "DESCRIBE_CONFIGS": "the audit reads cleanup.policy; check reads "
+                                        "min.insync.replicas"}
+
+
+class CheckFailed(AuditorError):
+    """Raised when the cluster cannot be reached or refuses the profile's credentials."""
+
+    code = "check"
+
+
+@dataclass
+class Finding:
+    severity: str  # blocker | risk
+    subject: str  # cluster | topic name
+    problem: str
+    fix: str
+
+
+@dataclass
+class Report:
+    profile: str
+    bootstrap: str
+    security_protocol: str
+    cluster_id: str | None = None
+    brokers: int | None = None
+    kafka_metadata_version: str | None = None
+    topics: dict[str, dict] = field(default_factory=dict)
+    findings: list[Finding] = field(default_factory=list)
+
+    @property
+    def blocked(self) -> bool:
+        return any(f.severity == "blocker" for f in self.findings)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, default=str)
+
+    def text(self) -> str:
+        lines = [f"profile {self.profile!r}: {self.security_protocol} to {self.bootstrap}",
+                 f"cluster {self.cluster_id}, {self.brokers} brokers, metadata.version "
+                 f"{self.kafka_metadata_version}", ""]
+        if self.topics:
+            lines.append(f"{'topic':<32} {'RF':>3} {'min.isr':>7} {'unclean':>8}  producers")
+            for name, t in sorted(self.topics.items()):
+                lines.append(f"{name:<32} {t['replication_factor']:>3} {str(t['min_isr']):>7} "
+                             f"{str(t['unclean']):>8}  {', '.join(t['producers']) or '-'}")
+            lines.append("")
+        else:
+            lines += ["no audited topics yet (none in the ack ledger, none included)", ""]
+        for f in self.findings:
+            lines.append(f"{f.severity.upper():<8} {f.subject}: {f.problem}")
+            lines.append(f"{'':<8} fix: {f.fix}")
+        lines.append("check: " + ("BLOCKED: the auditor cannot audit this cluster as configured"
+                                  if self.blocked else "ok" if not self.findings
+                                  else "ok, with the risks above"))
+        return "\n".join(lines)
+
+
+def _describe_cluster(settings: Settings, timeout: float):
+    """librdkafka's view: the cluster's id, nodes and our authorized operations; an
+    authentication error fails at once (the error callback), not at the timeout."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    refused: list[str] = []
+
+    def on_error(err: KafkaError) -> None:
+        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
+                          KafkaError._SSL):
+            refused.append(err.str())
+
+    conf = cluster_config(settings)
+    admin = admin_client(conf, error_cb=on_error)
+    fut = admin.describe_cluster(include_authorized_operations=True,
+                                 request_timeout=timeout)
+    deadline = time.monotonic() + timeout + 5
+    while not fut.done() and not refused and time.monotonic() < deadline:
+        admin.poll(0.2)
+    who = f"user {settings.profile.sasl.username!r} " if settings.profile.sasl else ""
+    if refused:
+        raise CheckFailed(f"the cluster refused {who}(profile {settings.profile.name!r}): "
+                          f"{refused[0].splitlines()[0]}; check the password, the SASL "
+                          f"mechanism and the TLS files")
+    try:
+        return admin, fut.result(timeout=1)
+    except (KafkaException, TimeoutError, Exception) as exc:  # noqa: BLE001 - one line
+        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckFailed(f"cannot reach the cluster at {conf['bootstrap.servers']} (profile "
+                          f"{settings.profile.name!r}) within {timeout:.0f}s: {msg}") from None
+
+
+def _java_probe(settings: Settings, timeout: float) -> dict:
+    """The Java client's view (the Spark Kafka source's client), properties on stdin."""
+    from kafka_audit.jars import broker_classpath, client_tools_jar
+
+    props = {k.removeprefix("kafka."): v for k, v in
+             spark_kafka_options(settings.profile, settings.cluster.bootstrap).items()}
+    text = "".join(f"{k}={_escape(v)}\n" for k, v in props.items())
+    cp = f"{broker_classpath()}:{client_tools_jar(quiet=True)}"
+    try:
+        done = subprocess.run(["java", "-cp", cp, "kafka_audit.app.preflight.Preflight",
+                               str(int(timeout))], input=text, capture_output=True, text=True,
+                              timeout=timeout + 20)
+    except subprocess.TimeoutExpired:
+        raise CheckFailed("the Java client (Spark's) got no answer from the cluster within "
+                          f"{timeout:.0f}s") from None
+    last = (done.stdout.strip().splitlines() or ["{}"])[-1]
+    try:
+        out = json.loads(last)
+    except ValueError:
+        out = {"error": (done.stderr.strip().splitlines() or ["no output"])[-1]}
+    if "error" in out:
+        raise CheckFailed(f"through the Java client (the one Spark uses), the cluster "
+                          f"refused or did not answer: {out['error'][:300]}")
+    return out
+
+
+def _escape(value: str) -> str:
+    """A value for a Java .properties file (backslashes and line ends escaped)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def _ledger_producers(settings: Settings) -> dict[str, set[tuple]]:
+    """Per topic, each producer with the durability settings it wrote with: (producer id,
+    acks, idempotence, retries, max in flight)."""
+    from kafka_audit.store import read_table
+
+    cols = ["topic", "producer_id", "acks", "idempotence", "retries", "max_in_flight"]
+    t = read_table(settings.table_path("acks"), "acks", columns=cols)
+    out: dict[str, set[tuple]] = {}
+    for r in t.group_by(cols).aggregate([]).to_pylist():
+        out.setdefault(r["topic"], set()).add(tuple(r[c] for c in cols[1:]))
+    return out
+
+
+def run_check(settings: Settings, timeout: float = 10) -> Report:
+    """The preflight; raises :class:`CheckFailed` (or ``ConfigError``) when the cluster
+    cannot be reached or refuses the credentials, else returns the report."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import ConfigResource
+
+    conf = cluster_config(settings)  # a missing file or secret: ConfigError, at once
+    report = Report(settings.profile.name, conf["bootstrap.servers"],
+                    settings.profile.security_protocol)
+    java = {k.removeprefix("kafka."): v for k, v in
+            spark_kafka_options(settings.profile, settings.cluster.bootstrap).items()}
+    report.findings += transport_risks(conf, java)
+    admin, cluster = _describe_cluster(settings, timeout)
+    report.cluster_id, report.brokers = cluster.cluster_id, len(cluster.nodes)
+    report.kafka_metadata_version = _java_probe(settings, 3 * timeout)["metadata_version"]
+    ops = {op.name for op in cluster.authorized_operations or []}
+    if "DESCRIBE" not in ops:
+        report.findings.append(Finding(
+            "blocker", "cluster", "may not DESCRIBE the cluster",
+            "grant DESCRIBE on the cluster resource to the auditor's principal"))
+    names = sorted(admin.list_topics(timeout=timeout).topics)
+    ledger = _ledger_producers(settings)
+    topics = audited(settings.profile.topics,
+                     [t for t in names if t in ledger or settings.profile.topics.include])
+    for t in sorted(set(ledger) - set(names)):
+        if audited(settings.profile.topics, [t]):
+            report.findings.append(Finding(
+                "risk", t, "in the ack ledger but not visible in the cluster (deleted, or "
+                "no DESCRIBE)", "grant DESCRIBE on the topic, or stop auditing it (exclude)"))
+    if not topics:
+        return report
+    described = admin.describe_topics(TopicCollection(topics),
+                                      include_authorized_operations=True)
+    configs = admin.describe_configs([ConfigResource("topic", t) for t in topics])
+    config_of = {res.name: fut for res, fut in configs.items()}
+    for t in topics:
+        try:
+            d = described[t].result(timeout)
+        except Exception as exc:  # noqa: BLE001 - one line per topic
+            report.findings.append(Finding("blocker", t, f"cannot describe it: "
+                                           f"{str(exc).splitlines()[0]}",
+                                           "grant DESCRIBE on the topic"))
+            continue
+        if d.authorized_operations is not None:  # None: the broker did not say
+            allowed = {op.name for op in d.authorized_operations}
+            for op, why in NEEDED_ON_TOPICS.items():
+                if op not in allowed:
+                    report.findings.append(Finding(
+                        "blocker", t, f"may not {op} it ({why})",
+                        f"grant {op} on topic {t} (or on a prefix of it) to the auditor"))
+        rf = min(len(p.replicas) for p in d.partitions) if d.partitions else 0
+        try:
+            cfg = config_of[t].result(timeout)
+            min_isr = int(cfg["min.insync.replicas"].value)
+            unclean = cfg["unclean.leader.election.enable"].value == "true"
+        except Exception:  # noqa: BLE001 - no DESCRIBE_CONFIGS: reported above
+            min_isr, unclean = None, None
+        producers = ledger.get(t, set())
+        report.topics[t] = {"replication_factor": rf, "min_isr": min_isr, "unclean": unclean,
+                            "producers": sorted({f"{p} (acks={a}{', idempotent' if i else ''})"
+                                                 for p, a, i, *_ in producers})}
+        _risks(report, t, rf, min_isr, unclean, producers)
+    return report
+
+
+def transport_risks(librdkafka: dict[str, str], java: dict[str, str]) -> list[Finding]:
+    """How each client connects, as configured (librdkafka's properties; the Java client's,
+    the Spark Kafka source's, without the ``kafka.`` prefix): the risks to the credentials.
+
+    * SASL PLAIN over a plaintext listener sends the password in clear on every connection;
+    * TLS with hostname verification off (librdkafka ``ssl.endpoint.identification.algorithm``
+      ``none``, Java's empty) accepts any certificate the CA signed, for any host: anyone in
+      the path who holds one poses as the broker and receives the password (and the
+      records); with certificate verification off (librdkafka
+      ``enable.ssl.certificate.verification=false``) any certificate at all.
+    """
+    clients = {"librdkafka": librdkafka, "Java client": java}
+
+    def value(conf: dict[str, str], *names: str) -> str | None:
+        """The value in force: of aliases (sasl.mechanism, sasl.mechanisms) the one set
+        last, as the client applies them in order."""
+        found = [str(v).strip() for k, v in conf.items() if k in names]
+        return found[-1] if found else None
+
+    plain, no_hostname, no_certificate = [], [], []
+    for client, conf in clients.items():
+        protocol = (value(conf, "security.protocol") or "PLAINTEXT").upper()
+        mechanism = (value(conf, "sasl.mechanism", "sasl.mechanisms") or "").upper()
+        if protocol == "SASL_PLAINTEXT" and mechanism == "PLAIN":
+            plain.append(client)
+        if protocol in ("SSL", "SASL_SSL"):
+            algorithm = value(conf, "ssl.endpoint.identification.algorithm")
+            if algorithm is not None and algorithm.lower() in ("", "none"):
+                no_hostname.append(f"{client} ssl.endpoint.identification.algorithm="
+                                   f"{algorithm or '(empty)'}")
+            if (value(conf, "enable.ssl.certificate.verification") or "true").lower() \
+                    == "false":
+                no_certificate.append(client)
+    out = []
+    if plain:
+        out.append(Finding(
+            "risk", "profile", f"SASL PLAIN over a plaintext listener (security.protocol "
+            f"SASL_PLAINTEXT; {', '.join(plain)}): the password crosses the network in clear "
+            f"on every connection", "use SASL_SSL (TLS), or at least a SCRAM mechanism, "
+            "which never sends the password"))
+    if no_hostname:
+        out.append(Finding(
+            "risk", "profile", f"TLS hostname verification is off ({'; '.join(no_hostname)}): "
+            f"any certificate the CA signed, for any host, is taken for the broker's, and "
+            f"whoever holds one can receive the credentials", "set profile.tls.verify_hostname: "
+            "true and drop the override from profile.librdkafka / profile.java"))
+    if no_certificate:
+        out.append(Finding(
+            "risk", "profile", f"TLS certificate verification is off "
+            f"(enable.ssl.certificate.verification=false; {', '.join(no_certificate)}): any "
+            f"certificate at all is taken for the broker's", "remove "
+            "enable.ssl.certificate.verification from profile.librdkafka"))
+    return out
+
+
+def _risks(report: Report, t: str, rf: int, min_isr: int | None, unclean: bool | None,
+           producers: set[tuple]) -> None:
+    def risk(problem: str, fix: str) -> None:
+        report.findings.append(Finding("risk", t, problem, fix))
+
+    if rf < 3:
+        risk(f"replication factor {rf}: one broker lost can lose acknowledged writes",
+             "use a replication factor of 3 or more (kafka-reassign-partitions)")
+    if min_isr is not None and min_isr < 2:
+        risk(f"min.insync.replicas={min_isr}: acks=all is acknowledged by the leader alone "
+             f"when the ISR shrinks", "set min.insync.replicas=2 (with RF 3)")
+    if min_isr is not None and min_isr >= rf > 1:
+        risk(f"min.insync.replicas={min_isr} equals the replication factor: one broker down "
+             f"refuses every acks=all write", "set min.insync.replicas below the RF (2 of 3)")
+    if unclean:
+        risk("unclean.leader.election.enable=true: an out-of-sync replica may become leader "
+             "and destroy committed writes", "set unclean.leader.election.enable=false")
+    for p, acks, idem, retries, in_flight in sorted(producers):
+        # the policy table says what each producer's own settings allow
+        settings = Durability(acks, idem, retries, in_flight)
+        if allowed_because(Kind.lost, settings):
+            risk(f"producer {p} writes with acks={acks}: a fail-over can lose its acknowledged "
+                 f"writes", f"set acks=all for {p}")
+        if allowed_because(Kind.duplicate, settings):
+            risk(f"producer {p} writes without idempotence: retries can duplicate and reorder",
+                 f"set enable.idempotence=true for {p}")

@@ -1,0 +1,256 @@
+"""Pinned JVM class paths, fetched once from Maven Central with Maven.
+
+Two Maven files in ``deploy/maven/`` (data a deployer reads: the pins) pin what the JVM
+processes need:
+
+* ``kafka-broker.pom.xml``: the Kafka broker (``kafka.Kafka``), its storage
+  tool and a log4j2 binding;
+* ``spark-extras.pom.xml``: the Spark Kafka source at pyspark's exact version
+  and Delta's jar for the Spark 4.1 line.
+
+``ensure_jars`` resolves each file with ``maven-dependency-plugin`` into
+``.cache/jars/<name>`` (ignored by git) and writes a marker holding the hash of
+the Maven file, so a second call is a no-op and an edited pin is fetched again.
+Spark sessions get the extras through ``spark.jars``; nothing downloads through
+Ivy at run time.
+
+``native_jar`` compiles the project's own JVM code (``jobs/consume/ReadRuns.java``: the
+consume job's one-pass read-run fold) with ``javac`` against the jars the
+pyspark wheel ships, once per source and pyspark version, into
+``.cache/jars/native``; it joins the other extras on ``spark.jars``.
+
+``plugin_library`` builds the producers' librdkafka interceptor plugin
+(``producers/plugin/kaudit.c``) with gcc the same way, once per source, compiler
+and librdkafka header, into ``.cache/jars/kaudit-plugin``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from kafka_audit.errors import JarsMissing
+
+__all__ = ["jar_cache", "ensure_jars", "broker_classpath", "spark_jars", "native_jar",
+           "client_tools_jar", "plugin_library"]
+
+_POMS = {"kafka": "kafka-broker.pom.xml", "spark": "spark-extras.pom.xml"}
+_DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
+_VERSION_SUFFIX = re.compile(r"-\d[0-9A-Za-z.\-]*\.jar$")
+
+
+def jar_cache() -> Path:
+    """The cache root: ``$KAFKA_AUDIT_JAR_CACHE``, else ``jars`` in the per-user cache folder
+    (``$XDG_CACHE_HOME/kafka-audit``, ``~/.cache/kafka-audit`` by default): never inside the
+    installed package or the current directory."""
+    env = os.environ.get("KAFKA_AUDIT_JAR_CACHE")
+    if env:
+        return Path(env).resolve()
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base).resolve() / "kafka-audit" / "jars"
+
+
+def _pom(name: str) -> Path:
+    return _folder("kafka_audit.deploy.maven") / _POMS[name]
+
+
+def _marker(name: str) -> str:
+    return hashlib.sha256(_pom(name).read_bytes()).hexdigest()
+
+
+def _complete(name: str) -> bool:
+    marker = jar_cache() / name / ".complete"
+    return marker.exists() and marker.read_text().strip() == _marker(name)
+
+
+def _artifact(jar_name: str) -> str:
+    return _VERSION_SUFFIX.sub("", jar_name)
+
+
+def _drop_provided_by_pyspark(folder: Path) -> list[str]:
+    """Remove jars whose artifact pyspark already ships: Spark's class path is 'provided'."""
+    import pyspark
+
+    shipped = {_artifact(p.name) for p in (Path(pyspark.__file__).parent / "jars").glob("*.jar")}
+    dropped = []
+    for jar in folder.glob("*.jar"):
+        if _artifact(jar.name) in shipped:
+            jar.unlink()
+            dropped.append(jar.name)
+    return dropped
+
+
+def ensure_jars(names: tuple[str, ...] = ("kafka", "spark"), quiet: bool = False) -> Path:
+    """Fetch every named class path that is not complete yet; return the cache root."""
+    for name in names:
+        if _complete(name):
+            continue
+        if shutil.which("mvn") is None:
+            raise JarsMissing("Maven (mvn) is needed once to fetch the pinned jars")
+        target = jar_cache() / name
+        staging = target.with_name(name + ".staging")
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+        if not quiet:
+            print(f"fetching pinned {name} jars into {target} (once)", flush=True)
+        cmd = ["mvn", "-q", "-B", "-f", str(_pom(name)), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
+               f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=staging)
+        if proc.returncode != 0:
+            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+            raise JarsMissing(f"mvn could not resolve {_POMS[name]}:\n{tail}")
+        if name == "spark":
+            _drop_provided_by_pyspark(staging)
+        (staging / ".complete").write_text(_marker(name))
+        shutil.rmtree(target, ignore_errors=True)
+        staging.rename(target)
+    return jar_cache()
+
+
+def broker_classpath() -> str:
+    folder = ensure_jars(("kafka",)) / "kafka"
+    return os.pathsep.join(str(p) for p in sorted(folder.glob("*.jar")))
+
+
+def _folder(package: str) -> Path:
+    """The folder of one of our packages, found by name: the jars are the ground floor, so
+    they look up the parts' source files without importing the parts."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        raise JarsMissing(f"{package} is not installed beside kafka_audit")
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+def _sources(*packages: str, patterns: tuple[str, ...] = ("*.java",)) -> list[Path]:
+    """The source files beside the modules of ``packages`` (``jobs/consume/*.java``...)."""
+    return sorted(f for package in packages for pattern in patterns
+                  for f in _folder(package).glob(pattern))
+
+
+def _compile(name: str, sources: list[Path], classpath: str, against: str,
+             quiet: bool) -> Path:
+    """``sources`` as ``<cache>/<name>/<name>.jar``, compiled once per source and class path
+    (a marker holds their digest); ``against`` names the class path in the progress line."""
+    digest = hashlib.sha256(f"{against}\n{classpath}".encode())
+    for src in sources:
+        digest.update(src.read_bytes())
+    folder = jar_cache() / name
+    jar, marker = folder / f"{name}.jar", folder / ".complete"
+    if jar.exists() and marker.exists() and marker.read_text().strip() == digest.hexdigest():
+        return jar
+    for tool in ("javac", "jar"):
+        if shutil.which(tool) is None:
+            raise JarsMissing(f"the JDK's {tool} is needed once to build {jar.name}")
+    if not quiet:
+        print(f"compiling {jar.name} against {against} (once)", flush=True)
+    staging = folder.with_name(f"{name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    (staging / "classes").mkdir(parents=True)
+    steps = [["javac", "-Xlint:all,-path", "-Werror", "--release", "17", "-cp", classpath,
+              "-d", str(staging / "classes"), *map(str, sources)],
+             ["jar", "cf", str(staging / jar.name), "-C", str(staging / "classes"), "."]]
+    for cmd in steps:
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise JarsMissing(f"{cmd[0]} failed:\n{proc.stdout}{proc.stderr}")
+    shutil.rmtree(staging / "classes")
+    (staging / ".complete").write_text(digest.hexdigest())
+    shutil.rmtree(folder, ignore_errors=True)
+    staging.rename(folder)
+    return jar
+
+
+def native_jar(quiet: bool = False) -> Path:
+    """The consume job's JVM code (``jobs/consume/*.java``) as a jar, compiled against the pyspark
+    wheel's own jars when its sources or pyspark changed."""
+    import pyspark
+
+    jars = Path(pyspark.__file__).parent / "jars"
+    return _compile("native", _sources("kafka_audit.jobs.consume"), f"{jars}/*",
+                    f"pyspark {pyspark.__version__}", quiet)
+
+
+def client_tools_jar(quiet: bool = False) -> Path:
+    """The Java tools that use Kafka's own client and metadata classes, compiled against the
+    pinned broker jars: ``kafka-audit check``'s probe (``kafka_audit/app/Preflight.java``) and
+    the watcher's metadata-log tail (``jobs/watcher/MetadataTail.java``)."""
+    return _compile("client-tools", _sources("kafka_audit.app", "kafka_audit.jobs.watcher"),
+                    broker_classpath(),
+                    "the pinned Kafka jars", quiet)
+
+
+def spark_jars() -> str:
+    folder = ensure_jars(("spark",)) / "spark"
+    return ",".join([*(str(p) for p in sorted(folder.glob("*.jar"))), str(native_jar())])
+
+
+PLUGIN_DIR = "kaudit-plugin"
+#: gcc flags of the plugin: a shared object that does not link librdkafka (its rd_kafka_*
+#: symbols resolve from the client's own library at load time), exporting conf_init only
+PLUGIN_CFLAGS = ["-O2", "-g", "-fPIC", "-shared", "-fvisibility=hidden", "-std=gnu11",
+                 "-Wall", "-Wextra", "-Werror", "-pthread"]
+#: after the sources (a library before them is dropped by --as-needed): OpenSSL's libcrypto,
+#: for the stamp MAC (HMAC-SHA256, kaudit.stamp.key.file)
+PLUGIN_LIBS = ["-lcrypto"]
+
+
+def _plugin_sources() -> list[Path]:
+    return _sources("kafka_audit.producers.plugin", patterns=("*.c", "*.h"))
+
+
+def plugin_library(quiet: bool = False, defines: tuple[str, ...] = (),
+                   folder: Path | None = None) -> Path:
+    """The librdkafka interceptor plugin (``producers/plugin/kaudit.c``) as
+    ``<cache>/kaudit-plugin/libkaudit.so``, built with gcc once per source, compiler and
+    librdkafka header (a marker holds their digest).
+
+    The headers come from Debian's ``librdkafka-dev`` (``dev.sh`` installs it): the plugin
+    uses only APIs that librdkafka 2.0.2's header already declares, and it is loaded into
+    whatever librdkafka the client runs (the confluent-kafka wheel's 2.16.0, kcat's 2.0.2),
+    which it checks at load time. ``defines`` and ``folder``: a variant for tests."""
+    if shutil.which("gcc") is None:
+        raise JarsMissing("gcc is needed once to build the kaudit plugin (Debian: gcc)")
+    probe = subprocess.run(["gcc", "-E", "-M", "-x", "c", "-"], input="#include "
+                           "<librdkafka/rdkafka.h>\n", capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise JarsMissing("the librdkafka headers are needed to build the kaudit plugin "
+                          "(Debian: librdkafka-dev): " + probe.stderr.strip().splitlines()[-1])
+    ssl = subprocess.run(["gcc", "-E", "-M", "-x", "c", "-"], input="#include "
+                         "<openssl/evp.h>\n", capture_output=True, text=True)
+    if ssl.returncode != 0:
+        raise JarsMissing("OpenSSL's headers are needed to build the kaudit plugin (Debian: "
+                          "libssl-dev): " + ssl.stderr.strip().splitlines()[-1])
+    headers = [Path(p) for p in probe.stdout.replace("\\\n", " ").split()[2:]
+               if "rdkafka" in p]
+    version = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True)
+    digest = hashlib.sha256("\n".join([version.stdout, *PLUGIN_CFLAGS, *PLUGIN_LIBS,
+                                        *defines]).encode())
+    sources = _plugin_sources()
+    for src in [*sources, *headers]:
+        digest.update(src.read_bytes())
+    target = folder or jar_cache() / PLUGIN_DIR
+    lib, marker = target / "libkaudit.so", target / ".complete"
+    if lib.exists() and marker.exists() and marker.read_text().strip() == digest.hexdigest():
+        return lib
+    if not quiet:
+        print(f"building {lib} with gcc (once)", flush=True)
+    target.mkdir(parents=True, exist_ok=True)
+    # each builder writes its own file and renames it into place: a process that loaded
+    # the old library keeps it, a concurrent builder's rename is as good as ours
+    tmp = target / f".libkaudit.{os.getpid()}.so"
+    cmd = ["gcc", *PLUGIN_CFLAGS, *(f"-D{d}" for d in defines), "-o", str(tmp),
+           *(str(s) for s in sources if s.suffix == ".c"), *PLUGIN_LIBS]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        raise JarsMissing(f"gcc failed to build the kaudit plugin:\n{proc.stderr}")
+    os.replace(tmp, lib)
+    marker_tmp = target / f".complete.{os.getpid()}"
+    marker_tmp.write_text(digest.hexdigest())
+    os.replace(marker_tmp, marker)
+    return lib
