@@ -100,22 +100,11 @@ class Load:
         return self
 
     def _run(self) -> None:
-        p, pad = self.producer, os.urandom(88)
-        start, i = time.monotonic(), 0
-        while not self._stop.is_set():
-            now = time.monotonic()
-            if i > (now - start) * self.rate:
-                p.poll(0.005)
-                continue
-            try:
-                p.produce(self.topic, i.to_bytes(12, "big") + pad)
-            except BufferError:
-                p.poll(0.05)
-                continue
-            i += 1
-            if i % 500 == 0:
-                p.poll(0)
-                self.marks.append((time.time(), i))
+        from kafka_audit.producers.load import SEND, STOP, Pacer, produce_paced
+
+        produce_paced(self.producer, self.topic, Pacer(self.rate),
+                      lambda _: STOP if self._stop.is_set() else SEND, os.urandom(88),
+                      on_every=lambda sent: self.marks.append((time.time(), sent)))
 
     def sent_by(self, wall: float) -> int:
         """How many writes had been sent by wall time ``wall`` (to the nearest 500)."""

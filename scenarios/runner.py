@@ -92,32 +92,27 @@ def _produce(settings: Settings, topic: str, s, stop: threading.Event, holder: d
              most: int) -> None:
     from kafka_audit.clients import cluster_config
     from kafka_audit.producers.instrumented import AuditedProducer
+    from kafka_audit.producers.load import SEND, STOP, WAIT, Pacer, produce_paced
 
     conf = {**cluster_config(settings), "acks": s.acks, "enable.idempotence": s.idempotence,
             "retries": s.retries, "linger.ms": 5, "queue.buffering.max.messages": 1_000_000,
             **s.producer}
     p = AuditedProducer(conf, s.name, settings, keep_record=True)
     holder["p"] = p
-    start, sent, paced = time.monotonic(), 0, 0
-    pad = b"x" * 88
-    tail = False
-    while not stop.is_set():
+    pacer, tail = Pacer(s.rate), False
+
+    def gate(sent: int) -> str:
+        nonlocal tail
+        if stop.is_set():
+            return STOP
         if not tail and holder.get("tail"):  # after the heal: paced again from now on
-            tail, start, paced = True, time.monotonic(), sent
+            tail = True
+            pacer.restart(sent)
         if sent >= most and not tail:  # a slow heal does not make a longer run
-            p.poll(0.05)
-            continue
-        if sent - paced > (time.monotonic() - start) * s.rate:
-            p.poll(0.005)
-            continue
-        try:
-            p.produce(topic, sent.to_bytes(12, "big") + pad, partition=0)
-        except BufferError:
-            p.poll(0.05)
-            continue
-        sent += 1
-        if sent % 200 == 0:
-            p.poll(0)
+            return WAIT
+        return SEND
+
+    produce_paced(p, topic, pacer, gate, b"x" * 88, partition=0, every=200)
     p.close()
 
 
