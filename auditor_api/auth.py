@@ -37,6 +37,9 @@ OPEN_PATHS = frozenset({"/healthz", "/readyz", "/dashboard", "/dashboard/", "/op
                         "/docs", "/redoc"})
 OPEN_PREFIXES = ("/dashboard/static/", "/docs/", "/redoc/")  # the pages' assets
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+#: what HTTP allows around a header's value (RFC 9110 optional whitespace), and the other
+#: ASCII spaces a client may leave: stripped from a presented token
+_OWS = " \t\r\n\x0b\x0c"
 TOKEN_PREFIX = "kaudit_"
 
 
@@ -55,14 +58,25 @@ def is_open(path: str) -> bool:
     return path in OPEN_PATHS or path.startswith(OPEN_PREFIXES)
 
 
+def bearer(authorization: str | None) -> str | None:
+    """The token an ``Authorization`` header value carries (``Bearer <token>``), or None."""
+    if not authorization or authorization[:7].lower() != "bearer ":
+        return None
+    return authorization[7:].strip(_OWS) or None
+
+
+def matching(presented: str, tokens: list):
+    """The configured token (of ``tokens``) that ``presented`` is, or None: compared by
+    hash, in constant time."""
+    digest = hash_token(presented)
+    return next((t for t in tokens if hmac.compare_digest(t.hash, digest)), None)
+
+
 def accepted_token(authorization: str | None, tokens: list):
     """The configured token (of ``tokens``) an ``Authorization`` header value carries, or
     None: for an open path that says more to a token's holder (health's details)."""
-    if not authorization or authorization[:7].lower() != "bearer " or \
-            not authorization[7:].strip():
-        return None
-    digest = hash_token(authorization[7:].strip())
-    return next((t for t in tokens if hmac.compare_digest(t.hash, digest)), None)
+    presented = bearer(authorization)
+    return None if presented is None else matching(presented, tokens)
 
 
 class BearerAuth:
@@ -71,22 +85,21 @@ class BearerAuth:
 
     def __init__(self, app: ASGIApp, tokens: list) -> None:
         self.app = app
-        self.by_hash = {t.hash: t for t in tokens}
+        self.tokens = list(tokens)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.by_hash or is_open(scope["path"]):
+        if scope["type"] != "http" or not self.tokens or is_open(scope["path"]):
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope["headers"] if k == b"authorization"), None)
-        if header is None or header[:7].lower() != b"bearer " or not header[7:].strip():
+        presented = bearer(None if header is None else header.decode("latin-1"))
+        if presented is None:
             response = problem(401, "this API needs a bearer token: send the header "
                                     "'Authorization: Bearer <token>'", type_=UNAUTHORIZED,
                                headers={"WWW-Authenticate": 'Bearer realm="kafka-audit"'})
             await response(scope, receive, send)
             return
-        digest = hash_token(header[7:].strip().decode("latin-1"))
-        token = next((t for h, t in self.by_hash.items() if hmac.compare_digest(h, digest)),
-                     None)
+        token = matching(presented, self.tokens)
         if token is None:
             await problem(403, "this token is not accepted here", type_=FORBIDDEN)(
                 scope, receive, send)

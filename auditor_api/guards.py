@@ -22,23 +22,24 @@ from starlette.datastructures import Headers, MutableHeaders
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kafka_audit.auditor_api.asgi import HEALTH_PATHS, HttpMiddleware
 from kafka_audit.auditor_api.problems import BAD_HOST, OVERLOADED, problem
 
 __all__ = ["AllowedHosts", "ConcurrencyLimit", "SecurityHeaders", "HEALTH_PATHS",
            "NO_CONTENT_POLICY"]
 
-#: answered whatever the Host and however busy the API is
-HEALTH_PATHS = frozenset({"/healthz", "/readyz"})
 #: the policy of an answer that is not a page: nothing in it may load or run
 NO_CONTENT_POLICY = "default-src 'none'; frame-ancestors 'none'"
 _ALLOWED = "kafka_audit.host_allowed"  # set in the scope by the check when it passes
 
 
-class AllowedHosts:
+class AllowedHosts(HttpMiddleware):
     """400 for a ``Host`` not among ``allowed`` (see the module's docstring)."""
 
+    spares_health = True
+
     def __init__(self, app: ASGIApp, allowed: list[str]) -> None:
-        self.app = app
+        super().__init__(app)
         self.allowed = list(allowed)
         self.check = TrustedHostMiddleware(self._passed, allowed_hosts=self.allowed,
                                            www_redirect=False)
@@ -47,11 +48,7 @@ class AllowedHosts:
         scope[_ALLOWED] = True
         await self.app(scope, receive, send)
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in HEALTH_PATHS:
-            await self.app(scope, receive, send)
-            return
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def unless_refused(message: Message) -> None:
             if scope.get(_ALLOWED):  # the app's answer; the check's refusal is replaced
                 await send(message)
@@ -65,21 +62,20 @@ class AllowedHosts:
                           type_=BAD_HOST, title="Host not allowed")(scope, receive, send)
 
 
-class ConcurrencyLimit:
+class ConcurrencyLimit(HttpMiddleware):
     """A 503 problem with ``Retry-After`` for a request beyond ``limit`` in flight (health
     excepted). The count lives on the event loop: no lock needed."""
 
+    spares_health = True
+
     def __init__(self, app: ASGIApp, limit: int, retry_after_seconds: int = 1) -> None:
-        self.app = app
+        super().__init__(app)
         self.limit = limit
         self.retry_after = str(retry_after_seconds)
         self.in_flight = 0
         self.refused = 0  # for tests and the benchmark
 
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in HEALTH_PATHS:
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         if self.in_flight >= self.limit:
             self.refused += 1
             await problem(503, f"the API is serving {self.limit} requests already "
@@ -94,17 +90,10 @@ class ConcurrencyLimit:
             self.in_flight -= 1
 
 
-class SecurityHeaders:
+class SecurityHeaders(HttpMiddleware):
     """``nosniff`` on every answer; a policy that runs nothing on answers without one."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
-
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         async def with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
                 message.setdefault("headers", [])

@@ -26,7 +26,9 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
+
+from kafka_audit.auditor_api.asgi import HttpMiddleware
 
 __all__ = ["MEDIA_TYPE", "Problem", "ProblemParameter", "PROBLEM_RESPONSES",
            "problem_responses", "problem", "ProblemError", "bad_parameters", "install",
@@ -157,17 +159,11 @@ async def _http(request: Request, exc: StarletteHTTPException) -> Response:
     return problem(status, detail, headers=exc.headers)
 
 
-class ProblemOn500:
+class ProblemOn500(HttpMiddleware):
     """Answers an unhandled exception with a problem 500 carrying an ``id``, logged with the
     traceback; the exception goes no further, so the server keeps the connection open."""
 
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
-            await self.app(scope, receive, send)
-            return
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
         started = False
 
         async def sending(message: Message) -> None:

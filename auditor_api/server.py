@@ -25,6 +25,7 @@ import ssl
 from typing import Any
 
 from kafka_audit.errors import ConfigError
+from kafka_audit.settings import bracketed
 
 __all__ = ["LOOPBACK_HOSTS", "is_loopback", "check_exposure", "check_serving",
            "allowed_hosts", "uvicorn_config"]
@@ -71,11 +72,7 @@ def allowed_hosts(api, host: str | None = None) -> list[str]:
     if host in _EVERY_INTERFACE:
         extra = socket.gethostname().lower()  # no DNS lookup: offline sites start too
     else:
-        try:
-            extra = f"[{host.strip('[]')}]" if ipaddress.ip_address(
-                host.strip("[]")).version == 6 else host
-        except ValueError:  # a host name
-            extra = host
+        extra = bracketed(host.strip("[]"))
     if extra and extra not in names:
         names.append(extra)
     return names

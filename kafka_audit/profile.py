@@ -33,7 +33,12 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, model_validator
 
 from kafka_audit.errors import ConfigError
-from kafka_audit.redact import is_secret_name, redact_config, remember_secret
+from kafka_audit.redact import (
+    is_secret_name,
+    redact_config,
+    remember_secret,
+    without_secret_names,
+)
 
 __all__ = ["ProfileSettings", "SaslSettings", "TlsSettings", "TopicSelection",
            "librdkafka_config", "spark_kafka_options", "describe", "topic_pattern",
@@ -177,8 +182,8 @@ class ProfileSettings(_Section):
         tls = self.tls.model_copy(update={f"key_{k}": None for k in gone})
         return self.model_copy(update={
             "sasl": sasl, "tls": tls,
-            "librdkafka": {k: v for k, v in self.librdkafka.items() if not is_secret_name(k)},
-            "java": {k: v for k, v in self.java.items() if not is_secret_name(k)}})
+            "librdkafka": without_secret_names(self.librdkafka),
+            "java": without_secret_names(self.java)})
 
     def secret_environment(self) -> list[str]:
         """The environment variables that hold this profile's secrets."""

@@ -45,7 +45,7 @@ from typing import Any
 from pydantic import BaseModel, SecretBytes, SecretStr
 
 __all__ = ["REDACTED", "SECRET_NAME", "SECRET_NAME_PATTERN", "SPARK_REDACTION_REGEX",
-           "is_secret_name",
+           "is_secret_name", "without_secret_names",
            "redact_config", "redacted", "scrub", "remember_secret", "ScrubFilter"]
 
 REDACTED = "***"
@@ -69,6 +69,11 @@ _SECRET_VALUE = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----|://[^/\s:@]*:
 def is_secret_name(name: str) -> bool:
     """Whether a property or field called ``name`` holds a secret (the module's rule)."""
     return SECRET_NAME.search(str(name)) is not None
+
+
+def without_secret_names(props: Mapping[str, Any]) -> dict[str, Any]:
+    """``props`` without the properties whose names say they hold a secret."""
+    return {k: v for k, v in props.items() if not is_secret_name(k)}
 
 
 def _secret_value(value: Any) -> bool:

@@ -305,7 +305,7 @@ class ApiToken(_Section):
         return v
 
 
-def _bracketed(host: str) -> str:
+def bracketed(host: str) -> str:
     """An IPv6 address as a Host header carries it: in brackets."""
     import ipaddress
 
@@ -372,7 +372,7 @@ class ApiSettings(_Section):
                     pattern.startswith("*") and pattern != "*" and not pattern.startswith("*.")):
                 raise ValueError(f"{pattern!r} is not a host name pattern: a name, an "
                                  f"address ([::1] for IPv6), '*.example.com' or '*'")
-        return [_bracketed(p.lower()) for p in v]
+        return [bracketed(p.lower()) for p in v]
 
     @field_validator("tls_key_file")
     @classmethod

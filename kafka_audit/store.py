@@ -83,7 +83,7 @@ def _new_table() -> dict[str, str]:
 
 
 def table_exists(path: str) -> bool:
-    return (Path(path) / "_delta_log").is_dir()
+    return _log_dir(path).is_dir()
 
 
 def check_table(path: str, table: str) -> None:
@@ -253,11 +253,9 @@ def max_in_files(path: str, column: str) -> int | None:
     """The largest value of a numeric ``column`` over the table's live files, from the file
     statistics in the Delta log (no data read); None if the table is empty or absent, and
     raises ``LookupError`` if some file carries no statistic for it (the caller must scan)."""
-    from deltalake import DeltaTable
-
     if not table_exists(path):
         return None
-    adds = _add_actions(DeltaTable(path))
+    adds = live_files(path)
     if adds.num_rows == 0:
         return None
     name = f"max.{column}"
@@ -270,11 +268,9 @@ def rows_in_files(path: str, column: str, value: int) -> int:
     """An upper bound of the rows whose numeric ``column`` equals ``value``: the rows of the
     live files whose statistics admit it (from the Delta log, no data read). Raises
     ``LookupError`` if some file carries no statistic for it."""
-    from deltalake import DeltaTable
-
     if not table_exists(path):
         return 0
-    adds = _add_actions(DeltaTable(path))
+    adds = live_files(path)
     lo, hi = f"min.{column}", f"max.{column}"
     if adds.num_rows == 0:
         return 0
@@ -286,12 +282,29 @@ def rows_in_files(path: str, column: str, value: int) -> int:
     return int(pc.sum(adds.column("num_records").filter(admit)).as_py() or 0)
 
 
+def _log_name(path: str) -> str:
+    return f"{path}/_delta_log"
+
+
 def _log_dir(path: str) -> Path:
-    return Path(path) / "_delta_log"
+    return Path(_log_name(path))
+
+
+def _commit_name(path: str, version: int) -> str:
+    """A commit's file name as plain text (the API probes these with ``os.path`` calls)."""
+    return f"{_log_name(path)}/{version:020d}.json"
 
 
 def _commit_file(path: str, version: int) -> Path:
-    return _log_dir(path) / f"{version:020d}.json"
+    return Path(_commit_name(path, version))
+
+
+def _last_from(path: str, version: int) -> int:
+    """The newest version from ``version`` on, a commit that exists: the next commit files
+    probed one by one (commits appear whole: written beside, then created atomically)."""
+    while os.path.exists(_commit_name(path, version + 1)):
+        version += 1
+    return version
 
 
 def _commit_actions(path: str, version: int) -> list[dict] | None:
@@ -311,30 +324,20 @@ def _last_checkpoint(path: str) -> int:
         return -1
 
 
-def _commit_name(log: str, version: int) -> str:
-    return f"{log}/{version:020d}.json"
-
-
 def probe_version(path: str, known: int | None) -> int | None:
     """The table's newest version (None: no table), found from ``known`` (a version read
     before) by probing the next commit files; a listing of the log only without one.
     Plain ``os.path`` calls: the API runs this for every table on every request."""
-    log = f"{path}/_delta_log"
-    if known is not None and known >= 0 and os.path.exists(_commit_name(log, known)):
-        v = known
-        while os.path.exists(_commit_name(log, v + 1)):
-            v += 1
-        return v
+    log = _log_name(path)
+    if known is not None and known >= 0 and os.path.exists(_commit_name(path, known)):
+        return _last_from(path, known)
     if not os.path.isdir(log):
         return None
     versions = [int(name[:20]) for name in os.listdir(log)
                 if name.endswith(".json") and name[:20].isdigit()]
     if not versions:  # a table being created: not there yet
         return None
-    v = max(versions)
-    while os.path.exists(_commit_name(log, v + 1)):
-        v += 1
-    return v
+    return _last_from(path, max(versions))
 
 
 def commit_time(path: str, version: int) -> float | None:
@@ -361,10 +364,7 @@ def latest_version(path: str, at_least: int = -1) -> int:
     v = max(at_least, _last_checkpoint(path))
     if v < 0 and not _commit_file(path, 0).exists():
         return -1
-    v = max(v, 0)
-    while _commit_file(path, v + 1).exists():
-        v += 1
-    return v
+    return _last_from(path, max(v, 0))
 
 
 def _records(add: dict) -> int | None:
@@ -461,7 +461,6 @@ class AppendedRows:
 
     def read(self) -> pa.Table:
         """The rows as of the table's latest version."""
-        import pyarrow.parquet as pq
 
         if not table_exists(self.path):
             return self.data
@@ -474,8 +473,8 @@ class AppendedRows:
                                            version=v), self.data.schema)
             self.full_reads += 1
         else:
-            new = [conform(pq.read_table(f, columns=self.columns, filters=self.where),
-                           self.data.schema) for _, files in commits for f in files]
+            new = [conform(read_file(f, self.columns, self.where), self.data.schema)
+                   for _, files in commits for f in files]
             self.appended_files += len(new)
             self.data = pa.concat_tables([self.data, *new])
             if self.data.column(0).num_chunks > 64:

@@ -145,21 +145,24 @@ def _record(msg, mac: StampMac | None = None) -> Record:
         epoch = msg.leader_epoch()
     except Exception:  # noqa: BLE001 - unknown: no epoch, as a broker may answer
         epoch = None
+
+    def unjudged(why: str) -> Record:  # no producer's: it confirms no write
+        return Record(offset, None, None, None, None, epoch, why)
+
     try:
         s = stamp_of_headers(record_headers(msg), mac)
         if s is None:
-            return Record(offset, None, None, None, None, epoch, NO_STAMP)
+            return unjudged(NO_STAMP)
         return Record(offset, s.producer_id, s.run_id, s.seq, checksum_ok(s, msg.value()),
                       epoch)
-    except ForgedStamp as exc:  # no producer's: it confirms no write
-        return Record(offset, None, None, None, None, epoch, f"{FORGED}: {exc}")
+    except ForgedStamp as exc:
+        return unjudged(f"{FORGED}: {exc}")
     except StampError as exc:
-        return Record(offset, None, None, None, None, epoch, f"{MALFORMED}: {exc}")
+        return unjudged(f"{MALFORMED}: {exc}")
     except Exception as exc:  # noqa: BLE001 - one record never fails its range
         log.warning("re-read: the record at offset %s could not be classified (%s: %s); "
                     "it counts as malformed", offset, type(exc).__name__, exc)
-        return Record(offset, None, None, None, None, epoch,
-                      f"{MALFORMED}: unreadable ({type(exc).__name__})")
+        return unjudged(f"{MALFORMED}: unreadable ({type(exc).__name__})")
 
 
 def fold_records(req: Reread, records: Iterable[Record], low: int, high: int,

@@ -170,9 +170,7 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
             write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed",
                         settings.spark.driver_rows, user_metadata=_marker(app_id, batch_id))
         except Exception as exc:
-            if halting is None or not halting.is_set():
-                raise
-            raise BatchInterrupted(_first_lines(exc)) from None
+            raise _interruption(exc, halting) from None
         if on_commit is not None:
             on_commit()
 
@@ -300,6 +298,16 @@ def _first_lines(exc: BaseException) -> str:
     except Exception:  # noqa: BLE001 - the JVM may not answer any more
         text = ""
     return f"{name}: " + "\n".join(text.splitlines()[:2])[:500]
+
+
+def _interruption(exc: Exception, halting: threading.Event | None) -> Exception:
+    """What a failed batch write raises to Spark: the error itself, unless the query is
+    being stopped (``halting`` set), when it is the interruption it is, short: a
+    :class:`BatchInterrupted` holding the first lines of the JVM's error, which py4j hands
+    the JVM whole (a thousand frames otherwise) and does not log."""
+    if halting is None or not halting.is_set():
+        return exc
+    return BatchInterrupted(_first_lines(exc))
 
 
 class _ExpectedInterruption(logging.Filter):

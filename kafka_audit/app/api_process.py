@@ -58,10 +58,7 @@ def child_settings(settings):
     """``settings`` without a Kafka secret, for the API process: it never talks to Kafka.
     The profile's secrets go (:meth:`ProfileSettings.without_secrets`), and any secret
     property of the local cluster's brokers or of Spark (a JAAS config)."""
-    from kafka_audit.redact import is_secret_name
-
-    def keep(props: dict) -> dict:
-        return {k: v for k, v in props.items() if not is_secret_name(k)}
+    from kafka_audit.redact import without_secret_names as keep
 
     return settings.model_copy(update={
         "profile": settings.profile.without_secrets(),
@@ -74,10 +71,13 @@ def child_environment(settings, environ=None) -> dict[str, str]:
     """This process's environment for the API process, without the variables that hold
     Kafka secrets: those the profile names (``password_env``, ``key_password_env``) and
     every ``KAFKA_AUDIT_PROFILE__*`` setting (the child gets its settings through the pipe)."""
+    from kafka_audit.settings import ENV_DELIMITER, ENV_PREFIX
+
     environ = os.environ if environ is None else environ
     drop = set(settings.profile.secret_environment())
+    profile = f"{ENV_PREFIX}PROFILE{ENV_DELIMITER}"
     return {k: v for k, v in environ.items()
-            if k not in drop and not k.upper().startswith("KAFKA_AUDIT_PROFILE__")}
+            if k not in drop and not k.upper().startswith(profile)}
 
 
 def _own_formatter() -> logging.Formatter | None:

@@ -62,6 +62,7 @@ def test_a_stamp_whose_mac_does_not_verify_is_counted_forged_and_confirms_nothin
     assert {r["producer_id"] for r in stream if r["stamped"]} == {"honest"}
     # the re-reads the forger's writes asked for read them forged too: no producer's
     assert {r["producer_id"] for r in consumed if r["source"] == "reread"} <= {None, "honest"}
+    assert any(r["source"] == "reread" and r["producer_id"] is None for r in consumed)
     f = findings_of(auditor, topic)
     confirmed = {(r["producer_id"], r["seq"] + k) for r in f if r["kind"] == "confirmed"
                  for k in range(r["count"])}

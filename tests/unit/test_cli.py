@@ -12,16 +12,7 @@ from kafka_audit.app import cli
 from kafka_audit.errors import ClusterError
 from kafka_audit.settings import Settings, get_settings
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    """No KAFKA_AUDIT_* variable from the calling shell; a fresh get_settings() either side."""
-    for name in list(os.environ):
-        if name.upper().startswith("KAFKA_AUDIT_"):
-            monkeypatch.delenv(name)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+from ..support.clean_env import clean_env  # noqa: F401 (autouse)
 
 
 def one_error_line(capsys) -> str:

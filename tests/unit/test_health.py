@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import subprocess
+import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -323,7 +324,8 @@ def test_an_interrupted_batch_fails_short_and_unlogged(caplog):
 
     from kafka_audit.jobs.consume.consume_job import (
         BatchInterrupted,
-        _first_lines,
+        _ExpectedInterruption,
+        _interruption,
         _quiet_expected_interruptions,
     )
 
@@ -337,13 +339,17 @@ def test_an_interrupted_batch_fails_short_and_unlogged(caplog):
             raise Interrupted("An error occurred while calling o125.count.\n",
                               type("JavaObject", (), {"_target_id": "o126"})())
         except Exception as exc:
-            raise BatchInterrupted(_first_lines(exc)) from None
+            halting = threading.Event()
+            assert _interruption(exc, halting) is exc  # not stopping: the error itself
+            halting.set()
+            raise _interruption(exc, halting) from None
     except BatchInterrupted:
         sent = traceback.format_exc()  # what py4j hands the JVM
     assert len(sent) < 2000 and re.search(SPARK_PROXY_ERROR, sent), sent
     _quiet_expected_interruptions()
     _quiet_expected_interruptions()  # once is enough
     py4j = logging.getLogger("py4j.clientserver")
+    assert sum(isinstance(f, _ExpectedInterruption) for f in py4j.filters) == 1
     with caplog.at_level(logging.ERROR):
         for exc in (BatchInterrupted("x"), ValueError("a real one")):
             try:

@@ -1,4 +1,3 @@
-import os
 
 import pytest
 import yaml
@@ -16,16 +15,7 @@ from kafka_audit.settings import (
     redacted,
 )
 
-
-@pytest.fixture(autouse=True)
-def clean_env(monkeypatch):
-    """No KAFKA_AUDIT_* variable from the calling shell; a fresh get_settings() either side."""
-    for name in list(os.environ):
-        if name.upper().startswith("KAFKA_AUDIT_"):
-            monkeypatch.delenv(name)
-    get_settings.cache_clear()
-    yield
-    get_settings.cache_clear()
+from ..support.clean_env import clean_env  # noqa: F401 (autouse)
 
 
 def overlay(tmp_path, monkeypatch, data) -> str:
