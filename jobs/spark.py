@@ -12,6 +12,7 @@ import re
 import sys
 from importlib import resources
 
+from kafka_audit.errors import ConfigError
 from kafka_audit.jars import spark_jars
 from kafka_audit.redact import SPARK_REDACTION_REGEX
 from kafka_audit.settings import Settings
@@ -35,6 +36,11 @@ def local_master(master: str, attempts: int) -> str:
 
 
 def get_spark(settings: Settings, app_name: str = "kafka-audit"):
+    if settings.remote_warehouse:
+        raise ConfigError(
+            f"warehouse {settings.warehouse}: the Spark jobs (consume, audit, `run`) cannot "
+            f"use an object-store warehouse yet: the producers, the shipper, the API and "
+            f"`check` can (docs/operate/storage.md)")
     from pyspark.sql import SparkSession
 
     from kafka_audit.store import tombstone_retention

@@ -42,7 +42,7 @@ from kafka_audit.redact import (
 
 __all__ = ["ProfileSettings", "SaslSettings", "TlsSettings", "TopicSelection",
            "librdkafka_config", "spark_kafka_options", "describe", "topic_pattern",
-           "audited"]
+           "audited", "secret_from"]
 
 Protocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
 Mechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
@@ -58,7 +58,7 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _secret(direct: SecretStr | None, env: str | None, file: Path | None,
+def secret_from(direct: SecretStr | None, env: str | None, file: Path | None,
             what: str) -> str | None:
     """The secret from exactly one of: the setting itself, an environment variable, a file."""
     given = [x for x in (direct, env, file) if x is not None]
@@ -88,7 +88,7 @@ class SaslSettings(_Section):
     password_file: Path | None = Field(None, description="a file holding the password")
 
     def secret(self) -> str:
-        value = _secret(self.password, self.password_env, self.password_file,
+        value = secret_from(self.password, self.password_env, self.password_file,
                         "profile.sasl.password")
         if value is None:
             raise ConfigError("profile.sasl: a password is needed (password_env, "
@@ -118,7 +118,7 @@ class TlsSettings(_Section):
         return self
 
     def key_secret(self) -> str | None:
-        return _secret(self.key_password, self.key_password_env, self.key_password_file,
+        return secret_from(self.key_password, self.key_password_env, self.key_password_file,
                        "profile.tls.key_password")
 
 

@@ -32,6 +32,7 @@ from pydantic import (
     SecretStr,
     ValidationError,
     field_validator,
+    model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
@@ -45,6 +46,7 @@ from kafka_audit.profile import ProfileSettings
 
 # the one secret rule: what config show, errors and logs hide (re-exported for them)
 from kafka_audit.redact import REDACTED, is_secret_name, redacted  # noqa: F401
+from kafka_audit.storage import StorageSettings, is_remote, register
 
 ENV_PREFIX = "KAFKA_AUDIT_"
 ENV_DELIMITER = "__"
@@ -661,6 +663,11 @@ class Settings(BaseSettings):
         "working data: the warehouse, checkpoints, spools, status files, the local cluster; "
         "$XDG_DATA_HOME/kafka-audit (~/.local/share/kafka-audit) unless set (the checkout's "
         "dev.sh sets var/)"))
+    warehouse: str | None = Field(None, description=(
+        "where the tables live: a folder, or an object store's URI (s3://bucket/prefix, with "
+        "the storage section); none: <home>/warehouse. Spools, status files and Spark's "
+        "checkpoints stay under home"))
+    storage: StorageSettings = StorageSettings()
     cluster: ClusterSettings = ClusterSettings()
     producer: ProducerSettings = ProducerSettings()
     stamp: StampSettings = StampSettings()
@@ -680,16 +687,36 @@ class Settings(BaseSettings):
         return (init_settings, _EnvironmentCheck(settings_cls), env_settings,
                 _YamlSource(settings_cls))
 
+    @model_validator(mode="after")
+    def _where_the_tables_live(self) -> Settings:
+        """``warehouse`` resolved (a folder made absolute, ``<home>/warehouse`` by default; a
+        URI as given, without a trailing slash), and a remote one's storage registered for
+        the table layer (``storage.py``: one object store per process)."""
+        if self.warehouse is None:
+            self.warehouse = str(self.home_dir / "warehouse")
+        elif is_remote(self.warehouse):
+            if not self.warehouse.startswith("s3://") or len(self.warehouse) <= len("s3://"):
+                raise ValueError(f"warehouse {self.warehouse!r}: an object store's warehouse "
+                                 f"is s3://bucket or s3://bucket/prefix")
+            self.warehouse = self.warehouse.rstrip("/")
+            register(self.storage)
+        elif "://" in self.warehouse:
+            raise ValueError(f"warehouse {self.warehouse!r}: a folder or s3://bucket/prefix "
+                             f"(no other object store yet)")
+        else:
+            self.warehouse = str(Path(self.warehouse).expanduser().resolve())
+        return self
+
     @property
     def home_dir(self) -> Path:
         return self.home.resolve()
 
     @property
-    def warehouse(self) -> Path:
-        return self.home_dir / "warehouse"
+    def remote_warehouse(self) -> bool:
+        return is_remote(self.warehouse)
 
     def table_path(self, name: str) -> str:
-        return str(self.warehouse / name)
+        return f"{self.warehouse}/{name}"
 
     @property
     def checkpoints(self) -> Path:

@@ -27,25 +27,26 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import time
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+from pyarrow.fs import FileSelector, FileType
 
 from kafka_audit.errors import TableError
 from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.storage import delta_options, is_remote, locate
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
 
-__all__ = ["table_exists", "check_table", "read_table", "append_rows", "append_once",
+__all__ = ["table_exists", "check_table", "read_table", "append_rows",
+           "append_once",
            "append_arrow_once", "write_arrow", "transaction_version", "commit_metadata",
            "files_added_since", "data_changes_since", "appends_by_commit", "latest_version",
            "AppendedRows", "conform", "table_dataset", "read_files", "read_file",
@@ -82,18 +83,23 @@ def _new_table() -> dict[str, str]:
             "delta.deletedFileRetentionDuration": tombstone_retention()}
 
 
+def _dt(path: str, version: int | None = None):
+    """The Delta table at ``path`` (a folder or an object store's URI: ``storage.py``)."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, version=version, storage_options=delta_options(path))
+
+
 def table_exists(path: str) -> bool:
-    return _log_dir(path).is_dir()
+    return _is_dir(_log_name(path))
 
 
 def check_table(path: str, table: str) -> None:
     """Raise :class:`TableError` if the table at ``path`` exists with other columns than the
     declared ``table`` (written by an older version of this project); once per process."""
-    from deltalake import DeltaTable
-
     if path in _CHECKED or not table_exists(path):
         return
-    have = [f.name for f in DeltaTable(path).schema().fields]
+    have = [f.name for f in _dt(path).schema().fields]
     want = arrow_schema(table).names
     if have != want:
         raise TableError(
@@ -109,22 +115,18 @@ def read_table(path: str, table: str, columns: list[str] | None = None,
 
     ``where`` is applied inside the scan (row groups whose statistics exclude it are skipped).
     """
-    from deltalake import DeltaTable
-
     if not table_exists(path):
         found = arrow_schema(table).empty_table()
         found = found.filter(where) if where is not None else found
         return found.select(columns) if columns else found
-    dt = DeltaTable(path, version=version)
+    dt = _dt(path, version)
     return dt.to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
 
 def table_dataset(path: str, version: int | None = None) -> tuple[int, ds.Dataset]:
     """The table loaded at ``version`` (None: its latest): that version, and its rows as a
     pyarrow dataset to scan whole or batch by batch (the table must exist)."""
-    from deltalake import DeltaTable
-
-    dt = DeltaTable(path, version=version)
+    dt = _dt(path, version)
     return dt.version(), dt.to_pyarrow_dataset()
 
 
@@ -134,7 +136,11 @@ def read_files(files: list[str], table: str, columns: list[str] | None = None) -
     null)."""
     import pyarrow.dataset as ds
 
-    return ds.dataset(files, format="parquet", schema=arrow_schema(table)).to_table(
+    if not files:
+        return arrow_schema(table).empty_table().select(columns or arrow_schema(table).names)
+    where = locate(files[0])
+    return ds.dataset([locate(f).path for f in files], format="parquet",
+                      schema=arrow_schema(table), filesystem=where.fs).to_table(
         columns=columns)
 
 
@@ -144,7 +150,8 @@ def read_file(file: str, columns: list[str] | None = None,
     :func:`files_added_since` named) under ``where``, in the file's own types."""
     import pyarrow.parquet as pq
 
-    return pq.read_table(file, columns=columns, filters=where)
+    at = locate(file)
+    return pq.read_table(at.path, columns=columns, filters=where, filesystem=at.fs)
 
 
 def partition_slices(t: pa.Table) -> Iterator[tuple[tuple[str, int], pa.Table]]:
@@ -180,9 +187,7 @@ def append_rows(path: str, table: str, rows: list[dict]) -> None:
 
 def transaction_version(path: str, app_id: str) -> int | None:
     """The last version the idempotent writer ``app_id`` committed (None: none, or no table)."""
-    from deltalake import DeltaTable
-
-    return DeltaTable(path).transaction_version(app_id) if table_exists(path) else None
+    return _dt(path).transaction_version(app_id) if table_exists(path) else None
 
 
 def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, version: int,
@@ -196,7 +201,8 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
     done = transaction_version(path, app_id) if known is None else known
     if done is not None and done >= version:
         return False
-    write_deltalake(path, data, mode="append", commit_properties=CommitProperties(
+    write_deltalake(path, data, mode="append", storage_options=delta_options(path),
+                    commit_properties=CommitProperties(
                         app_transactions=[Transaction(app_id, version)]))
     return True
 
@@ -213,12 +219,13 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
     Written in the table's own schema when it has one (nullability, order: Spark creates
     its columns nullable, the declaration may not); the table's log is read once a write.
     """
-    from deltalake import CommitProperties, DeltaTable, write_deltalake
+    from deltalake import CommitProperties, write_deltalake
 
-    target = DeltaTable(path) if table_exists(path) else None
+    target = _dt(path) if table_exists(path) else None
     schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
     data = data.select(schema.names).cast(schema)
     write_deltalake(path if target is None else target, data, mode=mode,
+                    storage_options=delta_options(path) if target is None else None,
                     configuration=_new_table() if target is None else None,
                     commit_properties=CommitProperties(
                         custom_metadata={"userMetadata": user_metadata}
@@ -227,11 +234,9 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
 
 def commit_metadata(path: str) -> Iterator[str]:
     """The ``userMetadata`` of every commit of the table, newest first ("" where none)."""
-    from deltalake import DeltaTable
-
     if not table_exists(path):
         return
-    for commit in DeltaTable(path).history():
+    for commit in _dt(path).history():
         yield commit.get("userMetadata") or ""
 
 
@@ -244,9 +249,7 @@ def live_files(path: str) -> pa.Table:
     """The live files of the table at ``path`` with their statistics (``path``,
     ``num_records``, ``min.<column>``, ``max.<column>``, ...), one row each, from the Delta
     log (no data read; the table must exist)."""
-    from deltalake import DeltaTable
-
-    return _add_actions(DeltaTable(path))
+    return _add_actions(_dt(path))
 
 
 def max_in_files(path: str, column: str) -> int | None:
@@ -282,12 +285,71 @@ def rows_in_files(path: str, column: str, value: int) -> int:
     return int(pc.sum(adds.column("num_records").filter(admit)).as_py() or 0)
 
 
+# ---- the Delta log and data files, through pyarrow.fs: a folder or an object store ----
+# (the same calls for both; on local disk a probe costs about what os.path's did:
+# bench/store_paths.py)
+
+_FILE = FileType.File
+
+
+def _info(name: str):
+    """pyarrow's FileInfo of ``name`` (a path or a URI)."""
+    at = locate(name)
+    return at.fs.get_file_info(at.path)
+
+
+def _exists(name: str) -> bool:
+    return _info(name).type == _FILE
+
+
+def _is_dir(name: str) -> bool:
+    """A folder (local), or a prefix some object has (an object store has no folders)."""
+    info = _info(name)
+    if info.type == FileType.Directory:
+        return True
+    return info.type == FileType.NotFound and is_remote(name) and bool(_names(name))
+
+
+def _read_text(name: str) -> str | None:
+    """A small file's text (a commit, ``_last_checkpoint``); None if it does not exist."""
+    at = locate(name)
+    try:
+        with at.fs.open_input_stream(at.path) as f:
+            return f.read().decode("utf-8")
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # pyarrow's S3 "not found" is an OSError naming it
+        if "NoSuchKey" in str(exc) or "Path does not exist" in str(exc):
+            return None
+        raise
+
+
+def _listing(name: str, recursive: bool = False) -> list:
+    """The FileInfos under the folder or prefix ``name`` (none if there is none); their
+    ``path`` is as the file system names it (no scheme)."""
+    at = locate(name)
+    return at.fs.get_file_info(FileSelector(at.path, allow_not_found=True,
+                                            recursive=recursive))
+
+
+def _names(name: str) -> list[str] | None:
+    """The entries' names in the folder or prefix ``name``; None if it has none."""
+    found = [i.base_name for i in _listing(name)]
+    return found or None
+
+
+def _delete(fs_path: str, table: str) -> None:
+    """Delete a file that :func:`_listing` of ``table``'s folder named."""
+    locate(table).fs.delete_file(fs_path)
+
+
+def _data_file(path: str, relative: str) -> str:
+    """A data file named in the log (relative, URL-quoted) as a path or URI."""
+    return f"{path}/{unquote(relative)}"
+
+
 def _log_name(path: str) -> str:
     return f"{path}/_delta_log"
-
-
-def _log_dir(path: str) -> Path:
-    return Path(_log_name(path))
 
 
 def _commit_name(path: str, version: int) -> str:
@@ -295,14 +357,10 @@ def _commit_name(path: str, version: int) -> str:
     return f"{_log_name(path)}/{version:020d}.json"
 
 
-def _commit_file(path: str, version: int) -> Path:
-    return Path(_commit_name(path, version))
-
-
 def _last_from(path: str, version: int) -> int:
     """The newest version from ``version`` on, a commit that exists: the next commit files
     probed one by one (commits appear whole: written beside, then created atomically)."""
-    while os.path.exists(_commit_name(path, version + 1)):
+    while _exists(_commit_name(path, version + 1)):
         version += 1
     return version
 
@@ -310,17 +368,16 @@ def _last_from(path: str, version: int) -> int:
 def _commit_actions(path: str, version: int) -> list[dict] | None:
     """The actions of one commit, from its JSON file in the Delta log (None: no such file,
     e.g. removed by the log's own cleanup after a checkpoint)."""
-    try:
-        text = _commit_file(path, version).read_text(encoding="utf-8")
-    except FileNotFoundError:
+    text = _read_text(_commit_name(path, version))
+    if text is None:
         return None
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
 def _last_checkpoint(path: str) -> int:
     try:
-        return int(json.loads((_log_dir(path) / "_last_checkpoint").read_text())["version"])
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return int(json.loads(_read_text(f"{_log_name(path)}/_last_checkpoint"))["version"])
+    except (ValueError, KeyError, TypeError):  # TypeError: no such file (None)
         return -1
 
 
@@ -328,13 +385,12 @@ def probe_version(path: str, known: int | None) -> int | None:
     """The table's newest version (None: no table), found from ``known`` (a version read
     before) by probing the next commit files; a listing of the log only without one.
     Plain ``os.path`` calls: the API runs this for every table on every request."""
-    log = _log_name(path)
-    if known is not None and known >= 0 and os.path.exists(_commit_name(path, known)):
+    if known is not None and known >= 0 and _exists(_commit_name(path, known)):
         return _last_from(path, known)
-    if not os.path.isdir(log):
+    names = _names(_log_name(path))
+    if names is None:
         return None
-    versions = [int(name[:20]) for name in os.listdir(log)
-                if name.endswith(".json") and name[:20].isdigit()]
+    versions = [int(name[:20]) for name in names if name.endswith(".json") and name[:20].isdigit()]
     if not versions:  # a table being created: not there yet
         return None
     return _last_from(path, max(versions))
@@ -343,14 +399,18 @@ def probe_version(path: str, known: int | None) -> int | None:
 def commit_time(path: str, version: int) -> float | None:
     """The commit timestamp (s) of the table's ``version``, from its commitInfo (or the
     commit file's time); None if that commit file cannot be read."""
-    commit = _commit_file(path, version)
+    commit = _commit_name(path, version)
     try:
-        for line in commit.read_text().splitlines():
+        text = _read_text(commit)
+        if text is None:
+            return None
+        for line in text.splitlines():
             if '"commitInfo"' in line:
                 ts = json.loads(line)["commitInfo"].get("timestamp")
                 if ts is not None:
                     return ts / 1000.0
-        return commit.stat().st_mtime
+        info = _info(commit)
+        return None if info.mtime is None else info.mtime.timestamp()
     except (OSError, ValueError):
         return None
 
@@ -362,7 +422,7 @@ def latest_version(path: str, at_least: int = -1) -> int:
     Commits appear whole (written beside, then created atomically), so a version seen
     here can be read."""
     v = max(at_least, _last_checkpoint(path))
-    if v < 0 and not _commit_file(path, 0).exists():
+    if v < 0 and not _exists(_commit_name(path, 0)):
         return -1
     return _last_from(path, max(v, 0))
 
@@ -422,7 +482,7 @@ def appends_by_commit(path: str, version: int, until: int
                 if add.get("deletionVector"):
                     return None
                 if add.get("dataChange", True):
-                    files.append(str(Path(path) / unquote(add["path"])))
+                    files.append(_data_file(path, add["path"]))
             elif (rm := a.get("remove")) is not None and rm.get("dataChange", True):
                 return None
         out.append((v, files))
@@ -498,10 +558,8 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
     which is exact only if no compaction ran in between (logged); :class:`TableError` if
     ``version`` itself is gone.
     """
-    from deltalake import DeltaTable
-
     if version < 0:  # everything: the live files (a compaction's rows counted once)
-        dt = DeltaTable(path)
+        dt = _dt(path)
         adds = _add_actions(dt)
         rows = dict(zip(adds.column("path").to_pylist(), adds.column("num_records").to_pylist(),
                         strict=True))
@@ -514,13 +572,13 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
             log.warning("%s: commit files after version %d are gone (log cleanup); new files "
                         "found by comparing snapshots, exact only without a compaction since",
                         path, version)
-            dt = DeltaTable(path)
+            dt = _dt(path)
             current = dt.version()
             adds = _add_actions(dt)
             rows = dict(zip(adds.column("path").to_pylist(),
                             adds.column("num_records").to_pylist(), strict=True))
             try:
-                then = DeltaTable(path, version=version)
+                then = _dt(path, version)
             except Exception as exc:  # noqa: BLE001 - delta-rs names no class for it
                 raise TableError(
                     f"{path}: its Delta log no longer holds version {version} (the last one "
@@ -534,7 +592,7 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
             return current, [], 0
     counts = list(rows.values())
     total = None if any(n is None for n in counts) else sum(counts)
-    return current, sorted(str(Path(path) / unquote(f)) for f in rows), total
+    return current, sorted(_data_file(path, f) for f in rows), total
 
 
 # ---- upkeep: compaction, vacuum, checkpoints (scheduled by jobs/upkeep/maintenance.py) ----
@@ -547,13 +605,12 @@ def compact(path: str, target_size: int | None = None) -> dict | None:
     too. Returns delta-rs's metrics; None if the table is absent or a concurrent commit
     conflicted with this one (nothing changed: try again later). Appends by other writers
     meanwhile are kept: they do not conflict."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import CommitFailedError
 
     if not table_exists(path):
         return None
     try:
-        metrics = DeltaTable(path).optimize.compact(target_size=target_size)
+        metrics = _dt(path).optimize.compact(target_size=target_size)
     except CommitFailedError as exc:
         log.info("compaction of %s lost to a concurrent commit, retried later: %s", path, exc)
         return None
@@ -570,11 +627,9 @@ def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
     Only the files the log names as removed (delta-rs's default vacuum): those names
     leave the checkpoints after :data:`TOMBSTONE_RETENTION_HOURS`; what that misses is
     :func:`vacuum_unnamed`'s."""
-    from deltalake import DeltaTable
-
     if not table_exists(path):
         return 0
-    dt = DeltaTable(path)
+    dt = _dt(path)
     keep = list(range(max(0, dt.version() - keep_last_versions + 1), dt.version() + 1)) \
         if keep_last_versions else None
     return _vacuum(path, dt, retention_hours=retention_hours, keep_versions=keep)
@@ -587,11 +642,9 @@ def vacuum_unnamed(path: str, hours: int) -> int:
     :func:`vacuum` saw it), a failed writer's file that no commit names. The folder is
     listed (delta-rs's ``full`` vacuum). ``hours`` must exceed what any writer takes from
     writing a file to committing it: a younger file may be about to be committed."""
-    from deltalake import DeltaTable
-
     if not table_exists(path):
         return 0
-    return _vacuum(path, DeltaTable(path), retention_hours=hours, full=True)
+    return _vacuum(path, _dt(path), retention_hours=hours, full=True)
 
 
 def _vacuum(path: str, dt, **how) -> int:
@@ -607,10 +660,8 @@ def _vacuum(path: str, dt, **how) -> int:
 def checkpoint(path: str) -> None:
     """Write a Delta checkpoint at the current version (readers then replay the log from
     it: the cost of loading the table stops growing with its commits)."""
-    from deltalake import DeltaTable
-
     if table_exists(path):
-        DeltaTable(path).create_checkpoint()
+        _dt(path).create_checkpoint()
 
 
 _LOG_ENTRY = re.compile(r"^(\d{20})\.(json|crc|checkpoint\.parquet|checkpoint\.\d+\.\d+\.parquet)$")
@@ -635,14 +686,14 @@ def trim_log(path: str, keep_hours: float, now: float | None = None) -> int:
         return 0
     cutoff = (time.time() if now is None else now) - keep_hours * 3600
     deleted = 0
-    for f in _log_dir(path).iterdir():
-        m = _LOG_ENTRY.match(f.name)
-        if m is None or int(m.group(1)) >= last:
+    for info in _listing(_log_name(path)):
+        m = _LOG_ENTRY.match(info.base_name)
+        if m is None or int(m.group(1)) >= last or info.mtime is None \
+                or info.mtime.timestamp() >= cutoff:
             continue
         try:
-            if f.stat().st_mtime < cutoff:
-                f.unlink()
-                deleted += 1
+            _delete(info.path, path)
+            deleted += 1
         except FileNotFoundError:  # deleted by another cleanup meanwhile
             continue
     return deleted
@@ -662,24 +713,18 @@ class Footprint:
 
 def footprint(path: str) -> Footprint | None:
     """The table's :class:`Footprint` (None if it does not exist)."""
-    from deltalake import DeltaTable
-
     if not table_exists(path):
         return None
-    dt = DeltaTable(path)
+    dt = _dt(path)
     adds = _add_actions(dt)
-    data = [p for p in Path(path).rglob("*.parquet") if "_delta_log" not in p.parts]
+    files = [i for i in _listing(path, recursive=True) if i.type == _FILE]
+    data = [i for i in files if i.base_name.endswith(".parquet")
+            and "/_delta_log/" not in i.path]
+    log_files = [i for i in files if i.path.rsplit("/", 1)[0].endswith("/_delta_log")]
     return Footprint(dt.version(), adds.num_rows,
                      int(pc.sum(adds.column("size_bytes")).as_py() or 0),
-                     len(data), sum(_size(p) for p in data),
-                     sum(_size(p) for p in _log_dir(path).iterdir() if p.is_file()))
-
-
-def _size(p: Path) -> int:
-    try:
-        return p.stat().st_size
-    except FileNotFoundError:  # vacuumed while we looked
-        return 0
+                     len(data), sum(i.size or 0 for i in data),
+                     sum(i.size or 0 for i in log_files))
 
 
 @dataclass(frozen=True)
