@@ -47,6 +47,8 @@ setup() {
   fi
   log "fetching pinned JVM jars with Maven into the per-user cache (skipped when cached)"
   .venv/bin/kafka-audit setup
+  # the tests' S3-compatible server (scenarios/object_store.py): not a deployment's
+  .venv/bin/python -c 'from kafka_audit.jars import ensure_jars; ensure_jars(("s3proxy",))'
 }
 
 lint() {  # ruff, then the import contracts of [tool.importlinter] in pyproject.toml

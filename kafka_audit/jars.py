@@ -1,12 +1,14 @@
 """Pinned JVM class paths, fetched once from Maven Central with Maven.
 
-Two Maven files in ``deploy/maven/`` (data a deployer reads: the pins) pin what the JVM
+The Maven files in ``deploy/maven/`` (data a deployer reads: the pins) pin what the JVM
 processes need:
 
 * ``kafka-broker.pom.xml``: the Kafka broker (``kafka.Kafka``), its storage
   tool and a log4j2 binding;
 * ``spark-extras.pom.xml``: the Spark Kafka source at pyspark's exact version
-  and Delta's jar for the Spark 4.1 line.
+  and Delta's jar for the Spark 4.1 line;
+* ``s3proxy.pom.xml``: the S3-compatible server of the tests (fetched by ``dev.sh``'s
+  setup, not by ``kafka-audit setup``: a deployment brings its own object store).
 
 ``ensure_jars`` resolves each file with ``maven-dependency-plugin`` into
 ``.cache/jars/<name>`` (ignored by git) and writes a marker holding the hash of
@@ -39,7 +41,8 @@ from kafka_audit.errors import JarsMissing
 __all__ = ["jar_cache", "ensure_jars", "broker_classpath", "spark_jars", "native_jar",
            "client_tools_jar", "plugin_library"]
 
-_POMS = {"kafka": "kafka-broker.pom.xml", "spark": "spark-extras.pom.xml"}
+_POMS = {"kafka": "kafka-broker.pom.xml", "spark": "spark-extras.pom.xml",
+         "s3proxy": "s3proxy.pom.xml"}
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 _VERSION_SUFFIX = re.compile(r"-\d[0-9A-Za-z.\-]*\.jar$")
 

@@ -4,7 +4,7 @@ The tiers are folders, each with a marker of the same name, each runnable alone
 (``pytest tests/unit`` or ``pytest -m unit``):
 
 * ``unit``: pure logic, Delta tables with delta-rs, the API in process; no JVM, no broker;
-* ``spark``: real Spark and Delta, no broker;
+* ``spark``: the JVM parts without a broker: real Spark and Delta, the local S3 server;
 * ``cluster``: the real cluster, Spark and Delta, no fault;
 * ``scenarios``: faults injected into the real cluster, judged against ground truth.
 
@@ -36,6 +36,7 @@ CLUSTER = {"broker_base_port": 19091 + OFFSET, "controller_base_port": 19191 + O
            "replication_base_port": 19291 + OFFSET, "secure_base_port": 19391 + OFFSET,
            "jvm_options": "-XX:TieredStopAtLevel=1"}
 CLUSTER_HOME = ROOT / "var" / ("test-cluster" if not OFFSET else f"test-cluster-{OFFSET}")
+S3_PORT = 19491 + OFFSET  # the local S3-compatible server (scenarios/object_store.py)
 
 
 TIERS = ("unit", "spark", "cluster", "scenarios")
@@ -88,6 +89,26 @@ def spark(tmp_path_factory):
     s = get_spark(Settings(home=tmp_path_factory.mktemp("spark"), cluster=CLUSTER), "tests")
     yield s
     s.stop()
+
+
+@pytest.fixture(scope="session")
+def s3(tmp_path_factory):
+    """The S3-compatible server (s3proxy over a temporary folder), one per session."""
+    from kafka_audit.scenarios.object_store import S3Server
+
+    server = S3Server(tmp_path_factory.mktemp("s3"), S3_PORT).start()
+    yield server
+    server.stop(discard=True)
+
+
+@pytest.fixture
+def s3_settings(s3, tmp_path):
+    """A test's settings with its warehouse in a bucket of its own on the S3 server (spools,
+    status files and checkpoints stay in its temporary folder)."""
+    bucket = s3.bucket(f"t-{uuid.uuid4().hex[:12]}")
+    return Settings(home=tmp_path, warehouse=f"{bucket}/warehouse", storage=s3.storage(),
+                    cluster=CLUSTER, audit={"settle_seconds": 1, "interval_seconds": 1},
+                    api={"port": free_port()})
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ does not. Secrets never appear in the output.
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import time
 from dataclasses import asdict, dataclass, field
@@ -175,6 +176,37 @@ def _ledger_producers(settings: Settings) -> dict[str, set[tuple]]:
     return out
 
 
+def _check_warehouse(settings: Settings, timeout: float) -> str | None:
+    """The remote warehouse takes writes (its bucket, its key) and keeps concurrent writers
+    correct (:func:`~kafka_audit.storage.probe`); :class:`CheckFailed` if it refuses or does
+    not answer, in one line that names the store, never its secret."""
+    from kafka_audit.storage import probe
+
+    try:
+        return probe(settings.warehouse, timeout=2 * timeout)
+    except Exception as exc:  # noqa: BLE001 - the store's own words, on one line
+        text = str(exc)
+        code = re.search(r"<Code>(\w+)</Code>", text)
+        status = re.search(r"status code: (\d{3}[^:<]*)", text)
+        said = (f"{status.group(1).strip()} {code.group(1)}" if status and code
+                else next((line.strip() for line in text.splitlines() if line.strip()),
+                          type(exc).__name__)[:300])
+        fix = _STORE_FIXES.get(code.group(1) if code else "", "")
+        where = settings.storage.endpoint_url or f"AWS S3 ({settings.storage.region})"
+        raise CheckFailed(f"the warehouse {settings.warehouse} at {where} refused a write "
+                          f"({said}){': ' + fix if fix else ''}") from None
+
+
+#: what to do about an object store's refusal, by its error code
+_STORE_FIXES = {
+    "SignatureDoesNotMatch": "the secret access key is wrong (storage.secret_access_key*)",
+    "InvalidAccessKeyId": "no such access key (storage.access_key_id)",
+    "NoSuchBucket": "the bucket does not exist: create it (the auditor does not)",
+    "AccessDenied": "the key may not write there: grant s3:PutObject, s3:GetObject, "
+                    "s3:DeleteObject and s3:ListBucket on the warehouse's prefix",
+}
+
+
 def run_check(settings: Settings, timeout: float = 10) -> Report:
     """The preflight; raises :class:`CheckFailed` (or ``ConfigError``) when the cluster
     cannot be reached or refuses the credentials, else returns the report."""
@@ -182,11 +214,16 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
     from confluent_kafka.admin import ConfigResource
 
     conf = cluster_config(settings)  # a missing file or secret: ConfigError, at once
+    unsound = _check_warehouse(settings, timeout) if settings.remote_warehouse else None
     report = Report(settings.profile.name, conf["bootstrap.servers"],
                     settings.profile.security_protocol)
     java = {k.removeprefix("kafka."): v for k, v in
             spark_kafka_options(settings.profile, settings.cluster.bootstrap).items()}
     report.findings += transport_risks(conf, java)
+    if unsound:
+        report.findings.append(Finding(
+            "blocker", "warehouse", unsound, "use a store that refuses a PUT with "
+            "If-None-Match: * of an existing object (AWS S3 does): see docs/operate/storage.md"))
     admin, cluster = _describe_cluster(settings, timeout)
     report.cluster_id, report.brokers = cluster.cluster_id, len(cluster.nodes)
     report.kafka_metadata_version = _java_probe(settings, 3 * timeout)["metadata_version"]

@@ -28,9 +28,9 @@ def ack(topic, seq, count, partition=0):
             "idempotence": False, "retries": 0, "max_in_flight": 5, "leader_epoch": None}
 
 
-@pytest.fixture
-def client(tmp_path):
-    settings = Settings(home=tmp_path)
+def populate(settings: Settings) -> None:
+    """The tables these tests read (tests/spark/test_object_store.py writes them to an
+    object store and asks the same questions)."""
     append_rows(settings.table_path("findings"), "findings", [
         finding("lost", 0, 5), finding("lost", 0, 3), finding("lost", 1, 9),
         finding("confirmed", 0, 0, count=10), finding("lost", 0, 1, topic="other"),
@@ -47,6 +47,12 @@ def client(tmp_path):
          "observed_at": T, "pending": n, "unseen": u, "oldest_unseen": T if u else None,
          "pass_id": pid} for p, n, u, pid in [(0, 9, 9, 0), (0, 5, 2, 1), (1, 1, 0, 1),
                                               (1, 7, 0, 2)]])
+
+
+@pytest.fixture
+def client(tmp_path):
+    settings = Settings(home=tmp_path)
+    populate(settings)
     return TestClient(create_app(settings), base_url="http://localhost")
 
 

@@ -1,0 +1,203 @@
+"""The warehouse on a real S3-compatible server (s3proxy over a temporary folder): the table
+layer answers there as it does on local disk, and several processes appending to one table
+at once lose and double nothing.
+
+The concurrent writers are the ack ledger's own commit path (``SpoolCommitter``: a spooled
+segment appended as an idempotent Delta transaction), one process per producer host, each
+with its own spool and no shared disk but the bucket.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+import yaml
+from pyarrow.fs import FileSelector
+
+from kafka_audit import storage, store
+from kafka_audit.producers.ledger import SpoolCommitter
+from kafka_audit.scenarios.object_store import S3Server
+from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.settings import Settings
+
+from ..conftest import S3_PORT
+from ..support.header_proxy import StrippingProxy
+from ..support.rows import ledger_row
+
+WRITERS, COMMITS, ROWS = 4, 20, 5
+
+
+def _rows(producer: str, first_seq: int, n: int) -> pa.Table:
+    rows = [{**ledger_row(first_seq + k), "producer_id": producer} for k in range(n)]
+    return pa.Table.from_pylist(rows, schema=arrow_schema("acks"))
+
+
+def _host(warehouse: str, storage: dict, home: str, producer: str, start_at: float) -> dict:
+    """One producer host: its own spool, committing COMMITS segments to the bucket's acks."""
+    s = Settings(home=home, warehouse=warehouse, storage=storage)  # registers the store
+    spool = SpoolCommitter(s.table_path("acks"), Path(home) / "spool", f"{producer}/run")
+    assert spool.lock()
+    first = spool.first_version()
+    while time.time() < start_at:  # every host starts at once
+        time.sleep(0.005)
+    for i in range(COMMITS):
+        spool.spool(_rows(producer, i * ROWS, ROWS), first + i)
+        spool.commit()
+    for _ in range(50):  # a commit that failed kept its segment: flushed again
+        if not spool.segments():
+            break
+        spool.commit()
+    return {"app_id": spool.app_id, "last": first + COMMITS - 1, "left": len(spool.segments()),
+            "failures": spool.write_failures, "rows": spool.rows_written}
+
+
+def test_concurrent_ledger_writers_lose_and_double_nothing(s3_settings, tmp_path):
+    acks = s3_settings.table_path("acks")
+    store.write_arrow(acks, "acks", _rows("setup", 0, 1))  # version 0: the table exists
+    ctx = multiprocessing.get_context("spawn")  # delta-rs refuses to run in a forked child
+    start_at = time.time() + 8  # the children import pyarrow and deltalake first
+    with ctx.Pool(WRITERS) as pool:
+        results = pool.starmap(_host, [
+            (s3_settings.warehouse, s3_settings.storage.model_dump(mode="json")
+             | {"secret_access_key": s3_settings.storage.secret()},
+             str(tmp_path / f"host{n}"), f"host{n}", start_at) for n in range(WRITERS)])
+    assert [r["left"] for r in results] == [0] * WRITERS
+    assert [r["rows"] for r in results] == [COMMITS * ROWS] * WRITERS
+    latest = store.latest_version(acks)
+    assert latest == WRITERS * COMMITS  # one version a commit, after version 0
+    gaps = [v for v in range(latest + 1) if store._commit_actions(acks, v) is None]
+    assert gaps == []
+    t = store.read_table(acks, "acks", ["producer_id", "seq"])
+    keys = set(zip(t.column("producer_id").to_pylist(), t.column("seq").to_pylist(),
+                   strict=True))
+    assert t.num_rows == len(keys) == 1 + WRITERS * COMMITS * ROWS  # none lost, none twice
+    assert keys >= {(f"host{n}", seq) for n in range(WRITERS)
+                    for seq in range(COMMITS * ROWS)}
+    for r in results:  # each host's transaction names its last segment
+        assert store.transaction_version(acks, r["app_id"]) == r["last"]
+    print("commit retries after a lost race:", [r["failures"] for r in results])
+
+
+def _history(path: str) -> dict:
+    """What the table layer says of a table, in words that do not name where it is."""
+    latest = store.latest_version(path)
+    version, files, total = store.files_added_since(path, 0)
+    return {"exists": store.table_exists(path), "latest": latest,
+            "probe": store.probe_version(path, None), "probe_known": store.probe_version(path, 1),
+            "added_since_0": (version, len(files), total),
+            "rows_of_added": store.read_files(files, "acks", ["seq"]).num_rows,
+            "appends": [(v, len(f)) for v, f in store.appends_by_commit(path, 0, latest)],
+            "changes": store.data_changes_since(path, 0)[0],
+            "commit_time": store.commit_time(path, latest) is not None,
+            "max_seq": store.max_in_files(path, "seq"),
+            "rows_at_seq_3": store.rows_in_files(path, "seq", 3),
+            "seqs": sorted(store.read_table(path, "acks", ["seq"]).column("seq").to_pylist())}
+
+
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_the_table_layer_answers_alike_on_disk_and_on_the_object_store(where, s3_settings,
+                                                                       tmp_path):
+    path = s3_settings.table_path("acks") if where == "s3" else str(tmp_path / "w" / "acks")
+    assert not store.table_exists(path) and store.probe_version(path, None) is None
+    assert store.latest_version(path) == -1
+    for i in range(4):
+        assert store.append_once(path, "acks", [ledger_row(i * 2), ledger_row(i * 2 + 1)],
+                                 "app", i)
+    assert not store.append_once(path, "acks", [ledger_row(99)], "app", 3)  # once only
+    assert _history(path) == {
+        "exists": True, "latest": 3, "probe": 3, "probe_known": 3,
+        "added_since_0": (3, 3, 6), "rows_of_added": 6,
+        "appends": [(1, 1), (2, 1), (3, 1)], "changes": 3, "commit_time": True,
+        "max_seq": 7, "rows_at_seq_3": 2, "seqs": list(range(8))}
+    metrics = store.compact(path)
+    assert metrics["numFilesRemoved"] == 4 and metrics["numFilesAdded"] == 1
+    # a compaction (version 4) changes no row: nothing appended since, the rows read alike
+    assert store.files_added_since(path, 3) == (4, [], 0)
+    assert sorted(store.read_table(path, "acks", ["seq"]).column("seq").to_pylist()) == \
+        list(range(8))
+    foot = store.footprint(path)
+    assert (foot.version, foot.live_files, foot.data_files) == (4, 1, 5)
+    assert foot.log_bytes > 0 and foot.data_bytes > foot.live_bytes > 0
+    assert store.vacuum(path, retention_hours=0) == 4
+    assert store.footprint(path).data_files == 1
+    # the log before its checkpoint (the compaction wrote one at version 4) trimmed
+    before = store.latest_version(path)
+    assert store.trim_log(path, keep_hours=0, now=time.time() + 60) >= 4
+    assert [store._commit_actions(path, v) is None for v in range(5)] == [True] * 4 + [False]
+    assert store.latest_version(path) == store.probe_version(path, None) == before
+    assert store.read_table(path, "acks", ["seq"]).num_rows == 8
+    assert pc.max(store.read_table(path, "acks", ["seq"]).column("seq")).as_py() == 7
+
+
+def test_the_probe_tells_a_sound_store(s3_settings):
+    assert storage.probe(s3_settings.warehouse) is None
+    at = storage.locate(f"{s3_settings.warehouse}/_kafka_audit_check")
+    assert at.fs.get_file_info(FileSelector(at.path, allow_not_found=True)) == []  # cleaned
+
+
+def test_the_probe_tells_a_store_that_ignores_conditional_writes(tmp_path):
+    """A store that drops If-None-Match: an unsigned s3proxy (a signed request's headers
+    cannot be dropped) behind a proxy that drops them."""
+    server = S3Server(tmp_path / "s3", S3_PORT + 50, signed=False).start()
+    try:
+        bucket = server.bucket("unsound")
+        with StrippingProxy(server.port) as proxy:
+            Settings(home=tmp_path, warehouse=bucket, storage={
+                **server.storage(), "endpoint_url": f"http://127.0.0.1:{proxy.port}"})
+            said = storage.probe(bucket)
+        Settings(home=tmp_path, warehouse=bucket, storage=server.storage())  # directly
+        assert storage.probe(bucket) is None  # the store itself is sound
+    finally:
+        server.stop(discard=True)
+    assert said is not None and "ignores If-None-Match" in said
+
+
+@pytest.mark.parametrize("what", ["wrong secret", "no such bucket"])
+def test_check_says_in_one_line_that_the_store_refuses(s3, tmp_path, monkeypatch, capsys,
+                                                       what):
+    from kafka_audit.app import cli
+    from kafka_audit.settings import get_settings
+
+    wrong = "wrong-" + s3.secret[::-1]
+    bucket = s3.bucket("check-refused")
+    config = {"home": str(tmp_path), "warehouse": f"{bucket}/w", "storage": {
+        **s3.storage(), "secret_access_key": wrong if what == "wrong secret" else s3.secret}}
+    if what == "no such bucket":
+        config["warehouse"] = "s3://no-such-bucket-here/w"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("KAFKA_AUDIT_CONFIG", str(tmp_path / "config.yaml"))
+    get_settings.cache_clear()
+    started = time.monotonic()
+    assert cli.main(["check"]) == 2
+    took = time.monotonic() - started
+    out, err = capsys.readouterr()
+    get_settings.cache_clear()
+    assert out == "" and len(err.splitlines()) == 1 and "Traceback" not in err
+    assert err.startswith("kafka-audit: ") and "the warehouse s3://" in err
+    assert ("403 Forbidden SignatureDoesNotMatch): the secret access key is wrong"
+            if what == "wrong secret" else "NoSuchBucket): the bucket does not exist") in err
+    assert s3.secret not in err and wrong not in err
+    assert took < 30, took
+
+
+def test_the_api_answers_alike_from_the_object_store(s3_settings):
+    """The REST API's own tests (tests/unit/test_api.py), asked of the same tables written
+    to the object store: the API reads them through the table layer, never from a disk."""
+    from fastapi.testclient import TestClient
+
+    from kafka_audit.auditor_api.main import create_app
+
+    from ..unit import test_api
+
+    test_api.populate(s3_settings)
+    client = TestClient(create_app(s3_settings), base_url="http://localhost")
+    test_api.test_filters_and_order(client)
+    test_api.test_summary_counts_writes_and_pending(client)
+    test_api.test_pagination_by_cursor(client)
+    test_api.test_time_range(client)
+    assert not Path(s3_settings.home, "warehouse").exists()  # nothing went to the disk
