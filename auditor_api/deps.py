@@ -45,16 +45,16 @@ def new_snapshots(settings: Settings) -> Snapshots:
 
 
 #: (home as configured, working directory) -> the warehouse's resolved path
-_WAREHOUSES: dict[tuple[str, str], str] = {}
+_WAREHOUSES: dict[tuple[str, str | None, str], str] = {}
 
 
 def warehouse_of(settings: Settings) -> str:
-    """``settings.warehouse``, resolved once per home: resolving costs a dozen system calls
-    and every request asks for it."""
-    key = (str(settings.home), os.getcwd())
+    """``settings.warehouse_uri``, resolved once per home and warehouse: resolving a folder
+    costs a dozen system calls and every request asks for it."""
+    key = (str(settings.home), settings.warehouse, os.getcwd())
     found = _WAREHOUSES.get(key)
     if found is None:
-        found = _WAREHOUSES[key] = str(settings.warehouse)
+        found = _WAREHOUSES[key] = settings.warehouse_uri
     return found
 
 

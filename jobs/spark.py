@@ -38,7 +38,7 @@ def local_master(master: str, attempts: int) -> str:
 def get_spark(settings: Settings, app_name: str = "kafka-audit"):
     if settings.remote_warehouse:
         raise ConfigError(
-            f"warehouse {settings.warehouse}: the Spark jobs (consume, audit, `run`) cannot "
+            f"warehouse {settings.warehouse_uri}: the Spark jobs (consume, audit, `run`) cannot "
             f"use an object-store warehouse yet: the producers, the shipper, the API and "
             f"`check` can (docs/operate/storage.md)")
     from pyspark.sql import SparkSession

@@ -687,24 +687,22 @@ class Settings(BaseSettings):
         return (init_settings, _EnvironmentCheck(settings_cls), env_settings,
                 _YamlSource(settings_cls))
 
+    @field_validator("warehouse")
+    @classmethod
+    def _a_folder_or_a_bucket(cls, v: str | None) -> str | None:
+        if v is None or not (is_remote(v) or "://" in v):
+            return v
+        if not v.startswith("s3://") or len(v.rstrip("/")) <= len("s3://"):
+            raise ValueError(f"{v!r}: an object store's warehouse is s3://bucket or "
+                             f"s3://bucket/prefix (no other object store yet)")
+        return v.rstrip("/")
+
     @model_validator(mode="after")
-    def _where_the_tables_live(self) -> Settings:
-        """``warehouse`` resolved (a folder made absolute, ``<home>/warehouse`` by default; a
-        URI as given, without a trailing slash), and a remote one's storage registered for
-        the table layer (``storage.py``: one object store per process)."""
-        if self.warehouse is None:
-            self.warehouse = str(self.home_dir / "warehouse")
-        elif is_remote(self.warehouse):
-            if not self.warehouse.startswith("s3://") or len(self.warehouse) <= len("s3://"):
-                raise ValueError(f"warehouse {self.warehouse!r}: an object store's warehouse "
-                                 f"is s3://bucket or s3://bucket/prefix")
-            self.warehouse = self.warehouse.rstrip("/")
+    def _register_the_object_store(self) -> Settings:
+        """A remote warehouse's storage, registered for the table layer (``storage.py``:
+        one object store per process)."""
+        if self.remote_warehouse:
             register(self.storage)
-        elif "://" in self.warehouse:
-            raise ValueError(f"warehouse {self.warehouse!r}: a folder or s3://bucket/prefix "
-                             f"(no other object store yet)")
-        else:
-            self.warehouse = str(Path(self.warehouse).expanduser().resolve())
         return self
 
     @property
@@ -712,11 +710,22 @@ class Settings(BaseSettings):
         return self.home.resolve()
 
     @property
+    def warehouse_uri(self) -> str:
+        """Where the tables live: the folder made absolute (``<home>/warehouse`` by default,
+        derived at each use, so a copy of these settings with another home moves it) or
+        the object store's ``s3://`` URI."""
+        if self.warehouse is None:
+            return str(self.home_dir / "warehouse")
+        if is_remote(self.warehouse):
+            return self.warehouse
+        return str(Path(self.warehouse).expanduser().resolve())
+
+    @property
     def remote_warehouse(self) -> bool:
-        return is_remote(self.warehouse)
+        return self.warehouse is not None and is_remote(self.warehouse)
 
     def table_path(self, name: str) -> str:
-        return f"{self.warehouse}/{name}"
+        return f"{self.warehouse_uri}/{name}"
 
     @property
     def checkpoints(self) -> Path:

@@ -183,7 +183,7 @@ def _check_warehouse(settings: Settings, timeout: float) -> str | None:
     from kafka_audit.storage import probe
 
     try:
-        return probe(settings.warehouse, timeout=2 * timeout)
+        return probe(settings.warehouse_uri, timeout=2 * timeout)
     except Exception as exc:  # noqa: BLE001 - the store's own words, on one line
         text = str(exc)
         code = re.search(r"<Code>(\w+)</Code>", text)
@@ -193,7 +193,7 @@ def _check_warehouse(settings: Settings, timeout: float) -> str | None:
                           type(exc).__name__)[:300])
         fix = _STORE_FIXES.get(code.group(1) if code else "", "")
         where = settings.storage.endpoint_url or f"AWS S3 ({settings.storage.region})"
-        raise CheckFailed(f"the warehouse {settings.warehouse} at {where} refused a write "
+        raise CheckFailed(f"the warehouse {settings.warehouse_uri} at {where} refused a write "
                           f"({said}){': ' + fix if fix else ''}") from None
 
 

@@ -63,7 +63,7 @@ def test_concurrent_ledger_writers_lose_and_double_nothing(s3_settings, tmp_path
     start_at = time.time() + 8  # the children import pyarrow and deltalake first
     with ctx.Pool(WRITERS) as pool:
         results = pool.starmap(_host, [
-            (s3_settings.warehouse, s3_settings.storage.model_dump(mode="json")
+            (s3_settings.warehouse_uri, s3_settings.storage.model_dump(mode="json")
              | {"secret_access_key": s3_settings.storage.secret()},
              str(tmp_path / f"host{n}"), f"host{n}", start_at) for n in range(WRITERS)])
     assert [r["left"] for r in results] == [0] * WRITERS
@@ -135,8 +135,8 @@ def test_the_table_layer_answers_alike_on_disk_and_on_the_object_store(where, s3
 
 
 def test_the_probe_tells_a_sound_store(s3_settings):
-    assert storage.probe(s3_settings.warehouse) is None
-    at = storage.locate(f"{s3_settings.warehouse}/_kafka_audit_check")
+    assert storage.probe(s3_settings.warehouse_uri) is None
+    at = storage.locate(f"{s3_settings.warehouse_uri}/_kafka_audit_check")
     assert at.fs.get_file_info(FileSelector(at.path, allow_not_found=True)) == []  # cleaned
 
 

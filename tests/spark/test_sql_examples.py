@@ -23,7 +23,7 @@ def test_the_example_queries_answer_the_same_in_spark_sql(spark, tmp_path):
     expected = duckdb_answers(s)
     zone = spark.conf.get("spark.sql.session.timeZone")
     try:
-        for stmt in statements("setup_spark.sql", str(s.warehouse)):
+        for stmt in statements("setup_spark.sql", s.warehouse_uri):
             spark.sql(stmt)
         for q in QUERIES:
             rows = [tuple(r) for r in spark.sql((SQL / f"{q}.sql").read_text()).collect()]

@@ -49,7 +49,7 @@ def test_unknown_topics_and_partitions_are_404s_that_read_and_keep_nothing(tmp_p
     c = TestClient(app, base_url=LOCAL)
     # the tables' snapshots loaded, the lookup of known names made
     assert c.get("/v1/summary", params={"topic": "orders"}).status_code == 200
-    snaps = app.state.snapshots[str(s.warehouse)]
+    snaps = app.state.snapshots[s.warehouse_uri]
     loads, memo = snaps.loads, set(snaps._memo)
     for i in range(50):
         r = c.get(f"/v1/partitions/nope-{i}/0/timeline")
@@ -80,7 +80,7 @@ def test_listings_kept_per_filter_are_bounded_by_bytes(tmp_path, monkeypatch):
     for i in range(60):  # a filter varied each time, every finding matching it
         since = f"2025-12-31T00:00:00.{i:06d}Z"
         assert len(c.get("/v1/findings", params={"since": since}).json()["items"]) == 4
-    snaps = app.state.snapshots[str(s.warehouse)]
+    snaps = app.state.snapshots[s.warehouse_uri]
     tables = [v for _versions, v in snaps._memo.values() if isinstance(v, pa.Table)]
     assert snaps.memo_bytes == sum(t.nbytes for t in tables) <= 8 << 10
     assert 0 < len(tables) < 60

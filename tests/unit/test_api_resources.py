@@ -167,7 +167,7 @@ def test_snapshots_are_kept_between_requests_and_follow_appends(tmp_path):
     app = create_app(s)
     c = TestClient(app, base_url="http://localhost")
     first = c.get("/v1/topics").json()[0]["acked"]
-    snaps = app.state.snapshots[str(s.warehouse)]
+    snaps = app.state.snapshots[s.warehouse_uri]
     loads = snaps.loads
     for _ in range(5):
         c.get("/v1/topics"), c.get("/v1/summary"), c.get("/v1/findings")
@@ -255,7 +255,7 @@ def test_a_timeline_reads_on_from_the_ledgers_new_files(tmp_path):
     c = TestClient(app, base_url="http://localhost")
     first = c.get("/v1/partitions/orders/0/timeline").json()
     assert sum(a["count"] for a in first["acks"]) == 1000
-    snaps = app.state.snapshots[str(s.warehouse)]
+    snaps = app.state.snapshots[s.warehouse_uri]
     (acks,) = [rows for (name, *_), (_lock, rows) in snaps._row_sets.items()
                if name == "acks"]
     assert acks.full_reads == 1 and acks.appended_files == 0

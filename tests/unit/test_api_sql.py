@@ -47,7 +47,7 @@ def duckdb_answers(s) -> dict[str, list[tuple]]:
     from deltalake import DeltaTable
 
     con = duckdb.connect()
-    for stmt in statements("setup_duckdb.sql", str(s.warehouse)):
+    for stmt in statements("setup_duckdb.sql", s.warehouse_uri):
         if "delta_scan" not in stmt:  # offline: the tables come from delta-rs instead
             con.execute(stmt)
     for table in TABLES:

@@ -22,10 +22,12 @@ from ..support.clean_env import clean_env  # noqa: F401 (autouse)
 def test_a_local_warehouse_is_the_default_and_a_folder_is_made_absolute(tmp_path,
                                                                            monkeypatch):
     s = Settings(home=tmp_path / "h")
-    assert s.warehouse == str(tmp_path / "h" / "warehouse") and not s.remote_warehouse
+    assert s.warehouse_uri == str(tmp_path / "h" / "warehouse") and not s.remote_warehouse
+    moved = s.model_copy(update={"home": tmp_path / "elsewhere"})  # the default follows home
+    assert moved.table_path("acks") == str(tmp_path / "elsewhere" / "warehouse" / "acks")
     assert s.table_path("acks") == str(tmp_path / "h" / "warehouse" / "acks")
     monkeypatch.chdir(tmp_path)
-    assert Settings(home=tmp_path, warehouse="tables").warehouse == str(tmp_path / "tables")
+    assert Settings(home=tmp_path, warehouse="tables").warehouse_uri == str(tmp_path / "tables")
     assert storage.delta_options(s.table_path("acks")) is None
     assert storage.locate(s.table_path("acks")).path == s.table_path("acks")
 
@@ -35,7 +37,7 @@ def test_an_object_store_warehouse_and_what_each_library_is_told(tmp_path):
     s = Settings(home=tmp_path, warehouse="s3://audit-bucket/prod/", storage={
         "endpoint_url": "http://127.0.0.1:8333/", "path_style": True, "region": "eu-west-1",
         "access_key_id": "AKIDTEST", "secret_access_key": key})
-    assert s.warehouse == "s3://audit-bucket/prod" and s.remote_warehouse
+    assert s.warehouse_uri == "s3://audit-bucket/prod" and s.remote_warehouse
     assert s.table_path("acks") == "s3://audit-bucket/prod/acks"
     assert storage.delta_options(s.table_path("acks")) == {
         "AWS_REGION": "eu-west-1", "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "false",
