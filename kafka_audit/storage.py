@@ -112,6 +112,7 @@ def register(storage: StorageSettings) -> None:
         if storage != _storage:
             _storage = storage
             _filesystem.cache_clear()
+            _delta_options.cache_clear()
 
 
 def _registered() -> StorageSettings:
@@ -157,7 +158,13 @@ def delta_options(uri: str | Path) -> dict[str, str] | None:
     """delta-rs's ``storage_options`` for a table at ``uri`` (None: a local table)."""
     if not is_remote(uri):
         return None
-    storage = _registered()
+    return dict(_delta_options(_registered()))
+
+
+@functools.lru_cache(maxsize=4)
+def _delta_options(storage: StorageSettings) -> dict[str, str]:
+    """Once per storage: every table the process opens asks, and the secret may come from a
+    file."""
     out = {"AWS_REGION": storage.region,
            "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": str(not storage.path_style).lower()}
     if storage.endpoint_url:

@@ -287,9 +287,7 @@ def rows_in_files(path: str, column: str, value: int) -> int:
 
 # ---- the Delta log and data files, through pyarrow.fs: a folder or an object store ----
 # (the same calls for both; on local disk a probe costs about what os.path's did:
-# bench/store_paths.py)
-
-_FILE = FileType.File
+# docs/benchmarks.md, "a probe for a Delta log file")
 
 
 def _info(name: str):
@@ -299,7 +297,7 @@ def _info(name: str):
 
 
 def _exists(name: str) -> bool:
-    return _info(name).type == _FILE
+    return _info(name).type == FileType.File
 
 
 def _is_dir(name: str) -> bool:
@@ -717,7 +715,7 @@ def footprint(path: str) -> Footprint | None:
         return None
     dt = _dt(path)
     adds = _add_actions(dt)
-    files = [i for i in _listing(path, recursive=True) if i.type == _FILE]
+    files = [i for i in _listing(path, recursive=True) if i.type == FileType.File]
     data = [i for i in files if i.base_name.endswith(".parquet")
             and "/_delta_log/" not in i.path]
     log_files = [i for i in files if i.path.rsplit("/", 1)[0].endswith("/_delta_log")]

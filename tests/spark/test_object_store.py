@@ -37,14 +37,13 @@ def _rows(producer: str, first_seq: int, n: int) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=arrow_schema("acks"))
 
 
-def _host(warehouse: str, storage: dict, home: str, producer: str, start_at: float) -> dict:
+def _host(warehouse: str, storage: dict, home: str, producer: str, ready) -> dict:
     """One producer host: its own spool, committing COMMITS segments to the bucket's acks."""
     s = Settings(home=home, warehouse=warehouse, storage=storage)  # registers the store
     spool = SpoolCommitter(s.table_path("acks"), Path(home) / "spool", f"{producer}/run")
     assert spool.lock()
     first = spool.first_version()
-    while time.time() < start_at:  # every host starts at once
-        time.sleep(0.005)
+    ready.wait(120)  # every host starts at once, when all have imported and locked
     for i in range(COMMITS):
         spool.spool(_rows(producer, i * ROWS, ROWS), first + i)
         spool.commit()
@@ -60,12 +59,12 @@ def test_concurrent_ledger_writers_lose_and_double_nothing(s3_settings, tmp_path
     acks = s3_settings.table_path("acks")
     store.write_arrow(acks, "acks", _rows("setup", 0, 1))  # version 0: the table exists
     ctx = multiprocessing.get_context("spawn")  # delta-rs refuses to run in a forked child
-    start_at = time.time() + 8  # the children import pyarrow and deltalake first
-    with ctx.Pool(WRITERS) as pool:
+    with ctx.Manager() as manager, ctx.Pool(WRITERS) as pool:
+        ready = manager.Barrier(WRITERS)
         results = pool.starmap(_host, [
             (s3_settings.warehouse_uri, s3_settings.storage.model_dump(mode="json")
              | {"secret_access_key": s3_settings.storage.secret()},
-             str(tmp_path / f"host{n}"), f"host{n}", start_at) for n in range(WRITERS)])
+             str(tmp_path / f"host{n}"), f"host{n}", ready) for n in range(WRITERS)])
     assert [r["left"] for r in results] == [0] * WRITERS
     assert [r["rows"] for r in results] == [COMMITS * ROWS] * WRITERS
     latest = store.latest_version(acks)
