@@ -12,13 +12,17 @@ records: no batching, interleaved producers) goes through Spark's writer, so the
 driver never holds more than that.
 
 Both paths write one commit, with the same ``userMetadata``, into tables of the
-declared schema; the tables stay readable and writable by both engines.
+declared schema; the tables stay readable and writable by both engines. On an
+object-store warehouse both create their commit files with ``If-None-Match: *``
+(delta-rs itself; Spark through ``jobs/ConditionalPutLogStore.java``), so they may
+commit to one table at once.
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 
+from kafka_audit.storage import spark_uri
 from kafka_audit.store import write_arrow
 
 __all__ = ["write_delta", "delete_where", "release"]
@@ -45,7 +49,7 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
                 writer = writer.option("userMetadata", user_metadata)
             if mode == "overwrite":  # the declared columns, as the delta-rs path writes them
                 writer = writer.option("overwriteSchema", "true")
-            writer.save(path)
+            writer.save(spark_uri(path))
         return rows
     finally:
         if checkpointed is not None:
@@ -57,7 +61,7 @@ def delete_where(spark, path: str, condition) -> None:
     holds for, with Spark's Delta engine (one commit)."""
     from delta.tables import DeltaTable
 
-    DeltaTable.forPath(spark, path).delete(condition)
+    DeltaTable.forPath(spark, spark_uri(path)).delete(condition)
 
 
 def release(df) -> None:

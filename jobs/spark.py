@@ -12,12 +12,12 @@ import re
 import sys
 from importlib import resources
 
-from kafka_audit.errors import ConfigError
 from kafka_audit.jars import spark_jars
 from kafka_audit.redact import SPARK_REDACTION_REGEX
 from kafka_audit.settings import Settings
+from kafka_audit.storage import StorageSettings, spark_properties
 
-__all__ = ["get_spark", "local_master"]
+__all__ = ["get_spark", "local_master", "object_store_properties"]
 
 _LOG4J = resources.files("kafka_audit.conf").joinpath("spark-log4j2.xml")
 
@@ -35,12 +35,18 @@ def local_master(master: str, attempts: int) -> str:
     return f"local[{m.group(1) or 1},{attempts}]"
 
 
+def object_store_properties(storage: StorageSettings) -> dict[str, str]:
+    """A session's properties for an object-store warehouse: S3A with the ``storage``
+    section's endpoint and credentials (``spark.hadoop.fs.s3a.*``; the tables are named
+    ``s3a://`` on Spark's side, ``storage.spark_uri``), and Delta's commits through
+    ``ConditionalPutLogStore`` (``jobs/ConditionalPutLogStore.java``: ``If-None-Match``,
+    as delta-rs commits, so producer hosts and the service may commit to one table at
+    once)."""
+    return {**spark_properties(storage),
+            "spark.delta.logStore.s3a.impl": "kafka_audit.spark.ConditionalPutLogStore"}
+
+
 def get_spark(settings: Settings, app_name: str = "kafka-audit"):
-    if settings.remote_warehouse:
-        raise ConfigError(
-            f"warehouse {settings.warehouse_uri}: the Spark jobs (consume, audit, `run`) cannot "
-            f"use an object-store warehouse yet: the producers, the shipper, the API and "
-            f"`check` can (docs/operate/storage.md)")
     from pyspark.sql import SparkSession
 
     from kafka_audit.store import tombstone_retention
@@ -92,6 +98,9 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
         .config("spark.sql.redaction.options.regex", SPARK_REDACTION_REGEX)
         .config("spark.sql.warehouse.dir", str(settings.home_dir / "spark" / "warehouse"))
     )
+    if settings.remote_warehouse:
+        for key, value in object_store_properties(settings.storage).items():
+            builder = builder.config(key, value)
     for key, value in settings.spark.properties.items():  # the operator's, last: they win
         builder = builder.config(key, value)
     spark = builder.getOrCreate()

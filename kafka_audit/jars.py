@@ -16,10 +16,11 @@ the Maven file, so a second call is a no-op and an edited pin is fetched again.
 Spark sessions get the extras through ``spark.jars``; nothing downloads through
 Ivy at run time.
 
-``native_jar`` compiles the project's own JVM code (``jobs/consume/ReadRuns.java``: the
-consume job's one-pass read-run fold) with ``javac`` against the jars the
-pyspark wheel ships, once per source and pyspark version, into
-``.cache/jars/native``; it joins the other extras on ``spark.jars``.
+``native_jar`` compiles the project's own JVM code for Spark (``jobs/consume/ReadRuns.java``:
+the consume job's one-pass read-run fold; ``jobs/ConditionalPutLogStore.java``: Delta's
+commits to an object store) with ``javac`` against the jars the pyspark wheel ships and
+the extras, once per source and class path, into the cache's ``native`` folder; it joins
+the other extras on ``spark.jars``.
 
 ``plugin_library`` builds the producers' librdkafka interceptor plugin
 (``producers/plugin/kaudit.c``) with gcc the same way, once per source, compiler
@@ -169,13 +170,15 @@ def _compile(name: str, sources: list[Path], classpath: str, against: str,
 
 
 def native_jar(quiet: bool = False) -> Path:
-    """The consume job's JVM code (``jobs/consume/*.java``) as a jar, compiled against the pyspark
-    wheel's own jars when its sources or pyspark changed."""
+    """The Spark jobs' JVM code as a jar: the consume job's fold (``jobs/consume/*.java``) and
+    the Delta log store of an object-store warehouse (``jobs/*.java``), compiled against the
+    pyspark wheel's own jars and the pinned extras when the sources or the jars changed."""
     import pyspark
 
     jars = Path(pyspark.__file__).parent / "jars"
-    return _compile("native", _sources("kafka_audit.jobs.consume"), f"{jars}/*",
-                    f"pyspark {pyspark.__version__}", quiet)
+    extras = ensure_jars(("spark",), quiet=quiet) / "spark"
+    return _compile("native", _sources("kafka_audit.jobs.consume", "kafka_audit.jobs"),
+                    f"{jars}/*{os.pathsep}{extras}/*", f"pyspark {pyspark.__version__}", quiet)
 
 
 def client_tools_jar(quiet: bool = False) -> Path:

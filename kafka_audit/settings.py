@@ -46,7 +46,7 @@ from kafka_audit.profile import ProfileSettings
 
 # the one secret rule: what config show, errors and logs hide (re-exported for them)
 from kafka_audit.redact import REDACTED, is_secret_name, redacted  # noqa: F401
-from kafka_audit.storage import StorageSettings, is_remote, register
+from kafka_audit.storage import StorageSettings, is_remote, register, spark_uri
 
 ENV_PREFIX = "KAFKA_AUDIT_"
 ENV_DELIMITER = "__"
@@ -665,8 +665,9 @@ class Settings(BaseSettings):
         "dev.sh sets var/)"))
     warehouse: str | None = Field(None, description=(
         "where the tables live: a folder, or an object store's URI (s3://bucket/prefix, with "
-        "the storage section); none: <home>/warehouse. Spools, status files and Spark's "
-        "checkpoints stay under home"))
+        "the storage section); none: <home>/warehouse. Spools and status files stay under "
+        "home; Spark's checkpoints too, unless the warehouse is an object store (then they "
+        "are under <warehouse>/_checkpoints)"))
     storage: StorageSettings = StorageSettings()
     cluster: ClusterSettings = ClusterSettings()
     producer: ProducerSettings = ProducerSettings()
@@ -729,7 +730,17 @@ class Settings(BaseSettings):
 
     @property
     def checkpoints(self) -> Path:
+        """The local folder of Spark's checkpoints (with a local warehouse)."""
         return self.home_dir / "checkpoints"
+
+    def checkpoint_uri(self, query: str) -> str:
+        """Where the streaming query ``query`` keeps its checkpoint, in Spark's words:
+        ``<home>/checkpoints/<query>`` beside a local warehouse; in an object-store one,
+        ``<warehouse>/_checkpoints/<query>`` (``s3a://``), so the query resumes on any host
+        of a Spark cluster without a shared disk."""
+        if self.remote_warehouse:
+            return spark_uri(f"{self.warehouse_uri}/_checkpoints/{query}")
+        return str(self.checkpoints / query)
 
 
 def _is_secret(path: tuple[str, ...]) -> bool:

@@ -64,6 +64,7 @@ from kafka_audit.jobs.sink import delete_where, release, write_delta
 from kafka_audit.schemas.events import BLIND, BROKER_FENCED, BROKER_UNFENCED
 from kafka_audit.schemas.tables import arrow_schema, column_names, spark_schema
 from kafka_audit.settings import Settings
+from kafka_audit.storage import spark_uri
 from kafka_audit.store import (
     Progress,
     append_once,
@@ -177,7 +178,7 @@ def _new_rows(spark, settings: Settings, sources: dict[str, _Source]):
             df = spark.createDataFrame(keys[table], schema=spark_schema(table))
         else:
             keys[table] = read_files(src.files, table, _KEY_COLUMNS[table])
-            df = spark.read.schema(spark_schema(table)).parquet(*src.files)
+            df = spark.read.schema(spark_schema(table)).parquet(*map(spark_uri, src.files))
         # one projection as SQL (a column expression each costs the driver a JVM round trip)
         hot = _ACK_AS_HOT if table == "acks" else _READ_AS_HOT
         frames.append(df.selectExpr(*[
@@ -665,7 +666,7 @@ class _Spark(_Backend):
         schema = step_schema()
         hot_cols = set(column_names("audit_hot"))
         # the committed state: the rows of its generation
-        parts = [spark.read.format("delta").load(settings.table_path("audit_hot"))
+        parts = [spark.read.format("delta").load(spark_uri(settings.table_path("audit_hot")))
                  .where((F.col("pass_id") == F.lit(progress.generation))
                         & (F.col("kind") != "progress"))
                  .select(*[F.col(f.name) if f.name in hot_cols

@@ -18,7 +18,8 @@
   executes can be a replay. That one is skipped if the table's history already holds
   this query's commit of it. (Delta's own idempotent append, ``txnAppId``, rebuilds the
   table state for every commit: 0.4-0.5 s a micro-batch here, measured);
-* checkpoint: ``<home>/checkpoints/consume``;
+* checkpoint: ``<home>/checkpoints/consume``, or ``<warehouse>/_checkpoints/consume`` in
+  an object store (``Settings.checkpoint_uri``);
 * trigger: ``processingTime`` every ``spark.consume_trigger_seconds``, or
   ``availableNow`` with ``--once`` (read to the current end, then stop);
 * outages: :func:`run_consume` restarts a query that stopped on an error (every
@@ -119,7 +120,7 @@ def audited_pattern(settings: Settings, ledger: LedgerTopics | None = None) -> s
 
 def consume_app_id(settings: Settings) -> str:
     """The consume query's name in the commits it writes (one per checkpoint)."""
-    return f"{QUERY_NAME}:{settings.checkpoints / 'consume'}"
+    return f"{QUERY_NAME}:{settings.checkpoint_uri('consume')}"
 
 
 def _marker(app_id: str, batch_id: int) -> str:
@@ -206,7 +207,7 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
         .load()
     )
     writer = (source.writeStream.queryName(QUERY_NAME).foreachBatch(write_batch)
-              .option("checkpointLocation", str(settings.checkpoints / "consume")))
+              .option("checkpointLocation", settings.checkpoint_uri("consume")))
     if once:
         writer = writer.trigger(availableNow=True)
     else:

@@ -105,8 +105,15 @@ def test_config_show_hides_the_secret_access_key(tmp_path, monkeypatch, capsys, 
     assert shown["secret_access_key"] == "***" and shown["access_key_id"] == "AKIDSHOWN"
 
 
-def test_the_spark_jobs_refuse_an_object_store_warehouse_for_now(tmp_path):
-    from kafka_audit.jobs.spark import get_spark
+def test_a_spark_session_on_the_object_store_commits_conditionally(tmp_path):
+    from kafka_audit.jobs.spark import object_store_properties
 
-    with pytest.raises(ConfigError, match="cannot use an object-store warehouse yet"):
-        get_spark(Settings(home=tmp_path, warehouse="s3://b/p"))
+    s = Settings(home=tmp_path, warehouse="s3://b/p",
+                 storage={"endpoint_url": "http://127.0.0.1:8333", "path_style": True})
+    props = object_store_properties(s.storage)
+    assert props["spark.delta.logStore.s3a.impl"] == "kafka_audit.spark.ConditionalPutLogStore"
+    assert props["spark.hadoop.fs.s3a.endpoint"] == "http://127.0.0.1:8333"
+    # the streaming checkpoint beside the tables, in Spark's words; on disk, under home
+    assert s.checkpoint_uri("consume") == "s3a://b/p/_checkpoints/consume"
+    local = Settings(home=tmp_path)
+    assert local.checkpoint_uri("consume") == str(tmp_path.resolve() / "checkpoints/consume")
