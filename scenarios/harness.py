@@ -306,10 +306,21 @@ def assert_secondaries_match(settings: Settings, bootstrap: str, topic: str, *pr
 def settings_file(settings: Settings, path) -> Path:
     """The effective ``settings`` as a YAML overlay (for ``KAFKA_AUDIT_CONFIG``): a component
     started as a process of its own then sees exactly what this process sees."""
+    import os
+
     import yaml
 
     path = Path(path)
-    path.write_text(yaml.safe_dump(settings.model_dump(mode="json")))
+    data = settings.model_dump(mode="json")
+    if settings.storage.secret_access_key is not None:
+        # a dump shows the object store's secret as ***: the process reads it from a
+        # file of its own, as an operator's would
+        secret = path.with_name(path.name + ".storage-secret")
+        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(settings.storage.secret_access_key.get_secret_value())
+        data["storage"] |= {"secret_access_key": None, "secret_access_key_file": str(secret)}
+    path.write_text(yaml.safe_dump(data))
     return path
 
 

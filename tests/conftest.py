@@ -71,22 +71,36 @@ def cluster():
     c.down(discard=True)  # the next session starts from an empty folder
 
 
-@pytest.fixture
-def settings(tmp_path):
+def test_settings(home: Path, **more) -> Settings:
+    """A test's settings: the test cluster, a quick audit, a free API port."""
     # the watcher tails the test cluster's KRaft metadata log, as it does beside the local
     # cluster (its folders are not under this test's home)
     meta = [str(CLUSTER_HOME / "kafka" / f"node{n}" / "meta") for n in (1, 2, 3)]
-    return Settings(home=tmp_path, cluster=CLUSTER,
+    return Settings(home=home, cluster=CLUSTER,
                     audit={"settle_seconds": 1, "interval_seconds": 1},
                     watch={"metadata_log_dirs": meta},
-                    api={"port": free_port()})
+                    api={"port": free_port()}, **more)
+
+
+test_settings.__test__ = False  # a helper, not a test
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return test_settings(tmp_path)
 
 
 @pytest.fixture(scope="session")
-def spark(tmp_path_factory):
-    from kafka_audit.jobs.spark import get_spark
+def spark(tmp_path_factory, s3):
+    """One SparkSession: local mode, with the S3 server's S3A properties and Delta log
+    store (as ``get_spark`` sets them for an object-store warehouse), so that a test may
+    use a local warehouse or a bucket."""
+    from kafka_audit.jobs.spark import get_spark, object_store_properties
+    from kafka_audit.storage import StorageSettings
 
-    s = get_spark(Settings(home=tmp_path_factory.mktemp("spark"), cluster=CLUSTER), "tests")
+    props = object_store_properties(StorageSettings(**s3.storage()))
+    s = get_spark(Settings(home=tmp_path_factory.mktemp("spark"), cluster=CLUSTER,
+                           spark={"properties": props}), "tests")
     yield s
     s.stop()
 
@@ -106,9 +120,7 @@ def s3_settings(s3, tmp_path):
     """A test's settings with its warehouse in a bucket of its own on the S3 server (spools,
     status files and checkpoints stay in its temporary folder)."""
     bucket = s3.bucket(f"t-{uuid.uuid4().hex[:12]}")
-    return Settings(home=tmp_path, warehouse=f"{bucket}/warehouse", storage=s3.storage(),
-                    cluster=CLUSTER, audit={"settle_seconds": 1, "interval_seconds": 1},
-                    api={"port": free_port()})
+    return test_settings(tmp_path, warehouse=f"{bucket}/warehouse", storage=s3.storage())
 
 
 @pytest.fixture

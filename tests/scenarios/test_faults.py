@@ -25,6 +25,18 @@ from ..support.leader_kill import audited_losses, kill_the_leader, watching
 
 
 def test_acks1_leader_kill_loss_matches_ground_truth_over_http(cluster, spark, settings, topic):
+    leader_kill_over_http(cluster, spark, settings, topic)
+
+
+def test_the_leader_kill_on_an_object_store_warehouse(cluster, spark, s3_settings, topic):
+    """The same, with every table and the audit's progress in a bucket on the S3 server:
+    the ledger and the watcher commit with delta-rs, the audit's Spark and delta-rs commits
+    go there too, and the API reads them there."""
+    leader_kill_over_http(cluster, spark, s3_settings, topic)
+    assert not (s3_settings.home_dir / "warehouse").exists()
+
+
+def leader_kill_over_http(cluster, spark, settings, topic):
     with watching(settings):
         p, killed = kill_the_leader(settings, cluster, topic)
     # ground truth, computed apart from the auditor: acked stamps a full read cannot find

@@ -1,6 +1,6 @@
 """The warehouse on a real S3-compatible server (s3proxy over a temporary folder): the table
-layer answers there as it does on local disk, and several processes appending to one table
-at once lose and double nothing.
+layer answers there as it does on local disk, several processes appending to one table
+at once lose and double nothing, and Delta Spark's commits there are as safe as delta-rs's.
 
 The concurrent writers are the ack ledger's own commit path (``SpoolCommitter``: a spooled
 segment appended as an idempotent Delta transaction), one process per producer host, each
@@ -9,6 +9,7 @@ with its own spool and no shared disk but the bucket.
 
 from __future__ import annotations
 
+import collections
 import multiprocessing
 import time
 from pathlib import Path
@@ -22,7 +23,7 @@ from pyarrow.fs import FileSelector
 from kafka_audit import storage, store
 from kafka_audit.producers.ledger import SpoolCommitter
 from kafka_audit.scenarios.object_store import S3Server
-from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.schemas.tables import arrow_schema, spark_schema
 from kafka_audit.settings import Settings
 
 from ..conftest import S3_PORT
@@ -200,3 +201,104 @@ def test_the_api_answers_alike_from_the_object_store(s3_settings):
     test_api.test_pagination_by_cursor(client)
     test_api.test_time_range(client)
     assert not Path(s3_settings.home, "warehouse").exists()  # nothing went to the disk
+
+
+def test_spark_commits_refuse_a_version_another_writer_made(spark, s3_settings):
+    """Delta Spark's commits to the bucket go through ``ConditionalPutLogStore``: a commit
+    file that exists is refused (Delta then retries at the next version), never
+    overwritten; an overwrite asked for (``_last_checkpoint``) is done."""
+    from py4j.protocol import Py4JJavaError
+
+    table = s3_settings.table_path("spark_made")
+    spark.range(3).write.format("delta").save(storage.spark_uri(table))
+    jvm, conf = spark._jvm, spark._jsc.hadoopConfiguration()
+    log_store = jvm.kafka_audit.spark.ConditionalPutLogStore(conf)
+    first = jvm.org.apache.hadoop.fs.Path(
+        storage.spark_uri(f"{table}/_delta_log/00000000000000000000.json"))
+    before = store._commit_actions(table, 0)
+
+    def write(line: str, overwrite: bool) -> None:
+        lines = jvm.java.util.ArrayList()
+        lines.add(line)
+        log_store.write(first, lines.iterator(), overwrite, conf)
+
+    with pytest.raises(Py4JJavaError) as refused:
+        write('{"commitInfo":{}}', False)
+    assert refused.value.java_exception.getClass().getName() == \
+        "java.nio.file.FileAlreadyExistsException"
+    assert store._commit_actions(table, 0) == before  # untouched
+    scratch = jvm.org.apache.hadoop.fs.Path(storage.spark_uri(f"{table}/_scratch.json"))
+    lines = jvm.java.util.ArrayList()
+    lines.add('{"a":1}')
+    log_store.write(scratch, lines.iterator(), False, conf)
+    lines.add('{"b":2}')
+    log_store.write(scratch, lines.iterator(), True, conf)
+    at = storage.locate(f"{table}/_scratch.json")
+    with at.fs.open_input_stream(at.path) as f:
+        assert f.read() == b'{"a":1}\n{"b":2}\n'
+
+
+def test_spark_and_delta_rs_writers_of_one_table_lose_nothing(spark, s3_settings, tmp_path):
+    """Delta Spark in this process appends to ``acks`` while producer hosts (delta-rs, one
+    process each) do: every commit is there once, with no gap and no row lost or doubled."""
+    acks = s3_settings.table_path("acks")
+    store.write_arrow(acks, "acks", _rows("setup", 0, 1))
+    ctx = multiprocessing.get_context("spawn")
+    hosts = WRITERS - 1
+    with ctx.Manager() as manager, ctx.Pool(hosts) as pool:
+        ready = manager.Barrier(hosts + 1)
+        pending = pool.starmap_async(_host, [
+            (s3_settings.warehouse_uri, s3_settings.storage.model_dump(mode="json")
+             | {"secret_access_key": s3_settings.storage.secret()},
+             str(tmp_path / f"host{n}"), f"host{n}", ready) for n in range(hosts)])
+        schema = spark_schema("acks")
+        frames = [spark.createDataFrame(_rows("spark", i * ROWS, ROWS).to_pylist(), schema)
+                  for i in range(COMMITS)]
+        ready.wait(120)
+        for df in frames:
+            df.write.format("delta").mode("append").save(storage.spark_uri(acks))
+        results = pending.get(600)
+    assert [r["left"] for r in results] == [0] * hosts
+    latest = store.latest_version(acks)
+    assert latest == (hosts + 1) * COMMITS
+    assert [v for v in range(latest + 1) if store._commit_actions(acks, v) is None] == []
+    t = store.read_table(acks, "acks", ["producer_id", "seq"])
+    keys = set(zip(t.column("producer_id").to_pylist(), t.column("seq").to_pylist(),
+                   strict=True))
+    assert t.num_rows == len(keys) == 1 + (hosts + 1) * COMMITS * ROWS
+    assert {p for p, _ in keys} == {"setup", "spark", *(f"host{n}" for n in range(hosts))}
+
+
+def test_a_spark_commit_that_loses_the_race_moves_to_the_next_version(spark, s3_settings):
+    """The worst moment, made to happen: as Delta Spark sends its commit file of version 1,
+    a producer host (delta-rs) commits version 1 first. Spark's create is refused and
+    Delta commits at version 2; with Delta's own S3 log store (check, then an
+    unconditional write) Spark's file would replace the host's and its rows would be lost
+    without an error."""
+    acks = s3_settings.table_path("acks")
+    bucket = s3_settings.warehouse_uri[len("s3://"):].split("/")[0]
+    store.write_arrow(acks, "acks", _rows("setup", 0, 1))
+    interloped = []
+
+    def before(method: str, path: str) -> None:
+        if method == "PUT" and path.endswith("_delta_log/00000000000000000001.json") \
+                and not interloped:
+            interloped.append(path)
+            store.write_arrow(acks, "acks", _rows("host", 0, ROWS))  # straight to the store
+
+    with StrippingProxy(_port(s3_settings.storage.endpoint_url), strip=False,
+                        before=before) as proxy:
+        # this bucket's S3A file system (made at its first use) talks through the proxy
+        spark._jsc.hadoopConfiguration().set(f"fs.s3a.bucket.{bucket}.endpoint",
+                                             f"http://127.0.0.1:{proxy.port}")
+        df = spark.createDataFrame(_rows("spark", 0, ROWS).to_pylist(), spark_schema("acks"))
+        df.write.format("delta").mode("append").save(storage.spark_uri(acks))
+    assert interloped  # the host did commit version 1 while Spark's commit was on its way
+    assert store.latest_version(acks) == 2
+    t = store.read_table(acks, "acks", ["producer_id"])
+    assert sorted(collections.Counter(t.column("producer_id").to_pylist()).items()) == [
+        ("host", ROWS), ("setup", 1), ("spark", ROWS)]
+
+
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1])

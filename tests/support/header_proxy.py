@@ -1,21 +1,27 @@
-"""An HTTP proxy on loopback that drops the conditional headers (``If-None-Match``,
-``If-Match``) of every request before passing it to an S3 server: a store that ignores
-conditional writes, to show what the commit probe says of one. A thread of the test."""
+"""An HTTP proxy on loopback in front of an S3 server, a thread of the test. It drops the
+conditional headers (``If-None-Match``, ``If-Match``) of every request (a store that
+ignores conditional writes, to show what the commit probe says of one), or passes them
+and calls ``before(method, path)`` ahead of each request (another writer acting at the
+worst moment)."""
 
 from __future__ import annotations
 
 import http.client
 import http.server
 import threading
+from collections.abc import Callable
 
 __all__ = ["StrippingProxy"]
 
-_DROPPED = {"if-none-match", "if-match", "connection", "transfer-encoding"}
+_HOP = {"connection", "transfer-encoding"}
+_CONDITIONAL = {"if-none-match", "if-match"}
 
 
 class StrippingProxy:
-    def __init__(self, backend_port: int) -> None:
+    def __init__(self, backend_port: int, strip: bool = True,
+                 before: Callable[[str, str], None] | None = None) -> None:
         backend = backend_port
+        dropped = _HOP | (_CONDITIONAL if strip else set())
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -37,7 +43,9 @@ class StrippingProxy:
 
             def _forward(self) -> None:
                 body = self._body()
-                headers = {k: v for k, v in self.headers.items() if k.lower() not in _DROPPED}
+                if before is not None:
+                    before(self.command, self.path)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in dropped}
                 if body is not None:
                     headers["Content-Length"] = str(len(body))
                 conn = http.client.HTTPConnection("127.0.0.1", backend, timeout=60)

@@ -36,8 +36,9 @@ def event(at, kind, leader, previous, isr):
             "until": None, "log_end": None}
 
 
-def warehouse(tmp_path, runs=3000):
-    s = Settings(home=tmp_path)
+def warehouse(tmp_path, runs=3000, settings=None):
+    """``settings``: where (a test's object-store settings); else a warehouse under tmp_path."""
+    s = settings or Settings(home=tmp_path)
     # 3000 runs of 100 writes each, one every 20 ms; a leader change at run 1500 loses 200
     append_rows(s.table_path("acks"), "acks", [
         ack(i * 100, 100, T + timedelta(milliseconds=20 * i), latency_ms=1 + i % 10)

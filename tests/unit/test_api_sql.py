@@ -9,7 +9,8 @@ from pathlib import Path
 import duckdb
 
 from kafka_audit.app.sql_layouts import layouts
-from kafka_audit.store import append_rows
+from kafka_audit.storage import delta_options
+from kafka_audit.store import append_rows, table_exists
 from tests.unit.test_api_resources import T, event, finding, warehouse
 
 SQL = Path(__file__).resolve().parents[2] / "deploy" / "sql"
@@ -17,10 +18,11 @@ QUERIES = ("loss_by_topic_and_day", "exposure_per_partition", "producers_at_risk
 TABLES = ("acks", "consumed", "cluster_events", "findings", "partition_state", "audit_hot")
 
 
-def bi_warehouse(tmp_path):
+def bi_warehouse(tmp_path, settings=None):
     """test_api_resources's warehouse (3000 acks=1 runs, 200 lost at a leader change; an
-    acks=all producer with 7 lost), a dead pass's finding, and partition 1 exposed 7.5 s."""
-    s = warehouse(tmp_path, runs=3000)
+    acks=all producer with 7 lost), a dead pass's finding, and partition 1 exposed 7.5 s;
+    under tmp_path, or where ``settings`` say."""
+    s = warehouse(tmp_path, runs=3000, settings=settings)
     append_rows(s.table_path("findings"), "findings", [
         finding("lost", 500_000, 9, T, pass_id=2)])  # pass 2 never committed
     append_rows(s.table_path("consumed"), "consumed", [{
@@ -52,8 +54,9 @@ def duckdb_answers(s) -> dict[str, list[tuple]]:
             con.execute(stmt)
     for table in TABLES:
         path = s.table_path(table)
-        if Path(path).exists():
-            con.register(table, DeltaTable(path).to_pyarrow_dataset())
+        if table_exists(path):  # on disk or in a bucket: delta-rs reads both
+            con.register(table, DeltaTable(
+                path, storage_options=delta_options(path)).to_pyarrow_dataset())
     return {q: con.execute((SQL / f"{q}.sql").read_text()).fetchall() for q in QUERIES}
 
 
