@@ -161,6 +161,14 @@ class ProducerSettings(_Section):
                                                                 "often")
     ledger_flush_rows: int = Field(50000, gt=0, description="... or once this many reports "
                                    "wait (the Python path; the plugin's spool waits on disk)")
+    ledger_commits: typing.Literal["direct", "staged"] = Field(
+        "direct", description="direct: each producer (and shipper) commits its own segments "
+        "to `acks`, one commit a flush each; staged: it hands them over to the service, "
+        "which commits every host's in one commit (`producer.staged_commit_seconds`): for "
+        "more than a handful of producer hosts (docs/operate/storage.md)")
+    staged_commit_seconds: float = Field(
+        1.0, gt=0, description="the service commits the segments producers handed over "
+        "(ledger_commits: staged) this often")
 
     @field_validator("acks", mode="before")
     @classmethod

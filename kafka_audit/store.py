@@ -29,13 +29,15 @@ import json
 import logging
 import re
 import time
+import uuid
 from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-from urllib.parse import unquote
+from urllib.parse import quote, unquote
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.ipc as ipc
 from pyarrow.fs import FileSelector, FileType
 
 from kafka_audit.errors import TableError
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["table_exists", "check_table", "read_table", "append_rows",
            "append_once",
            "append_arrow_once", "write_arrow", "transaction_version", "commit_metadata",
+           "STAGED", "stage_segment", "staged_segments", "commit_staged", "StagedCommit",
            "files_added_since", "data_changes_since", "appends_by_commit", "latest_version",
            "AppendedRows", "conform", "table_dataset", "read_files", "read_file",
            "probe_version", "commit_time",
@@ -230,6 +233,106 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
                     commit_properties=CommitProperties(
                         custom_metadata={"userMetadata": user_metadata}
                         if user_metadata is not None else None))
+
+
+# ---- staged appends: producer hosts hand segments over, one committer commits them ----
+#: the folder of a table where producer hosts put the segments they hand over (hidden: no
+#: Delta reader or vacuum looks under a folder whose name starts with "_")
+STAGED = "_staged"
+
+
+def _staged_name(path: str, app_id: str, version: int) -> str:
+    return f"{path}/{STAGED}/{quote(app_id, safe='')}/{version:020d}.arrow"
+
+
+def stage_segment(path: str, app_id: str, version: int, segment: bytes) -> None:
+    """Hand the segment ``version`` of the idempotent writer ``app_id`` (an Arrow IPC file's
+    bytes) over to the committer of the table at ``path``: an object in its staging folder,
+    whole or absent (a rename on local disk, one PUT in an object store). Staging a
+    version again (a host that crashed before it knew) writes the same bytes."""
+    name = _staged_name(path, app_id, version)
+    at = locate(name)
+    if is_remote(name):
+        with at.fs.open_output_stream(at.path) as out:
+            out.write(segment)
+        return
+    at.fs.create_dir(at.path.rsplit("/", 1)[0], recursive=True)
+    tmp = f"{at.path}.{uuid.uuid4().hex}.tmp"
+    with at.fs.open_output_stream(tmp) as out:
+        out.write(segment)
+    at.fs.move(tmp, at.path)
+
+
+@dataclass(frozen=True)
+class StagedCommit:
+    """What :func:`commit_staged` did: the segments it committed (and their rows) in
+    ``version`` (None: nothing to commit), and the staged ones it dropped as committed
+    before."""
+
+    version: int | None
+    segments: int
+    rows: int
+    apps: int
+    dropped: int
+
+
+def staged_segments(path: str) -> dict[str, list[tuple[int, str]]]:
+    """The segments waiting in the table's staging folder: per app id, ``(version, path
+    in the file system)`` in version order."""
+    found: dict[str, list[tuple[int, str]]] = {}
+    for info in _listing(f"{path}/{STAGED}", recursive=True):
+        parent, _, base = info.path.rpartition("/")
+        if info.type != FileType.File or not re.fullmatch(r"\d{20}\.arrow", base):
+            continue  # a folder, or a local stage's temporary file
+        app_id = unquote(parent.rpartition("/")[2])
+        found.setdefault(app_id, []).append((int(base[:20]), info.path))
+    return {app: sorted(segs) for app, segs in sorted(found.items())}
+
+
+def commit_staged(path: str, table: str, max_segments: int = 10_000) -> StagedCommit:
+    """Commit the segments staged for the table at ``path`` in one Delta commit that
+    records each app id's newest version as its transaction (at most ``max_segments``,
+    oldest first per app); then delete them. A segment at or below its app's committed
+    version was committed before (a crash between the commit and the deletes, or a host
+    that staged it twice) and is deleted unread: nothing is appended twice. The committer
+    must be the only writer of these app ids; a second committer racing it loses the
+    commit (Delta's conflict on an app's transaction), and its segments stay staged."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    staged = staged_segments(path)
+    if not staged:
+        return StagedCommit(None, 0, 0, 0, 0)
+    target = _dt(path) if table_exists(path) else None
+    fs = locate(path).fs
+    parts, txns, done, dropped = [], [], [], 0
+    for app_id, segments in staged.items():
+        known = target.transaction_version(app_id) if target is not None else None
+        newest = None
+        for version, name in segments:
+            if known is not None and version <= known:
+                fs.delete_file(name)
+                dropped += 1
+                continue
+            if len(done) >= max_segments:
+                break
+            with fs.open_input_file(name) as src:
+                parts.append(ipc.open_file(src).read_all().replace_schema_metadata(None))
+            done.append(name)
+            newest = version
+        if newest is not None:
+            txns.append(Transaction(app_id, newest))
+    if not done:
+        return StagedCommit(None, 0, 0, 0, dropped)
+    schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
+    data = pa.concat_tables([t.select(schema.names).cast(schema) for t in parts])
+    write_deltalake(path if target is None else target, data, mode="append",
+                    storage_options=delta_options(path) if target is None else None,
+                    configuration=_new_table() if target is None else None,
+                    commit_properties=CommitProperties(app_transactions=txns))
+    for name in done:
+        fs.delete_file(name)
+    return StagedCommit(_dt(path).version() if target is None else target.version(),
+                        len(done), data.num_rows, len(txns), dropped)
 
 
 def commit_metadata(path: str) -> Iterator[str]:

@@ -151,7 +151,8 @@ class AuditedProducer:
         self._state = SpoolState(folder)
         self.native = True
         self.ledger = NativeShipper(settings.table_path("acks"), folder,
-                                    flush_seconds=settings.producer.ledger_flush_seconds
+                                    flush_seconds=settings.producer.ledger_flush_seconds,
+                                    staged=settings.producer.ledger_commits == "staged"
                                     ).start()
         if self.record is None:
             # nothing to do per message here: confluent-kafka's own produce, no wrapper
@@ -172,6 +173,7 @@ class AuditedProducer:
             run_id=self.run_id, durability=self.durability,
             flush_seconds=settings.producer.ledger_flush_seconds,
             flush_rows=settings.producer.ledger_flush_rows,
+            staged=settings.producer.ledger_commits == "staged",
         ).start()
         self._on_delivery = self._make_callback()
 

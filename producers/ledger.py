@@ -51,7 +51,12 @@ import pyarrow.ipc as ipc
 from kafka_audit.errors import LedgerWriteError
 from kafka_audit.schemas.policy import Durability
 from kafka_audit.schemas.tables import arrow_schema
-from kafka_audit.store import append_arrow_once, check_table, transaction_version
+from kafka_audit.store import (
+    append_arrow_once,
+    check_table,
+    stage_segment,
+    transaction_version,
+)
 
 __all__ = ["AckLedger", "private_dir", "private_file", "PRIVATE_DIR", "PRIVATE_FILE"]
 
@@ -100,9 +105,15 @@ class SpoolCommitter:
     that the owning process holds (``flock``) while it lives.
     """
 
-    def __init__(self, table_path: str, folder: Path, app_id: str | None = None) -> None:
+    def __init__(self, table_path: str, folder: Path, app_id: str | None = None,
+                 staged: bool = False) -> None:
+        """``staged``: hand each segment over to the service's committer (an object in the
+        table's staging folder: :func:`~kafka_audit.store.stage_segment`) instead of
+        committing it here; a fleet of producer hosts then costs the table one commit a
+        second, not one per host (``producer.ledger_commits``)."""
         self.table_path = table_path
         self.folder = folder
+        self.staged = staged
         private_dir(folder)
         id_file = folder / "app_id"
         if app_id is not None and not id_file.exists():
@@ -172,6 +183,8 @@ class SpoolCommitter:
         segments = self.segments()
         if not segments:
             return 0
+        if self.staged:
+            return self._hand_over(segments)
         written = 0
         try:
             committed = self._committed_version()
@@ -199,6 +212,28 @@ class SpoolCommitter:
             self.note_failure(exc)
         return written
 
+    def _hand_over(self, segments: list[Path]) -> int:
+        """Stage every segment, oldest first (the committer relies on that order: it takes
+        an app's newest staged version as the app's transaction); a segment is deleted here
+        once the store holds it. Returns the rows handed over."""
+        written = 0
+        try:
+            for seg in segments:
+                data = seg.read_bytes()
+                stage_segment(self.table_path, self.app_id, int(seg.stem), data)
+                with pa.BufferReader(data) as src:
+                    counts = ipc.open_file(src).read_all().column("count")
+                seg.unlink()
+                written += len(counts)
+                self.reports_written += pc.sum(counts).as_py() or 0
+            self.rows_written += written
+            if self.last_error is not None:
+                print(f"ack ledger {self.app_id}: warehouse writable again", file=sys.stderr)
+                self.last_error = None
+        except Exception as exc:  # noqa: BLE001 - keep the segments, say so, retry next flush
+            self.note_failure(exc)
+        return written
+
     def note_failure(self, exc: Exception) -> None:
         self.write_failures += 1
         self.last_error = f"{type(exc).__name__}: {exc}"
@@ -210,13 +245,14 @@ def _folder_name(app_id: str) -> str:
     return app_id.replace("/", "_")
 
 
-def recover_orphaned_spools(spool_root: Path, table_path: str) -> int:
-    """Commit the spool folders no live process holds (runs that crashed); return rows."""
+def recover_orphaned_spools(spool_root: Path, table_path: str, staged: bool = False) -> int:
+    """Commit (or with ``staged``, hand over) the spool folders no live process holds (runs
+    that crashed); return rows."""
     rows = 0
     if not spool_root.is_dir():
         return 0
     for folder in sorted(p for p in spool_root.iterdir() if (p / "app_id").is_file()):
-        orphan = SpoolCommitter(table_path, folder)
+        orphan = SpoolCommitter(table_path, folder, staged=staged)
         if not orphan.lock():
             continue  # a live ledger owns it
         try:
@@ -234,8 +270,11 @@ class AckLedger:
 
     def __init__(self, table_path: str, spool_dir: Path, app_id: str, producer_id: str,
                  run_id: str, durability: Durability, flush_seconds: float = 1.0,
-                 flush_rows: int = 50_000) -> None:
+                 flush_rows: int = 50_000, staged: bool = False) -> None:
+        """``staged``: hand the segments over to the service's committer instead of
+        committing them (:class:`SpoolCommitter`)."""
         self.table_path = table_path
+        self.staged = staged
         self.app_id = app_id
         self.producer_id = producer_id
         self.run_id = run_id
@@ -244,7 +283,8 @@ class AckLedger:
         self.flush_rows = flush_rows
         self.spool_root = private_dir(Path(spool_dir))
         check_table(table_path, "acks")  # another version's table: say so before producing
-        self._spool = SpoolCommitter(table_path, self.spool_root / _folder_name(app_id), app_id)
+        self._spool = SpoolCommitter(table_path, self.spool_root / _folder_name(app_id), app_id,
+                                     staged=staged)
         if not self._spool.lock():
             raise LedgerWriteError(f"another live ledger holds {self._spool.folder}")
         self.spool = self._spool.folder
@@ -285,7 +325,7 @@ class AckLedger:
 
     def _run(self) -> None:
         try:  # acks of earlier runs that crashed, off the producer's path
-            recover_orphaned_spools(self.spool_root, self.table_path)
+            recover_orphaned_spools(self.spool_root, self.table_path, self.staged)
         except Exception as exc:  # noqa: BLE001 - recovery is retried by the next ledger
             log.warning("recovering orphaned ack spools failed: %s", exc)
         # flush every flush_seconds, or sooner once flush_rows reports are waiting; the

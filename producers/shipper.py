@@ -210,12 +210,14 @@ class FolderShipper:
     """Ships one spool folder (module docstring). ``acquire()`` first: one shipper at a
     time per folder."""
 
-    def __init__(self, folder: Path, table_path: str) -> None:
+    def __init__(self, folder: Path, table_path: str, staged: bool = False) -> None:
+        """``staged``: hand the batches over to the service's committer (SpoolCommitter)."""
         self.folder = Path(folder)
         self.table_path = table_path
         self.meta = read_meta(self.folder)
         self.app_id = self.meta.app_id
-        self.committer = SpoolCommitter(table_path, self.folder / "ship", self.app_id)
+        self.committer = SpoolCommitter(table_path, self.folder / "ship", self.app_id,
+                                        staged=staged)
         self._state: SpoolState | None = None
         self.finished = False  # the producer is gone and every report is committed
         self.reports_cut = 0
@@ -365,9 +367,10 @@ class ShipReport:
 
 
 def ship_spools(root: Path, table_path: str, only_dead: bool = False,
-                skip: tuple[Path, ...] = ()) -> ShipReport:
+                skip: tuple[Path, ...] = (), staged: bool = False) -> ShipReport:
     """Ship every spool folder under ``root`` that no other shipper holds (``only_dead``:
-    only those whose producer is gone, as a starting producer recovers crashed runs)."""
+    only those whose producer is gone, as a starting producer recovers crashed runs;
+    ``staged``: hand them over to the service's committer)."""
     report = ShipReport()
     root = Path(root)
     if not root.is_dir():
@@ -379,7 +382,7 @@ def ship_spools(root: Path, table_path: str, only_dead: bool = False,
             continue
         report.folders += 1
         try:
-            shipper = FolderShipper(folder, table_path)
+            shipper = FolderShipper(folder, table_path, staged)
         except SpoolError as exc:
             report.failed += 1
             print(f"kafka-audit ship: {exc}", file=sys.stderr)
@@ -413,13 +416,15 @@ class NativeShipper:
     producing process the same CPU however few runs it carries (shipping every 50,000
     reports cost a producer at 500,000 msg/s about 0.8 us a message: bench/README.md)."""
 
-    def __init__(self, table_path: str, folder: Path, flush_seconds: float = 1.0) -> None:
+    def __init__(self, table_path: str, folder: Path, flush_seconds: float = 1.0,
+                 staged: bool = False) -> None:
         self.table_path = table_path
+        self.staged = staged
         self.folder = Path(folder)
         self.spool = self.folder
         self.flush_seconds = flush_seconds
         check_table(table_path, "acks")
-        self._shipper = FolderShipper(self.folder, table_path)
+        self._shipper = FolderShipper(self.folder, table_path, staged)
         if not self._shipper.acquire():
             raise LedgerWriteError(f"another shipper holds {self.folder}")
         self._lock = threading.Lock()
@@ -456,7 +461,7 @@ class NativeShipper:
     def _run(self) -> None:
         try:  # runs of crashed producers under the same root, off the producer's path
             self.recovered = ship_spools(self.folder.parent, self.table_path, only_dead=True,
-                                         skip=(self.folder,)).reports
+                                         skip=(self.folder,), staged=self.staged).reports
         except Exception as exc:  # noqa: BLE001 - the next producer or `ship` retries
             log.warning("shipping orphaned ack spools failed: %s", exc)
         while not self._stop.wait(self.flush_seconds):

@@ -80,6 +80,29 @@ def _audit(args) -> int:
     return 0
 
 
+def _commit_staged(args) -> int:
+    import signal
+    import threading
+
+    from kafka_audit.jobs.upkeep.staged_acks import StagedCommits, run_staged_commits
+
+    s = get_settings()
+    if args.once:
+        done = StagedCommits(s)
+        for _ in range(1000):  # a capped round each, until nothing is staged
+            last = done.round()
+            if last is None or last.version is None:
+                break
+        print(f"committed {done.segments} staged segments ({done.rows} rows) in "
+              f"{done.commits} commits; {done.dropped} committed before, dropped", flush=True)
+        return EXIT_ERROR if done.failures else EXIT_OK
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    run_staged_commits(s, stop)
+    return EXIT_OK
+
+
 def _watch(args) -> int:
     from kafka_audit.jobs.watcher.watcher import ClusterWatcher
     from kafka_audit.schemas.events import BLIND
@@ -240,7 +263,8 @@ def _ship(args) -> int:
     s = get_settings()
     root = Path(args.spool_dir) if args.spool_dir else native_spool_root(s)
     while True:
-        report = ship_spools(root, s.table_path("acks"))
+        report = ship_spools(root, s.table_path("acks"),
+                             staged=s.producer.ledger_commits == "staged")
         print(report.line(), flush=True)
         if not args.follow:
             return EXIT_ERROR if report.failed else EXIT_OK
@@ -320,6 +344,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--interval", type=float, default=1.0)
     s.set_defaults(fn=_ship)
 
+    s = sub.add_parser("commit-staged", help="commit the acks producer hosts hand over "
+                                             "(producer.ledger_commits: staged) every "
+                                             "producer.staged_commit_seconds; `run` does it "
+                                             "too")
+    s.add_argument("--once", action="store_true", help="commit what is staged now, then stop")
+    s.set_defaults(fn=_commit_staged)
+
     s = sub.add_parser("consume", help="Spark job: audited topics -> consumed table")
     s.add_argument("--once", action="store_true", help="read to the current end, then stop")
     s.add_argument("--topics", help="Java regex of topics (default: all not starting with _)")
@@ -339,7 +370,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_watch)
 
     s = sub.add_parser("run", help="the whole auditor as one service: watcher, consume, "
-                                   "audit and the REST API, supervised; SIGTERM stops it")
+                                   "audit, the REST API and the committer of staged acks, "
+                                   "supervised; SIGTERM stops it")
     s.add_argument("--log-json", action="store_true", help="log JSON lines, not text")
     s.set_defaults(fn=_run)
 

@@ -165,12 +165,14 @@ class Service:
 
 
 def build(settings: Settings, spark_factory=None) -> Service:
-    """The four components of ``kafka-audit run`` over one Spark session (made lazily, in
+    """The components of ``kafka-audit run`` (the watcher, the committer of staged acks,
+    consume, audit, the API) over one Spark session (made lazily, in
     the consume component, so the API and the watcher start at once); the API serves
     from a child process."""
     from kafka_audit.app.api_process import supervise_api_process
     from kafka_audit.jobs.audit.audit_job import run_audit_loop
     from kafka_audit.jobs.consume.consume_job import run_consume
+    from kafka_audit.jobs.upkeep.staged_acks import run_staged_commits
     from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 
     spark_lock = threading.Lock()
@@ -202,14 +204,18 @@ def build(settings: Settings, spark_factory=None) -> Service:
     def api(stop: threading.Event) -> None:
         supervise_api_process(settings, stop)
 
+    def ledger(stop: threading.Event) -> None:
+        run_staged_commits(settings, stop)
+
     def release(budget: float) -> str:
         with spark_lock:
             if not session:
                 return "no Spark session was started"
             return stop_spark(session.pop(), budget)
 
-    service = Service(settings, [Component("watcher", watcher), Component("consume", consume),
-                                 Component("audit", audit), Component("api", api)],
+    service = Service(settings, [Component("watcher", watcher), Component("ledger", ledger),
+                                 Component("consume", consume), Component("audit", audit),
+                                 Component("api", api)],
                       on_stop=release)
     service.spark = spark  # type: ignore[attr-defined] - for the SIGUSR1 fault hook
     return service
