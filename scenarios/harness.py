@@ -117,6 +117,11 @@ def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 
     deadline = time.monotonic() + timeout
     lookups = ClusterLookups(settings)
     while True:
+        if settings.producer.ledger_commits == "staged":  # as the service's committer does
+            from kafka_audit.store import commit_staged
+
+            while commit_staged(settings.table_path("acks"), "acks").version is not None:
+                pass
         start_consume(spark, settings, pattern or re.escape(topic), once=True).awaitTermination()
         summary = run_audit_pass(spark, settings, lookups=lookups)
         progress(summary.line())

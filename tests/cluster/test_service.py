@@ -1,7 +1,9 @@
 """``kafka-audit run`` as a user runs it: one process holding the watcher, the consume
 stream, the audit loop and the REST API.
 
-Findings appear over REST; its consume query stopped from outside (SIGUSR1) is restarted;
+Findings appear over REST, for producers that commit their own ledger and for ones that
+hand it over to the service's committer (``ledger_commits: staged``, also while the
+service is stopped); its consume query stopped from outside (SIGUSR1) is restarted;
 SIGTERM stops it within 30 s; started again it goes on where it stopped, and no write
 is judged twice or missed. It runs its Python objects on glibc's malloc
 (``steady.python_allocator``), started again in the process the user started.
@@ -13,6 +15,7 @@ from pathlib import Path
 
 import httpx
 
+from kafka_audit import store
 from kafka_audit.producers.load import LoadSpec, run_load
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.harness import Component, expand_rows, findings_of
@@ -45,6 +48,8 @@ def judged(settings, topic, n: int) -> bool:
 
 
 def test_the_service_audits_restarts_and_stops_cleanly(cluster, settings, topic):
+    staged = settings.model_copy(update={"producer": settings.producer.model_copy(
+        update={"ledger_commits": "staged"})})
     producers = [run_load(settings, LoadSpec(topic=topic, rate=0, count=5000, acks="all"),
                           keep_record=True)]
     with Component(settings, "run") as service:
@@ -62,8 +67,9 @@ def test_the_service_audits_restarts_and_stops_cleanly(cluster, settings, topic)
         service.proc.send_signal(signal.SIGUSR1)
         wait_until(lambda: (read_statuses(settings.home_dir).get("consume").detail or {})
                    .get("restarts", 0) >= 1, 120, "the consume query to be restarted")
-        producers.append(run_load(settings, LoadSpec(topic=topic, rate=0, count=2000,
-                                                     acks="all", producer_id="b"),
+        # a producer that hands its ledger over: the service's committer commits it
+        producers.append(run_load(staged, LoadSpec(topic=topic, rate=0, count=2000,
+                                                   acks="all", producer_id="b"),
                                   keep_record=True))
         wait_until(lambda: judged(settings, topic, 7000), 240, "7000 writes judged")
         t0 = time.monotonic()
@@ -75,10 +81,13 @@ def test_the_service_audits_restarts_and_stops_cleanly(cluster, settings, topic)
     assert "SIGUSR1: stopping the consume query" in log
     assert log.count("consume: cannot do its work") == 1 and "consume: working again" in log
     # stopped: more writes; started again, it goes on where it stopped
-    producers.append(run_load(settings, LoadSpec(topic=topic, rate=0, count=3000, acks="all",
-                                                 producer_id="c"), keep_record=True))
+    # ... and one handing over while the service is stopped: committed once it is back
+    producers.append(run_load(staged, LoadSpec(topic=topic, rate=0, count=3000, acks="all",
+                                               producer_id="c"), keep_record=True))
+    assert store.staged_segments(settings.table_path("acks"))  # waiting for the committer
     with Component(settings, "run"):
         wait_until(lambda: judged(settings, topic, 10000), 300, "10000 writes judged")
+    assert store.staged_segments(settings.table_path("acks")) == {}
     found = findings_of(settings, topic)
     assert {r["kind"] for r in found} == {"confirmed"}
     for p in producers:  # every write judged exactly once, none missed

@@ -5,6 +5,7 @@ and failed writes (rejected or indeterminate, never lost)."""
 import json
 import time
 
+from kafka_audit import store
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import cut_port, drop_responses
@@ -30,10 +31,14 @@ def test_acks1_leader_kill_loss_matches_ground_truth_over_http(cluster, spark, s
 
 def test_the_leader_kill_on_an_object_store_warehouse(cluster, spark, s3_settings, topic):
     """The same, with every table and the audit's progress in a bucket on the S3 server:
-    the ledger and the watcher commit with delta-rs, the audit's Spark and delta-rs commits
-    go there too, and the API reads them there."""
-    leader_kill_over_http(cluster, spark, s3_settings, topic)
+    the producer hands its ledger's segments over (``ledger_commits: staged``) and the
+    committer commits them, the watcher commits with delta-rs, the audit's Spark and
+    delta-rs commits go there too, and the API reads them there."""
+    staged = s3_settings.model_copy(update={"producer": s3_settings.producer.model_copy(
+        update={"ledger_commits": "staged"})})
+    leader_kill_over_http(cluster, spark, staged, topic)
     assert not (s3_settings.home_dir / "warehouse").exists()
+    assert store.staged_segments(staged.table_path("acks")) == {}
 
 
 def leader_kill_over_http(cluster, spark, settings, topic):

@@ -39,10 +39,13 @@ def _rows(producer: str, first_seq: int, n: int) -> pa.Table:
     return pa.Table.from_pylist(rows, schema=arrow_schema("acks"))
 
 
-def _host(warehouse: str, storage: dict, home: str, producer: str, ready) -> dict:
-    """One producer host: its own spool, committing COMMITS segments to the bucket's acks."""
+def _host(warehouse: str, storage: dict, home: str, producer: str, ready,
+          staged: bool = False) -> dict:
+    """One producer host: its own spool, committing COMMITS segments to the bucket's acks
+    (``staged``: handing them over to the committer)."""
     s = Settings(home=home, warehouse=warehouse, storage=storage)  # registers the store
-    spool = SpoolCommitter(s.table_path("acks"), Path(home) / "spool", f"{producer}/run")
+    spool = SpoolCommitter(s.table_path("acks"), Path(home) / "spool", f"{producer}/run",
+                           staged=staged)
     assert spool.lock()
     first = spool.first_version()
     ready.wait(120)  # every host starts at once, when all have imported and locked
@@ -303,3 +306,38 @@ def test_a_spark_commit_that_loses_the_race_moves_to_the_next_version(spark, s3_
 
 def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
+
+
+def test_staged_hosts_and_one_committer_lose_and_double_nothing(s3_settings, tmp_path):
+    """Producer hosts hand their segments over (``ledger_commits: staged``) while the
+    service's committer commits every second: every row once, one commit a round, no
+    commit lost to a race, each host's transaction at its last segment."""
+    from kafka_audit.jobs.upkeep.staged_acks import StagedCommits
+
+    acks = s3_settings.table_path("acks")
+    ctx = multiprocessing.get_context("spawn")
+    committer = StagedCommits(s3_settings)
+    rounds = 0
+    with ctx.Manager() as manager, ctx.Pool(WRITERS) as pool:
+        ready = manager.Barrier(WRITERS)
+        pending = pool.starmap_async(_host, [
+            (s3_settings.warehouse_uri, s3_settings.storage.model_dump(mode="json")
+             | {"secret_access_key": s3_settings.storage.secret()},
+             str(tmp_path / f"host{n}"), f"host{n}", ready, True) for n in range(WRITERS)])
+        while not pending.ready():
+            committer.round()
+            rounds += 1
+            pending.wait(1)
+        results = pending.get()
+    committer.round()
+    assert [(r["left"], r["failures"]) for r in results] == [(0, 0)] * WRITERS
+    assert committer.failures == 0
+    assert store.latest_version(acks) == committer.commits - 1 <= rounds
+    assert committer.segments == WRITERS * COMMITS
+    t = store.read_table(acks, "acks", ["producer_id", "seq"])
+    keys = set(zip(t.column("producer_id").to_pylist(), t.column("seq").to_pylist(),
+                   strict=True))
+    assert t.num_rows == len(keys) == WRITERS * COMMITS * ROWS
+    for r in results:
+        assert store.transaction_version(acks, r["app_id"]) == r["last"]
+    assert store.staged_segments(acks) == {}
