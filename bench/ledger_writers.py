@@ -9,10 +9,18 @@ commit's ``operationMetrics``: commits by others it had to rebase over); the wri
 how often a commit failed outright (delta-rs's retries used up: the segment is kept and
 flushed again) and how long a commit took. Every spooled row must be in the table once.
 
+``--mode direct`` is that (``producer.ledger_commits: direct``); ``--mode staged`` has the
+writers hand their segments over (``store.stage_segment``) while one committer in this
+process commits all of them once a second (``jobs/upkeep/staged_acks.py``), as the service
+does for ``ledger_commits: staged``. Both report, per segment, the seconds from its spool
+to the commit that holds it (from the Delta log: the commit whose transaction for the
+writer's app id reaches the segment's version): how late the auditor sees an ack.
+
 ``--where local`` (a folder) or ``s3`` (the tests' S3-compatible server, started here on
 ``--port``). Usage::
 
-    .venv/bin/python bench/ledger_writers.py --writers 4 20 --seconds 60 --where local s3
+    .venv/bin/python bench/ledger_writers.py --writers 20 100 --seconds 60 --where local s3 \
+        --mode direct staged
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import shutil
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -33,7 +42,7 @@ ROWS = 20  # ledger rows (runs) a segment: a busy producer's second
 
 
 def _writer(warehouse: str, storage: dict, home: str, name: str, start_at: float,
-            seconds: float, flush: float) -> dict:
+            seconds: float, flush: float, staged: bool) -> dict:
     import pyarrow as pa
 
     from kafka_audit.producers.ledger import SpoolCommitter
@@ -42,9 +51,10 @@ def _writer(warehouse: str, storage: dict, home: str, name: str, start_at: float
     from tests.support.rows import ledger_row
 
     s = Settings(home=home, warehouse=warehouse, storage=storage)
-    spool = SpoolCommitter(s.table_path("acks"), Path(home) / "spool", f"{name}/run")
+    spool = SpoolCommitter(s.table_path("acks"), Path(home) / "spool", f"{name}/run",
+                           staged=staged)
     assert spool.lock()
-    version, seq, took = spool.first_version(), 0, []
+    version, seq, took, spooled_at = spool.first_version(), 0, [], {}
     while time.time() < start_at:
         time.sleep(0.005)
     end = start_at + seconds
@@ -52,6 +62,7 @@ def _writer(warehouse: str, storage: dict, home: str, name: str, start_at: float
     while time.time() < end:
         rows = [{**ledger_row(seq + k), "producer_id": name} for k in range(ROWS)]
         spool.spool(pa.Table.from_pylist(rows, schema=arrow_schema("acks")), version)
+        spooled_at[version] = time.time()
         version, seq = version + 1, seq + ROWS
         t0 = time.monotonic()
         spool.commit()
@@ -64,21 +75,57 @@ def _writer(warehouse: str, storage: dict, home: str, name: str, start_at: float
         spool.commit()
         time.sleep(0.2)
     return {"spooled": seq, "left": len(spool.segments()), "failures": spool.write_failures,
-            "took": took}
+            "took": took, "app_id": spool.app_id, "spooled_at": spooled_at}
 
 
-def _commit_infos(path: str) -> list[dict]:
+def _commits(path: str) -> list[tuple[dict, dict[str, int]]]:
+    """Each commit after version 0: its commitInfo and its apps' transaction versions."""
     from kafka_audit import store
 
     out = []
     for v in range(1, store.latest_version(path) + 1):
         actions = store._commit_actions(path, v) or []
         info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
-        out.append(info)
+        out.append((info, {a["txn"]["appId"]: a["txn"]["version"]
+                           for a in actions if "txn" in a}))
     return out
 
 
-def _round(where: str, writers: int, seconds: float, flush: float, port: int) -> dict:
+def _visible_after(results: list[dict], commits: list[tuple[dict, dict[str, int]]]
+                   ) -> list[float]:
+    """Per segment: the seconds from its spool to the first commit whose transaction for
+    its app reaches its version."""
+    out = []
+    for r in results:
+        landed = sorted((txns[r["app_id"]], info["timestamp"] / 1000)
+                        for info, txns in commits if r["app_id"] in txns)
+        for version, at in r["spooled_at"].items():
+            when = min((t for v, t in landed if v >= version), default=None)
+            if when is not None:
+                out.append(when - at)
+    return sorted(out)
+
+
+def _committer(settings, stop: threading.Event, start_at: float):
+    from kafka_audit.jobs.upkeep.staged_acks import StagedCommits
+
+    committer = StagedCommits(settings)
+    while time.time() < start_at:
+        time.sleep(0.01)
+    next_at = time.monotonic()
+    while not stop.is_set():
+        committer.round()
+        next_at = max(next_at + 1.0, time.monotonic())
+        stop.wait(max(0.0, next_at - time.monotonic()))
+    for _ in range(100):  # what is still staged
+        last = committer.round()
+        if last is not None and last.version is None:
+            break
+    return committer
+
+
+def _round(where: str, writers: int, seconds: float, flush: float, port: int,
+           mode: str) -> dict:
     from kafka_audit import store
     from kafka_audit.settings import Settings
 
@@ -99,11 +146,22 @@ def _round(where: str, writers: int, seconds: float, flush: float, port: int) ->
         store.append_rows(acks, "acks", [ledger_row(0)])  # the table exists
         ctx = multiprocessing.get_context("spawn")
         start_at = time.time() + 5 + writers * 1.5  # every child imported and ready (2 cores)
+        staged = mode == "staged"
+        stop, done = threading.Event(), []
+        committer = threading.Thread(
+            target=lambda: done.append(_committer(s, stop, start_at))) if staged else None
+        if committer is not None:
+            committer.start()
         with ctx.Pool(writers) as pool:
             results = pool.starmap(_writer, [
-                (warehouse, storage, str(base / f"w{n}"), f"w{n}", start_at, seconds, flush)
-                for n in range(writers)])
-        infos = _commit_infos(acks)
+                (warehouse, storage, str(base / f"w{n}"), f"w{n}", start_at, seconds, flush,
+                 staged) for n in range(writers)])
+        if committer is not None:
+            stop.set()
+            committer.join()
+        commits = _commits(acks)
+        infos = [info for info, _ in commits]
+        visible = _visible_after(results, commits)
         landed = [i for i in infos if i.get("operation") == "WRITE"]
         in_window = [i for i in landed
                      if start_at * 1000 <= i.get("timestamp", 0) <= (start_at + seconds) * 1000]
@@ -114,13 +172,19 @@ def _round(where: str, writers: int, seconds: float, flush: float, port: int) ->
                        strict=True))
         spooled = sum(r["spooled"] for r in results)
         return {
-            "where": where, "writers": writers, "seconds": seconds, "flush": flush,
-            "commits_per_s": round(len(in_window) / seconds, 1),
+            "where": where, "mode": mode, "writers": writers, "seconds": seconds,
+            "flush": flush, "commits_per_s": round(len(in_window) / seconds, 1),
+            "segments_per_s": round(sum(len(r["spooled_at"]) for r in results) / seconds, 1),
             "wanted_per_s": round(writers / flush, 1),
+            "visible_s_p50": round(visible[len(visible) // 2], 2) if visible else None,
+            "visible_s_p95": round(visible[int(0.95 * (len(visible) - 1))], 2)
+            if visible else None,
+            "committer_failures": done[0].failures if done else None,
             "retries_mean": round(statistics.fmean(retries), 2) if retries else 0,
             "retries_p95": sorted(retries)[int(0.95 * (len(retries) - 1))] if retries else 0,
             "retries_max": max(retries, default=0),
             "failed_commits": sum(r["failures"] for r in results),
+            # direct: a writer's commit; staged: its hand-over
             "commit_s_p50": round(took[len(took) // 2], 3) if took else None,
             "commit_s_p95": round(took[int(0.95 * (len(took) - 1))], 3) if took else None,
             "segments_left": sum(r["left"] for r in results),
@@ -140,11 +204,13 @@ def main() -> None:
     ap.add_argument("--flush", type=float, default=1.0, help="seconds between a writer's "
                     "commits (the ledger's flush_seconds)")
     ap.add_argument("--port", type=int, default=24491, help="the S3 server's port")
+    ap.add_argument("--mode", nargs="+", choices=["direct", "staged"], default=["direct"])
     args = ap.parse_args()
     for writers in args.writers:
         for where in args.where:
-            print(json.dumps(_round(where, writers, args.seconds, args.flush, args.port)),
-                  flush=True)
+            for mode in args.mode:
+                print(json.dumps(_round(where, writers, args.seconds, args.flush, args.port,
+                                        mode)), flush=True)
 
 
 if __name__ == "__main__":
