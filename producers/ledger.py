@@ -64,6 +64,9 @@ log = logging.getLogger(__name__)
 _SCHEMA = arrow_schema("acks")
 
 PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
+#: the most spooled segments one commit of a direct ledger carries (a flush a segment: a
+#: backlog of minutes catches up in a few commits, each of bounded size)
+BACKLOG_SEGMENTS_PER_COMMIT = 64
 
 
 def private_dir(path: Path) -> Path:
@@ -188,19 +191,31 @@ class SpoolCommitter:
         written = 0
         try:
             committed = self._committed_version()
+            pending = []
             for seg in segments:
-                version = int(seg.stem)
-                if version <= committed:  # committed before a crash: never append twice
+                if int(seg.stem) <= committed:  # committed before a crash: never append twice
                     seg.unlink()
-                    continue
-                with pa.memory_map(str(seg)) as src:
-                    # a batch file's metadata is the spool's business (the native shipper
-                    # keeps its cursor there), not the table's
-                    table = ipc.open_file(src).read_all().replace_schema_metadata(None)
+                else:
+                    pending.append(seg)
+            # a backlog (the warehouse was away, or commits were lost to other writers) goes
+            # in as few commits as it can: each takes its run of segments as one append, the
+            # transaction at the run's last version
+            for start in range(0, len(pending), BACKLOG_SEGMENTS_PER_COMMIT):
+                run = pending[start:start + BACKLOG_SEGMENTS_PER_COMMIT]
+                tables = []
+                for seg in run:
+                    with pa.memory_map(str(seg)) as src:
+                        # a batch file's metadata is the spool's business (the native
+                        # shipper keeps its cursor there), not the table's
+                        tables.append(ipc.open_file(src).read_all()
+                                      .replace_schema_metadata(None))
+                table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+                version = int(run[-1].stem)
                 append_arrow_once(self.table_path, "acks", table, self.app_id, version,
                                   known=committed)
-                self._committed = version
-                seg.unlink()
+                self._committed = committed = version
+                for seg in run:
+                    seg.unlink()
                 written += table.num_rows
                 self.reports_written += pc.sum(table["count"]).as_py() or 0
             self.rows_written += written

@@ -2,6 +2,7 @@
 
 import time
 
+import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 
@@ -192,3 +193,29 @@ def test_reports_become_runs_split_at_every_gap_duplicate_or_disorder(tmp_path):
         (0, 0, 4, 10), (0, 4, 1, 20), (0, 6, 1, 21), (0, 7, 1, 23), (0, 8, 1, 22),
         (1, 9, 1, 30), (0, 10, 2, None)]
     assert led.reports_written == 11 and led.rows_written == 7
+
+
+def test_a_backlog_goes_in_as_one_commit_per_run_of_segments(tmp_path, monkeypatch):
+    """Segments kept while the warehouse was away (or lost to other writers' commits) are
+    appended together: a writer that fell behind does not ask the table for a commit per
+    segment; each run's transaction is its last segment's version."""
+    from kafka_audit import store
+    from kafka_audit.producers import ledger as ledger_module
+    from kafka_audit.producers.ledger import SpoolCommitter
+    from kafka_audit.schemas.tables import arrow_schema
+
+    from ..support.rows import ledger_row
+
+    monkeypatch.setattr(ledger_module, "BACKLOG_SEGMENTS_PER_COMMIT", 3)
+    acks = str(tmp_path / "acks")
+    spool = SpoolCommitter(acks, tmp_path / "spool", "p/r")
+    assert spool.lock()
+    first = spool.first_version()
+    for i in range(7):
+        spool.spool(pa.Table.from_pylist([ledger_row(i * 2), ledger_row(i * 2 + 1)],
+                                         schema=arrow_schema("acks")), first + i)
+    assert spool.commit() == 14
+    assert store.latest_version(acks) == 2  # 3 + 3 + 1 segments: three commits
+    assert store.transaction_version(acks, "p/r") == first + 6
+    assert seqs(tmp_path / "acks") == list(range(14))
+    assert spool.segments() == [] and spool.reports_written == 14
