@@ -117,10 +117,7 @@ def _committer(settings, stop: threading.Event, start_at: float):
         committer.round()
         next_at = max(next_at + 1.0, time.monotonic())
         stop.wait(max(0.0, next_at - time.monotonic()))
-    for _ in range(100):  # what is still staged
-        last = committer.round()
-        if last is not None and last.version is None:
-            break
+    committer.drain(100)  # what is still staged
     return committer
 
 

@@ -170,6 +170,11 @@ class ProducerSettings(_Section):
         1.0, gt=0, description="the service commits the segments producers handed over "
         "(ledger_commits: staged) this often")
 
+    @property
+    def staged(self) -> bool:
+        """Whether ledgers hand their segments over to the service's committer."""
+        return self.ledger_commits == "staged"
+
     @field_validator("acks", mode="before")
     @classmethod
     def _acks(cls, v: object) -> str:  # YAML reads `acks: 1` as a number

@@ -223,17 +223,26 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
     Written in the table's own schema when it has one (nullability, order: Spark creates
     its columns nullable, the declaration may not); the table's log is read once a write.
     """
-    from deltalake import CommitProperties, write_deltalake
+    from deltalake import CommitProperties
 
-    target = _dt(path) if table_exists(path) else None
+    _write(path, table, _dt(path) if table_exists(path) else None, [data], mode,
+           CommitProperties(custom_metadata={"userMetadata": user_metadata}
+                            if user_metadata is not None else None))
+
+
+def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
+           properties) -> pa.Table:
+    """One delta-rs commit of ``parts`` into ``target`` (the table at ``path``, loaded;
+    None: create it), each in the table's own schema; returns what was written."""
+    from deltalake import write_deltalake
+
     schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
-    data = data.select(schema.names).cast(schema)
+    data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
     write_deltalake(path if target is None else target, data, mode=mode,
                     storage_options=delta_options(path) if target is None else None,
                     configuration=_new_table() if target is None else None,
-                    commit_properties=CommitProperties(
-                        custom_metadata={"userMetadata": user_metadata}
-                        if user_metadata is not None else None))
+                    commit_properties=properties)
+    return data
 
 
 # ---- staged appends: producer hosts hand segments over, one committer commits them ----
@@ -299,7 +308,7 @@ def commit_staged(path: str, table: str, max_segments: int = 10_000) -> StagedCo
     that staged it twice) and is deleted unread: nothing is appended twice. The committer
     must be the only writer of these app ids; a second committer racing it loses the
     commit (Delta's conflict on an app's transaction), and its segments stay staged."""
-    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake import CommitProperties, Transaction
 
     staged = staged_segments(path)
     if not staged:
@@ -332,12 +341,8 @@ def commit_staged(path: str, table: str, max_segments: int = 10_000) -> StagedCo
         parts = list(pool.map(read, done))
     if not done:
         return StagedCommit(None, 0, 0, 0, len(stale))
-    schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
-    data = pa.concat_tables([t.select(schema.names).cast(schema) for t in parts])
-    write_deltalake(path if target is None else target, data, mode="append",
-                    storage_options=delta_options(path) if target is None else None,
-                    configuration=_new_table() if target is None else None,
-                    commit_properties=CommitProperties(app_transactions=txns))
+    data = _write(path, table, target, parts, "append",
+                  CommitProperties(app_transactions=txns))
     with ThreadPoolExecutor(_STAGED_THREADS) as pool:
         list(pool.map(fs.delete_file, done))
     return StagedCommit(_dt(path).version() if target is None else target.version(),

@@ -152,7 +152,7 @@ class AuditedProducer:
         self.native = True
         self.ledger = NativeShipper(settings.table_path("acks"), folder,
                                     flush_seconds=settings.producer.ledger_flush_seconds,
-                                    staged=settings.producer.ledger_commits == "staged"
+                                    staged=settings.producer.staged
                                     ).start()
         if self.record is None:
             # nothing to do per message here: confluent-kafka's own produce, no wrapper
@@ -173,7 +173,7 @@ class AuditedProducer:
             run_id=self.run_id, durability=self.durability,
             flush_seconds=settings.producer.ledger_flush_seconds,
             flush_rows=settings.producer.ledger_flush_rows,
-            staged=settings.producer.ledger_commits == "staged",
+            staged=settings.producer.staged,
         ).start()
         self._on_delivery = self._make_callback()
 

@@ -117,11 +117,10 @@ def audit_until_settled(spark, settings: Settings, topic: str, timeout: float = 
     deadline = time.monotonic() + timeout
     lookups = ClusterLookups(settings)
     while True:
-        if settings.producer.ledger_commits == "staged":  # as the service's committer does
-            from kafka_audit.store import commit_staged
+        if settings.producer.staged:  # as the service's committer does
+            from kafka_audit.jobs.upkeep.staged_acks import StagedCommits
 
-            while commit_staged(settings.table_path("acks"), "acks").version is not None:
-                pass
+            StagedCommits(settings).drain()
         start_consume(spark, settings, pattern or re.escape(topic), once=True).awaitTermination()
         summary = run_audit_pass(spark, settings, lookups=lookups)
         progress(summary.line())
@@ -311,9 +310,9 @@ def assert_secondaries_match(settings: Settings, bootstrap: str, topic: str, *pr
 def settings_file(settings: Settings, path) -> Path:
     """The effective ``settings`` as a YAML overlay (for ``KAFKA_AUDIT_CONFIG``): a component
     started as a process of its own then sees exactly what this process sees."""
-    import os
-
     import yaml
+
+    from kafka_audit.producers.ledger import private_file
 
     path = Path(path)
     data = settings.model_dump(mode="json")
@@ -321,8 +320,7 @@ def settings_file(settings: Settings, path) -> Path:
         # a dump shows the object store's secret as ***: the process reads it from a
         # file of its own, as an operator's would
         secret = path.with_name(path.name + ".storage-secret")
-        fd = os.open(secret, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w") as f:
+        with open(private_file(secret), "w") as f:
             f.write(settings.storage.secret_access_key.get_secret_value())
         data["storage"] |= {"secret_access_key": None, "secret_access_key_file": str(secret)}
     path.write_text(yaml.safe_dump(data))

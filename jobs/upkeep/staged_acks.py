@@ -59,6 +59,17 @@ class StagedCommits:
             self.last_error = None
         return done
 
+    def drain(self, rounds: int = 1000) -> bool:
+        """Rounds until nothing is staged (each commits at most ``commit_staged``'s cap);
+        False if a round failed or ``rounds`` did not do it."""
+        for _ in range(rounds):
+            done = self.round()
+            if done is None:
+                return False
+            if done.version is None:
+                return True
+        return False
+
 
 def run_staged_commits(settings: Settings, stop: threading.Event) -> None:
     """Commit what producer hosts staged, every ``producer.staged_commit_seconds``, until

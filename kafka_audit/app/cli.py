@@ -89,10 +89,7 @@ def _commit_staged(args) -> int:
     s = get_settings()
     if args.once:
         done = StagedCommits(s)
-        for _ in range(1000):  # a capped round each, until nothing is staged
-            last = done.round()
-            if last is None or last.version is None:
-                break
+        done.drain()
         print(f"committed {done.segments} staged segments ({done.rows} rows) in "
               f"{done.commits} commits; {done.dropped} committed before, dropped", flush=True)
         return EXIT_ERROR if done.failures else EXIT_OK
@@ -264,7 +261,7 @@ def _ship(args) -> int:
     root = Path(args.spool_dir) if args.spool_dir else native_spool_root(s)
     while True:
         report = ship_spools(root, s.table_path("acks"),
-                             staged=s.producer.ledger_commits == "staged")
+                             staged=s.producer.staged)
         print(report.line(), flush=True)
         if not args.follow:
             return EXIT_ERROR if report.failed else EXIT_OK
