@@ -42,7 +42,7 @@ setup() {
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
     log "installing Python dependencies pinned in pyproject.toml (first time: a few minutes)"
     .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -e ".[test,docs]"
+    .venv/bin/pip install -q -e ".[all,test,docs]"
     echo "$want" > "$stamp"
   fi
   log "fetching pinned JVM jars with Maven into the per-user cache (skipped when cached)"

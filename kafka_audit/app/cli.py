@@ -30,6 +30,25 @@ EXIT_ERROR = 2  # a configuration or usage error (argparse exits 2 too), any Aud
 EXIT_BLOCKED = 3  # `check` found a problem that blocks auditing
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
 
+# A third-party module a command imports -> the extra of pyproject.toml that installs it
+# (a plain install is the ground floor only; tests/unit/test_extras.py holds this true)
+EXTRA_OF_MODULE = {
+    "confluent_kafka": "producer",
+    "fastapi": "api", "starlette": "api", "uvicorn": "api", "prometheus_client": "api",
+    "plotly": "api", "fastapi_standalone_docs": "api",
+    "pyspark": "spark", "delta": "spark", "py4j": "spark", "great_expectations": "spark",
+    "pandas": "spark", "matplotlib": "spark", "scramp": "spark",
+}
+
+
+def missing_extra(exc: ModuleNotFoundError, command: str) -> str | None:
+    """One line naming the extra to install, when ``exc`` is a module an extra brings."""
+    extra = EXTRA_OF_MODULE.get((exc.name or "").partition(".")[0])
+    if extra is None:
+        return None
+    return (f"kafka-audit {command} needs {exc.name.partition('.')[0]}, which this install "
+            f"lacks: pip install 'kafka-audit[{extra}]' (or [all], the whole auditor)")
+
 
 def _cluster(args) -> int:
     from kafka_audit.scenarios.cluster import LocalCluster
@@ -453,6 +472,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - one line; the traceback with --verbose
+        if isinstance(exc, ModuleNotFoundError) and (said := missing_extra(exc, args.cmd)):
+            print(f"kafka-audit: {said}", file=sys.stderr)
+            return EXIT_ERROR
         if args.verbose:
             print(scrub(traceback.format_exc()), end="", file=sys.stderr)
         first = scrub(str(exc)).splitlines()[0] if str(exc) else ""
