@@ -719,6 +719,13 @@ class Settings(BaseSettings):
             register(self.storage)
         return self
 
+    def __setstate__(self, state: dict) -> None:
+        """An unpickled copy (the service hands its API process its settings so) registers
+        its object store as a validated one does: unpickling runs no validator."""
+        super().__setstate__(state)
+        if self.remote_warehouse:
+            register(self.storage)
+
     @property
     def home_dir(self) -> Path:
         return self.home.resolve()

@@ -54,6 +54,26 @@ def test_an_object_store_warehouse_and_what_each_library_is_told(tmp_path):
     assert props["spark.hadoop.fs.s3a.connection.ssl.enabled"] == "false"
 
 
+def test_settings_sent_to_another_process_register_their_object_store(tmp_path,
+                                                                     monkeypatch):
+    """The service pickles its settings to its API process, where no validator runs: the
+    copy registers the store all the same (it once served 500s on a bucket)."""
+    import pickle
+
+    from kafka_audit.app.api_process import child_settings
+
+    s = Settings(home=tmp_path, warehouse="s3://audit-bucket/prod", storage={
+        "endpoint_url": "http://127.0.0.1:8333", "access_key_id": "AKIDTEST",
+        "secret_access_key": "sk-" + secrets.token_hex(8)})
+    sent = pickle.dumps(child_settings(s))
+    monkeypatch.setattr(storage, "_storage", None)  # as in a process just started
+    with pytest.raises(ConfigError, match="before its storage settings"):
+        storage.locate(s.table_path("acks"))
+    copy = pickle.loads(sent)
+    assert copy.storage == s.storage
+    assert storage.delta_options(copy.table_path("acks"))["AWS_ACCESS_KEY_ID"] == "AKIDTEST"
+
+
 def test_aws_itself_with_the_sdks_own_credentials(tmp_path):
     s = Settings(home=tmp_path, warehouse="s3://b")
     assert storage.delta_options(s.table_path("t")) == {  # the SDK chain finds the key
