@@ -93,3 +93,49 @@ def test_the_service_audits_restarts_and_stops_cleanly(cluster, settings, topic)
     for p in producers:  # every write judged exactly once, none missed
         mine = [r for r in found if r["run_id"] == p.run_id]
         assert expand_rows(mine, "seq") == sorted(seq for seq, *_ in p.record)
+
+
+SECRET_QUESTIONS = ("/v1/summary", "/v1/findings", "/v1/findings/counts", "/v1/topics",
+                    "/v1/partitions", "/v1/producers", "/v1/windows", "/v1/latency",
+                    "/v1/quality", "/healthz", "/readyz", "/metrics", "/openapi.json",
+                    "/dashboard")
+
+
+def test_the_service_on_a_bucket_never_shows_the_stores_secret(cluster, s3, s3_settings,
+                                                                topic):
+    """A whole run with the warehouse in a bucket: the object store's secret access key is
+    in no line the service logs, no object it writes to the bucket (tables, their logs,
+    staged segments, Spark's checkpoint), no file under its home (status files, spools,
+    settings) but the secret's own file, and no answer of its API."""
+    secret = s3.secret.encode()
+    staged = s3_settings.model_copy(update={"producer": s3_settings.producer.model_copy(
+        update={"ledger_commits": "staged"})})
+    run_load(staged, LoadSpec(topic=topic, rate=0, count=3000, acks="all"), keep_record=True)
+    with Component(s3_settings, "run") as service:
+        wait_until(lambda: judged(s3_settings, topic, 3000), 300, "3000 writes judged")
+        base = f"http://{s3_settings.api.host}:{s3_settings.api.port}"
+        answers = {q: httpx.get(base + q, timeout=30) for q in SECRET_QUESTIONS}
+        assert service.stop(timeout=60) == 0
+        log = service.output()
+    for question, answer in answers.items():
+        assert answer.status_code in (200, 503), (question, answer.text[:500])
+        assert secret not in answer.content, question
+    assert "audit pass " in log  # the service's log, passes and all
+    assert s3.secret not in log
+    shown = Component(s3_settings, "config", "show")
+    assert shown.proc.wait(120) == 0
+    assert "secret_access_key_file: " in shown.output() and s3.secret not in shown.output()
+    shown.stop()
+
+    bucket = s3_settings.warehouse_uri.removeprefix("s3://").split("/")[0]
+    objects = [p for p in (s3.folder / "data" / bucket).rglob("*") if p.is_file()]
+    assert any("_checkpoints" in p.parts for p in objects)  # Spark's, in the bucket
+    assert any("_delta_log" in p.parts for p in objects)
+    secret_file = s3_settings.home_dir / "run.yaml.storage-secret"
+    assert secret_file.read_bytes() == secret  # the one place it is written, 0600
+    assert secret_file.stat().st_mode & 0o077 == 0
+    files = [p for p in s3_settings.home_dir.rglob("*") if p.is_file()
+             and p.name.endswith(".storage-secret") is False]
+    assert any(p.parent.name == "status" for p in files)
+    for path in objects + files:
+        assert secret not in path.read_bytes(), path
