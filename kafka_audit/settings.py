@@ -276,6 +276,9 @@ class OutageSettings(_Section):
 
     retry_seconds: float = Field(0.5, gt=0, description="first wait after a failed step")
     max_backoff_seconds: float = Field(10, gt=0, description="the wait doubles up to this")
+    healthy_seconds: float = Field(
+        60, gt=0, description="a component of `kafka-audit run` that ran this long before "
+        "it died restarts after the first wait again, not the doubled one")
 
 
 class ServiceSettings(_Section):

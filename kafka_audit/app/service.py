@@ -5,7 +5,9 @@ Each component runs in a thread of its own and rides out outages itself
 (``kafka_audit/status.py``); the REST API's thread runs the server as a child process
 (``kafka_audit/app/api_process.py``), so that its requests never wait on an audit pass for
 the interpreter lock. A component whose thread dies anyway (an error it
-does not handle) is restarted after a capped doubling wait; the restart is
+does not handle) is restarted after a capped doubling wait, which starts again from
+the first wait once the component had run ``outage.healthy_seconds`` before it died (a
+rare crash after a healthy spell is not punished for an old crash loop); the restart is
 logged and counted in its status file, where ``/readyz`` shows it. SIGTERM or
 SIGINT stops everything within ``service.stop_timeout_seconds`` (30): the
 consume query stops (between micro-batches, or interrupting the one running, which
@@ -78,7 +80,17 @@ class Component:
     last_error: str | None = None
     next_start: float = 0.0
     backoff: float = 0.0
+    started_at: float = 0.0
     extra: dict = field(default_factory=dict)
+
+
+def restart_wait(previous: float, ran_for: float, retry: float, cap: float,
+                 healthy: float) -> float:
+    """The wait before a dead component starts again: double the last (from ``retry``, at
+    most ``cap``), or ``retry`` again if it ran ``healthy`` seconds before dying."""
+    if ran_for >= healthy:
+        previous = 0.0
+    return min(max(previous * 2, retry), cap)
 
 
 class Service:
@@ -104,6 +116,7 @@ class Service:
                 raise
 
         c.thread = threading.Thread(target=body, name=f"kafka-audit-{c.name}", daemon=True)
+        c.started_at = time.monotonic()
         c.thread.start()
 
     def run(self, install_signals: bool = True) -> int:
@@ -117,7 +130,7 @@ class Service:
         watch_memory(self.settings.steady.trim_every_seconds,
                      self.settings.service.memory_log_seconds, self.stop)
         log.info("running: %s", ", ".join(c.name for c in self.components))
-        cap = self.settings.outage.max_backoff_seconds
+        outage = self.settings.outage
         while not self.stop.wait(0.5):
             now = time.monotonic()
             for c in self.components:
@@ -125,7 +138,8 @@ class Service:
                     continue
                 if c.thread is not None:  # it died: wait, then start it again
                     c.thread = None
-                    c.backoff = min(max(c.backoff * 2, self.settings.outage.retry_seconds), cap)
+                    c.backoff = restart_wait(c.backoff, now - c.started_at, outage.retry_seconds,
+                                             outage.max_backoff_seconds, outage.healthy_seconds)
                     c.next_start = now + c.backoff
                     log.warning("%s will be restarted in %.1fs (restart %d)", c.name,
                                 c.backoff, c.restarts + 1)

@@ -5,6 +5,8 @@ import logging
 import threading
 from datetime import UTC, datetime
 
+import pytest
+
 from kafka_audit.jobs.audit import audit_job
 from kafka_audit.jobs.audit.audit_pass import AuditSummary
 from kafka_audit.settings import Settings
@@ -59,3 +61,44 @@ def test_the_audit_loop_survives_failed_passes(tmp_path, monkeypatch, caplog):
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2 and "unreachable" in messages[0] and "3 failed" in messages[1]
     assert read_statuses(tmp_path)["audit"].detail["pass_id"] == 7
+
+
+def test_the_restart_wait_doubles_and_starts_over_after_a_healthy_spell():
+    from kafka_audit.app.service import restart_wait
+
+    waits, wait = [], 0.0
+    for _ in range(6):  # a crash loop: each run a second long
+        wait = restart_wait(wait, 1.0, 0.5, 10, 60)
+        waits.append(wait)
+    assert waits == [0.5, 1, 2, 4, 8, 10]
+    assert restart_wait(10, 59.9, 0.5, 10, 60) == 10  # not long enough
+    assert restart_wait(10, 60, 0.5, 10, 60) == 0.5  # it ran well: the first wait again
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_the_service_restarts_a_component_that_ran_well_after_the_first_wait(tmp_path,
+                                                                              caplog):
+    """A real supervisor: four quick deaths double the wait to its cap, then a run longer
+    than ``healthy_seconds`` ends in a death that is waited for as the first was."""
+    from kafka_audit.app.service import Component, Service
+
+    settings = Settings(home=tmp_path, outage={"retry_seconds": 0.1, "max_backoff_seconds": 0.8,
+                                               "healthy_seconds": 1.0})
+    runs = []
+    service = None
+
+    def target(stop: threading.Event) -> None:
+        runs.append(1)
+        if len(runs) == 5:
+            stop.wait(1.5)  # a healthy spell
+        if len(runs) == 6:
+            service.stop.set()
+            return
+        raise RuntimeError(f"death {len(runs)}")
+
+    service = Service(settings, [Component("flaky", target)])
+    with caplog.at_level(logging.WARNING, logger="kafka_audit.app.service"):
+        assert service.run(install_signals=False) == 0
+    waits = [r.getMessage().split(" in ")[1].split("s ")[0] for r in caplog.records
+             if "will be restarted in" in r.getMessage()]
+    assert waits == ["0.1", "0.2", "0.4", "0.8", "0.1"], waits
