@@ -26,6 +26,9 @@ partition states, progress) every 5 s during the load, from a process of its own
 live audit does, so snapshots reload under load; ``--live`` adds the ledger's and the
 consume job's commits every second (acks and reads of ``orders`` 0-2, the timeline's
 partition among them), as a running ``kafka-audit run`` makes them.
+``--where s3`` builds and serves the warehouse in a bucket of the tests' S3-compatible
+server (s3proxy over ``var/bench-api-s3/store``, started here), the home then
+``var/bench-api-s3/home``; the API reads every table from the bucket.
 Prints p50/p99 per endpoint and checks them against the targets (p99 <= 50 ms for
 findings and summaries, <= 250 ms for a timeline).
 """
@@ -68,6 +71,11 @@ def build(writes: int) -> dict:
 
     shutil.rmtree(HOME, ignore_errors=True)
     s = Settings(home=HOME)
+    if s.remote_warehouse:
+        from kafka_audit.storage import locate
+
+        at = locate(s.warehouse_uri)
+        at.fs.delete_dir_contents(at.path, missing_dir_ok=True)
     per_second = -(-writes // (SECONDS * len(PRODUCERS) * 3))  # per partition, rounded up
     offsets = {(t, p): 0 for t in TOPICS for p in range(6)}
     acked = lost = 0
@@ -146,6 +154,7 @@ def build(writes: int) -> dict:
     append_rows(s.table_path("cluster_events"), "cluster_events", events)
     info = {"writes": acked, "lost": lost, "per_second": per_second, "fault_offset": fault_off,
             "passes": SECONDS // 5}
+    HOME.mkdir(parents=True, exist_ok=True)  # (a bucket's warehouse leaves it empty)
     (HOME / "bench.json").write_text(json.dumps(info))
     print(f"  warehouse: {acked:,} acknowledged writes, {lost:,} lost, built in "
           f"{time.monotonic() - started:.0f} s", flush=True)
@@ -294,8 +303,39 @@ def main() -> int:
     ap.add_argument("--no-cache", action="store_true",
                     help="api.response_cache off: every request computes its answer (from the "
                          "snapshots), none is served from memory")
+    ap.add_argument("--where", choices=["local", "s3"], default="local",
+                    help="the warehouse on disk or in a bucket of the local S3 server")
+    ap.add_argument("--s3-port", type=int, default=28492)
     args = ap.parse_args()
+    global HOME
+    s3 = None
+    if args.where == "s3":
+        HOME = ROOT / "var" / "bench-api-s3" / "home"
+        if args.churn_writer is None:  # the writer inherits the storage's environment
+            s3 = object_store(args.s3_port)
+    try:
+        return run(args)
+    finally:
+        if s3 is not None:
+            s3.stop()
 
+
+def object_store(port: int):
+    """The S3 server over ``var/bench-api-s3/store``, and the environment (this process's,
+    so the server's and the churn writer's too) that puts the warehouse in its bucket."""
+    from kafka_audit.scenarios.object_store import S3Server
+
+    server = S3Server(ROOT / "var" / "bench-api-s3" / "store", port, heap_mb=512).start()
+    bucket = server.bucket("bench-api")
+    storage = server.storage()
+    os.environ["KAFKA_AUDIT_WAREHOUSE"] = f"{bucket}/warehouse"
+    for key, value in storage.items():
+        os.environ[f"KAFKA_AUDIT_STORAGE__{key.upper()}"] = str(value).lower() \
+            if isinstance(value, bool) else str(value)
+    return server
+
+
+def run(args) -> int:
     info_path = HOME / "bench.json"
     info = json.loads(info_path.read_text()) if info_path.exists() else None
     if args.churn_writer is not None:
@@ -311,7 +351,8 @@ def main() -> int:
 
     token = new_token()
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_AUDIT_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_AUDIT_")
+           or k.startswith(("KAFKA_AUDIT_WAREHOUSE", "KAFKA_AUDIT_STORAGE__"))}
     env.update({"KAFKA_AUDIT_HOME": str(HOME), "KAFKA_AUDIT_API__PORT": str(port),
                 "KAFKA_AUDIT_API__TOKENS": json.dumps([{"name": "bench",
                                                         "hash": hash_token(token)}]),
@@ -366,8 +407,8 @@ def main() -> int:
         churner = None
         if args.churn:  # in a process of its own, as the audit is
             churner = subprocess.Popen(
-                [sys.executable, __file__, "--churn-writer", str(info["passes"] + 10_000)]
-                + (["--live"] if args.live else []), stdin=subprocess.PIPE,
+                [sys.executable, __file__, "--churn-writer", str(info["passes"] + 10_000),
+                 "--where", args.where] + (["--live"] if args.live else []), stdin=subprocess.PIPE,
                 stdout=subprocess.PIPE, text=True)
         t = time.perf_counter()
         lat, errors = asyncio.run(load("127.0.0.1", port, token, paths, args.clients,

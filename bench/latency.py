@@ -16,6 +16,11 @@ kills of a leader that was also the active controller and over the others), the 
 ack-to-detection percentiles (``kafka_audit/latency.py``), and whether the losses found
 equal the ground truth.
 
+``--where s3`` puts each run's warehouse (every table, Spark's checkpoint) in a bucket of
+the tests' S3-compatible server (s3proxy over a folder, started here on ``--s3-port``),
+spools and status files staying under the run's home; ``--where local s3`` runs each
+settle period on disk, then in the bucket, in the same sitting.
+
 Run (the benchmark's own ports and home; see bench/README.md)::
 
     KAFKA_AUDIT_CLUSTER__BROKER_BASE_PORT=27091 ... .venv/bin/python bench/latency.py
@@ -45,6 +50,7 @@ from steady import (
 from kafka_audit.latency import loss_latency, nearest_rank
 from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.scenarios.harness import Component
+from kafka_audit.settings import Settings
 from kafka_audit.store import read_table
 
 
@@ -105,14 +111,21 @@ def victim_partition(cluster: LocalCluster, topic: str, victim: str) -> int:
     return 0
 
 
-def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random) -> dict:
+def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
+            s3=None) -> dict:
     base_settings = bench_settings(settle)
-    home = base_settings.home_dir / f"latency-s{settle:g}-{time.strftime('%H%M%S')}"
+    where = "s3" if s3 is not None else "local"
+    run = f"latency-s{settle:g}-{where}-{time.strftime('%H%M%S')}"
+    home = base_settings.home_dir / run
     settings = base_settings.model_copy(update={"home": home})
+    if s3 is not None:  # validated anew: the storage section takes effect
+        settings = Settings.model_validate({**settings.model_dump(), "home": home,
+                                            "warehouse": f"{s3.bucket('latency')}/{run}",
+                                            "storage": s3.storage()})
     topic = f"lat-s{settle:g}-{uuid.uuid4().hex[:6]}"
     cluster.create_topic(topic, partitions=3, replication=3)
     api = f"http://{settings.api.host}:{settings.api.port}"
-    say(f"settle {settle:g}s: topic {topic}, home {home}")
+    say(f"settle {settle:g}s: topic {topic}, home {home}, warehouse {settings.warehouse_uri}")
     load = Load(settings, topic, args.rate).start()
     poller = Poller(api, topic)
     with Component(settings, "run") as service:
@@ -158,6 +171,7 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random) -> d
                               and k["answered_after"] is not None])
                 for name, want in (("controller", True), ("broker", False))}
     result = {
+        "where": where, "warehouse": settings.warehouse_uri,
         "settle": settle, "target": settle + 15, "topic": topic, "acked": load.producer.acked,
         "kills": per_kill, "lost_truth": len(truth), "lost_rest": len(found),
         "equal": set(truth) == found, "unanswered": len(set(truth) - found),
@@ -185,23 +199,36 @@ def main() -> None:
     ap.add_argument("--victim", choices=["any", "broker"], default="any",
                     help="any: partition 0's leader, whichever node; broker: a leader that "
                     "is not the active controller")
+    ap.add_argument("--where", nargs="+", choices=["local", "s3"], default=["local"],
+                    help="the warehouse on disk, in a bucket of the local S3 server, or each "
+                    "in turn (per settle period)")
+    ap.add_argument("--s3-port", type=int, default=28491)
     ap.add_argument("--keep-cluster", action="store_true")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     cluster = fresh_cluster(bench_settings(10))
-    results = []
+    results, s3 = [], None
     try:
+        if "s3" in args.where:
+            from kafka_audit.scenarios.object_store import S3Server
+
+            folder = bench_settings(10).home_dir / f"latency-s3-{time.strftime('%H%M%S')}"
+            s3 = S3Server(folder, args.s3_port, heap_mb=512).start()
         for settle in args.settle:
-            results.append(run_one(cluster, settle, args, rng))
+            for where in args.where:
+                results.append(run_one(cluster, settle, args, rng,
+                                       s3 if where == "s3" else None))
     finally:
+        if s3 is not None:
+            s3.stop()
         if not args.keep_cluster:
             cluster_down(cluster)
     print()
     for r in results:
         kills = ", ".join(f"{k['answered_after']}{'c' if k['controller'] else ''}"
                           for k in r["kills"])
-        print(f"settle {r['settle']:g}s: per kill (s; c: the leader was also the active "
-              f"controller): {kills}")
+        print(f"settle {r['settle']:g}s, warehouse {r['warehouse']}: per kill (s; c: the "
+              f"leader was also the active controller): {kills}")
         print(f"  p50 {r['p50']}s  p95 {r['p95']}s  max {r['max']}s  against settle + 15 = "
               f"{r['target']:g}s: {'met' if r['p95'] and r['p95'] <= r['target'] else 'NOT met'}")
         for name, c in r["by_class"].items():

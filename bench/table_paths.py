@@ -1,0 +1,90 @@
+"""The table layer's fast paths on local disk and on an object store: what each costs.
+
+The API and the jobs ask the Delta log small questions many times a second (is there a
+newer version, which files were appended since a version, when was a version committed)
+without loading the table's state (``kafka_audit/store.py``); they go through
+``pyarrow.fs`` so that the same code reads a folder and a bucket. This times each on a
+table of ``--commits`` appends, on disk and in a bucket of the tests' S3-compatible server
+(s3proxy over a local folder, started here): the median of ``--rounds`` calls each.
+
+    .venv/bin/python bench/table_paths.py [--commits 200] [--rounds 50] [--where local s3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _timed(fn, rounds: int) -> float:
+    took = []
+    for _ in range(rounds):
+        t = time.perf_counter()
+        fn()
+        took.append(time.perf_counter() - t)
+    return statistics.median(took)
+
+
+def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
+    from kafka_audit import store
+    from kafka_audit.settings import Settings
+    from tests.support.rows import ledger_row
+
+    base = Path(tempfile.mkdtemp(prefix="table-paths-"))
+    server = None
+    try:
+        if where == "s3":
+            from kafka_audit.scenarios.object_store import S3Server
+
+            server = S3Server(base / "s3", port, heap_mb=512).start()
+            s = Settings(home=base, warehouse=f"{server.bucket('paths')}/w",
+                         storage=server.storage())
+        else:
+            s = Settings(home=base)
+        path = s.table_path("acks")
+        for v in range(commits):
+            store.append_once(path, "acks", [ledger_row(v)], "bench", v)
+        last = store.latest_version(path)
+        near = max(0, last - 5)
+        return {
+            "latest_version (from the last checkpoint)": _timed(
+                lambda: store.latest_version(path), rounds),
+            "latest_version (at least a known one)": _timed(
+                lambda: store.latest_version(path, at_least=last), rounds),
+            "probe_version (a known one, nothing newer)": _timed(
+                lambda: store.probe_version(path, last), rounds),
+            "files_added_since (5 versions back)": _timed(
+                lambda: store.files_added_since(path, near), rounds),
+            "commit_time (one version)": _timed(lambda: store.commit_time(path, last), rounds),
+            "table_exists": _timed(lambda: store.table_exists(path), rounds),
+        }
+    finally:
+        if server is not None:
+            server.stop(discard=True)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--commits", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=50)
+    ap.add_argument("--where", nargs="+", choices=["local", "s3"], default=["local", "s3"])
+    ap.add_argument("--s3-port", type=int, default=28493)
+    args = ap.parse_args()
+    results = {where: one(where, args.commits, args.rounds, args.s3_port)
+               for where in args.where}
+    print(f"median of {args.rounds} calls, a table of {args.commits} commits")
+    for name in next(iter(results.values())):
+        print(f"  {name:46s} " + "  ".join(f"{where} {1000 * r[name]:8.2f} ms"
+                                           for where, r in results.items()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
