@@ -40,8 +40,11 @@ def new_snapshots(settings: Settings) -> Snapshots:
     """The API's snapshots of ``settings``' warehouse: the running sums of every table, the
     rows of those that do not grow with every write (``UNHELD``), the findings' in files
     mapped into memory under ``<home>/api-spool`` (``SPOOLED``)."""
+    recheck = settings.api.version_check_seconds
+    if recheck is None:
+        recheck = 1.0 if settings.remote_warehouse else 0.0
     return Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS, COLUMNS, UNHELD, SPOOLED,
-                     settings.home_dir / "api-spool")
+                     settings.home_dir / "api-spool", recheck_seconds=recheck)
 
 
 #: (home as configured, working directory) -> the warehouse's resolved path

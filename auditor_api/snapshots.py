@@ -33,6 +33,7 @@ import contextvars
 import logging
 import os
 import threading
+import time
 from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
@@ -145,7 +146,8 @@ class Snapshots:
                  keep: dict[str, Any] | None = None, folds: tuple[Fold, ...] = (),
                  columns: dict[str, list[str]] | None = None,
                  unheld: Collection[str] = (), spooled: Collection[str] = (),
-                 spool_dir: str | os.PathLike | None = None) -> None:
+                 spool_dir: str | os.PathLike | None = None,
+                 recheck_seconds: float = 0.0) -> None:
         """``keep``: per table, a filter (a pyarrow expression) on the rows held: the rest is
         never read (``audit_hot``: its progress rows, not the audit's whole state).
         ``folds``: the running aggregates kept per table (:class:`Fold`). ``columns``: per
@@ -155,7 +157,9 @@ class Snapshots:
         the version and the folds, ``data`` is None, and their rows are read from the
         table when asked (:meth:`read`, :meth:`rows_of`). ``spooled``: tables whose rows
         are held in files under ``spool_dir``, mapped into memory, not on the heap
-        (:class:`_Spool`: the findings, whose rows grow with the writes judged)."""
+        (:class:`_Spool`: the findings, whose rows grow with the writes judged).
+        ``recheck_seconds``: a table's newest version, once probed, answers for this long
+        (:meth:`_probe`; 0: every request probes, as on local disk)."""
         self._table_path = table_path
         self._spooled = frozenset(spooled)
         self._spool = None
@@ -176,6 +180,10 @@ class Snapshots:
         self._held: dict[str, _Held] = {}
         self._row_sets: OrderedDict[tuple, tuple[threading.Lock, AppendedRows]] = OrderedDict()
         self._seen: dict[str, int] = {}  # versions seen by version(), to probe from
+        self._recheck = recheck_seconds
+        self._probed: dict[str, tuple[float, int | None]] = {}  # name -> (when, version)
+        self._probing: dict[str, threading.Lock] = {}
+        self.probes = 0  # probes of the warehouse: for tests
         self._lock = threading.Lock()
         self._memo: dict[Any, tuple[tuple, Any]] = {}
         self._weights: dict[Any, int] = {}  # key -> bytes of a memoized Arrow table
@@ -202,10 +210,34 @@ class Snapshots:
                                                            name not in self._unheld))
         return held
 
+    def _probe(self, name: str, known: int) -> int | None:
+        """The table's newest version (None: absent), found from ``known``: asked of the
+        warehouse, or, within ``recheck_seconds`` of the last time it was, that answer. One
+        request probes at a time; the others meanwhile take the last answer."""
+        if self._recheck <= 0:
+            self.probes += 1
+            return probe_version(self._path(name), known)
+        last = self._probed.get(name)
+        if last is not None and time.monotonic() - last[0] < self._recheck:
+            return last[1]
+        lock = self._probing.get(name) or self._probing.setdefault(name, threading.Lock())
+        if not lock.acquire(blocking=last is None):
+            return last[1]  # type: ignore[index]
+        try:
+            last = self._probed.get(name)
+            if last is not None and time.monotonic() - last[0] < self._recheck:
+                return last[1]
+            self.probes += 1
+            v = probe_version(self._path(name), known)
+            self._probed[name] = (time.monotonic(), v)
+            return v
+        finally:
+            lock.release()
+
     def version(self, name: str) -> int:
         """The table's version now (-1: absent): two ``stat`` calls when nothing changed."""
         known = max(self._entry(name).snapshot.version, self._seen.get(name, -1))
-        v = probe_version(self._path(name), known)
+        v = self._probe(name, known)
         v = -1 if v is None else v
         self._seen[name] = v
         return v
@@ -214,7 +246,7 @@ class Snapshots:
         """The table as of its latest version, read now only if it changed."""
         held = self._entry(name)
         current = held.snapshot
-        v = probe_version(self._path(name), current.version)
+        v = self._probe(name, current.version)
         if (v is None and current.version < 0) or v == current.version:
             return current
         if not held.lock.acquire(blocking=not held.loaded):

@@ -352,6 +352,12 @@ class ApiSettings(_Section):
     response_cache: bool = Field(
         True, description="keep each /v1 answer with the table versions it was computed "
         "from; the same request is answered from memory while none changed")
+    version_check_seconds: float | None = Field(
+        None, ge=0, description="how long a table's newest version, once asked of the "
+        "warehouse, answers the requests after it (each request asks for the versions of "
+        "the tables it reads); none: 0 on local disk (a check is two stat calls), 1 on an "
+        "object store (a check is a request to the store, and 50 clients asking one each "
+        "made every answer wait on the store)")
     response_cache_max_mb: float = Field(
         64, gt=0, description="the response cache holds answers of at most this many MB in "
         "all (the least recently used go first); an answer larger than a quarter of it is "
