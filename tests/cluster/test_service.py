@@ -134,8 +134,8 @@ def test_the_service_on_a_bucket_never_shows_the_stores_secret(cluster, s3, s3_s
     secret_file = s3_settings.home_dir / "run.yaml.storage-secret"
     assert secret_file.read_bytes() == secret  # the one place it is written, 0600
     assert secret_file.stat().st_mode & 0o077 == 0
-    files = [p for p in s3_settings.home_dir.rglob("*") if p.is_file()
-             and p.name.endswith(".storage-secret") is False]
+    files = [p for p in s3_settings.home_dir.rglob("*")
+             if p.is_file() and not p.name.endswith(".storage-secret")]
     assert any(p.parent.name == "status" for p in files)
     for path in objects + files:
         assert secret not in path.read_bytes(), path

@@ -19,14 +19,11 @@ from pathlib import Path
 from kafka_audit.jars import jar_cache
 from kafka_audit.scenarios.harness import settings_file
 
-ROOT = Path(__file__).resolve().parents[2]
+from ..support.extras_env import build_wheel
 
 
 def test_the_wheel_sets_itself_up_and_runs_from_any_directory(cluster, settings, tmp_path):
-    dist = tmp_path / "dist"
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
-                    "-w", str(dist)], check=True, timeout=600)
-    wheel = next(dist.glob("kafka_audit-*.whl"))
+    wheel = build_wheel(tmp_path / "dist")
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"

@@ -10,6 +10,7 @@ distributions satisfy every requirement, so the environment is exactly what
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -85,3 +86,15 @@ def make_env(where: Path, wheel: Path, extra: str) -> tuple[Path, set[str]]:
     subprocess.run([str(py), "-m", "pip", "install", "-q", "--no-index",
                     f"{wheel}[{extra}]"], check=True, timeout=300)
     return py, set(wanted)
+
+
+def importable(py: Path, modules: tuple[str, ...]) -> list[str]:
+    """Those of ``modules`` that the environment of ``py`` can import."""
+    return [m for m in modules if subprocess.run([str(py), "-c", f"import {m}"],
+                                                 capture_output=True, timeout=120).returncode == 0]
+
+
+def clean_env(**more: str) -> dict[str, str]:
+    """This process's environment without any ``KAFKA_AUDIT_`` setting, plus ``more``."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_AUDIT_")}
+    return {**env, **more}
