@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from confluent_kafka import TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
+from kafka_audit.errors import ClusterError
 from kafka_audit.jobs.watcher.metadata_log import SOURCE
 from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.scenarios.cluster import wait_until
@@ -25,6 +26,7 @@ def test_a_leader_kill_at_the_controllers_times(cluster, settings):
         wait_until(lambda: watcher.exact, 60, "the metadata log tailed and current")
         assert watcher.metadata is not None
         leader = cluster.leader_of(topic, 0)
+        controller = cluster.active_controller()
         killed_at = datetime.now(UTC)
         cluster.kill(leader)
         wait_until(lambda: cluster.leader_of(topic, 0) not in (-1, leader), 60, "a new leader")
@@ -38,18 +40,30 @@ def test_a_leader_kill_at_the_controllers_times(cluster, settings):
                                         request_timeout=5)
             return next(iter(answer.values())).result(10)
 
-        epoch = wait_until(latest, 30, "the leader's epoch").leader_epoch
+        seen: dict[str, object] = {}
 
-        def caught_up() -> list[dict]:
+        def caught_up() -> tuple[list[dict], int] | None:
+            # Kafka's epoch now: the controller's periodic preferred-leader election
+            # (auto.leader.rebalance.enable, every 300 s) may move the leader back meanwhile
+            epoch = latest().leader_epoch
             rows = sorted((r for r in read_table(settings.table_path("cluster_events"),
                                                  "cluster_events").to_pylist()
                            if r["topic"] == topic and r["source"] == SOURCE),
                           key=lambda r: r["event_time"])
-            return rows if rows and max(r["leader_epoch"] or -1 for r in rows) == epoch \
+            seen.update(epoch=epoch, exact=watcher.exact, rows=[
+                (r["event_time"].isoformat(), r["kind"], r["leader"], r["isr"],
+                 r["leader_epoch"]) for r in rows])
+            done = rows and max(r["leader_epoch"] or -1 for r in rows) == epoch \
                 and any(r["kind"] == "isr_expand" and len(r["isr"]) == 3
-                        and r["event_time"] > seen_at for r in rows) else None
+                        and r["event_time"] > seen_at for r in rows)
+            return (rows, epoch) if done else None
 
-        rows = wait_until(caught_up, 30, f"the metadata log's rows to reach epoch {epoch}")
+        try:
+            rows, epoch = wait_until(caught_up, 30, "the metadata log's rows at Kafka's epoch")
+        except ClusterError as exc:  # what the log gave, and whether it was current
+            raise AssertionError(f"{exc}; killed {leader} (controller {controller}) at "
+                                 f"{killed_at.isoformat()}, the new leader seen at "
+                                 f"{seen_at.isoformat()}; {seen}") from None
     finally:
         stop.set()
         thread.join(15)
