@@ -52,7 +52,7 @@ def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
         for v in range(commits):
             store.append_once(path, "acks", [ledger_row(v)], "bench", v)
         last = store.latest_version(path)
-        near = max(0, last - 5)
+        near, far = max(0, last - 5), max(0, last - 30)
         return {
             "latest_version (from the last checkpoint)": _timed(
                 lambda: store.latest_version(path), rounds),
@@ -60,8 +60,12 @@ def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
                 lambda: store.latest_version(path, at_least=last), rounds),
             "probe_version (a known one, nothing newer)": _timed(
                 lambda: store.probe_version(path, last), rounds),
+            "probe_version (30 versions behind)": _timed(
+                lambda: store.probe_version(path, far), rounds),
             "files_added_since (5 versions back)": _timed(
                 lambda: store.files_added_since(path, near), rounds),
+            "files_added_since (30 versions back: an audit pass's acks under load)": _timed(
+                lambda: store.files_added_since(path, far), rounds),
             "commit_time (one version)": _timed(lambda: store.commit_time(path, last), rounds),
             "table_exists": _timed(lambda: store.table_exists(path), rounds),
         }

@@ -138,6 +138,30 @@ def test_the_table_layer_answers_alike_on_disk_and_on_the_object_store(where, s3
     assert pc.max(store.read_table(path, "acks", ["seq"]).column("seq")).as_py() == 7
 
 
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_a_long_run_of_commits_reads_alike_in_order(where, s3_settings, tmp_path):
+    """More commits than are read side by side at once on a bucket (the log's reads are
+    concurrent there, one after another on disk): the same files, in commit order, a
+    skipped app's commits left out, and a commit file gone told as such (None)."""
+    path = s3_settings.table_path("acks") if where == "s3" else str(tmp_path / "w" / "acks")
+    n = 2 * store._LOG_THREADS + 5
+    for v in range(n):
+        assert store.append_once(path, "acks", [ledger_row(v)],
+                                 "skipped" if v % 7 == 3 else "app", v)
+    version, files = store.data_changes_since(path, 1, ("skipped",))
+    assert version == n - 1 == store.probe_version(path, 0) == store.probe_version(path, 1)
+    seqs = store.read_files(sorted(store._data_file(path, f) for f in files), "acks",
+                            ["seq"]).column("seq").to_pylist()
+    assert sorted(seqs) == [v for v in range(2, n) if v % 7 != 3]
+    appends = store.appends_by_commit(path, 1, n - 1)
+    assert [v for v, _ in appends] == list(range(2, n))
+    assert [store.read_files(f, "acks", ["seq"]).column("seq").to_pylist()
+            for _, f in appends] == [[v] for v in range(2, n)]
+    gone = store._commit_name(path, n - 3)  # a commit file gone between two reads
+    storage.locate(gone).fs.delete_file(storage.locate(gone).path)
+    assert store.appends_by_commit(path, 1, n - 1) is None
+
+
 def test_the_probe_tells_a_sound_store(s3_settings):
     assert storage.probe(s3_settings.warehouse_uri) is None
     at = storage.locate(f"{s3_settings.warehouse_uri}/_kafka_audit_check")
