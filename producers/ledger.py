@@ -162,14 +162,18 @@ class SpoolCommitter:
     def spool(self, table: pa.Table, version: int) -> None:
         path = self.folder / f"{version:020d}.arrow"
         tmp = path.with_suffix(".tmp")
-        os.close(private_file(tmp))  # 0600 before a byte is written; Arrow keeps the mode
-        with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
-            writer.write_table(table)
-        fd = os.open(tmp, os.O_RDONLY)
         try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+            os.close(private_file(tmp))  # 0600 before a byte is written; Arrow keeps the mode
+            with pa.OSFile(str(tmp), "wb") as sink, ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk keeps no half segment of ours
+            raise
         os.replace(tmp, path)
 
     # ---- committing -----------------------------------------------------------------------
@@ -227,6 +231,28 @@ class SpoolCommitter:
             self.note_failure(exc)
         return written
 
+    def commit_table(self, table: pa.Table, version: int) -> int:
+        """Append (or stage) one batch held in memory as ``version``, the spool bypassed:
+        the caller's spool cannot be written. Only with no segment spooled (those come
+        first: versions are committed in order). Raises what the warehouse raises."""
+        assert not self.segments(), "spooled segments go first"
+        if self.staged:
+            sink = pa.BufferOutputStream()
+            with ipc.new_file(sink, table.schema) as writer:
+                writer.write_table(table)
+            stage_segment(self.table_path, self.app_id, version, sink.getvalue().to_pybytes())
+        else:
+            try:
+                append_arrow_once(self.table_path, "acks", table, self.app_id, version,
+                                  known=self._committed_version())
+            except Exception:
+                self._committed = None  # the write may have landed: read it again
+                raise
+            self._committed = version
+        self.rows_written += table.num_rows
+        self.reports_written += pc.sum(table["count"]).as_py() or 0
+        return table.num_rows
+
     def _hand_over(self, segments: list[Path]) -> int:
         """Stage every segment, oldest first (the committer relies on that order: it takes
         an app's newest staged version as the app's transaction); a segment is deleted here
@@ -254,6 +280,25 @@ class SpoolCommitter:
         self.last_error = f"{type(exc).__name__}: {exc}"
         print(f"ack ledger {self.app_id}: cannot write {self.table_path} ({self.last_error}); "
               f"{len(self.segments())} segments kept in {self.folder}", file=sys.stderr)
+
+
+def unrecorded_spans(table: pa.Table, producer_id: str, run_id: str) -> list[dict]:
+    """What a dropped batch of ledger rows covered, per topic and partition: the producer,
+    the first and last seq, the reports and the ack times (what the judgement lacks)."""
+    by = table.group_by(["topic", "partition"]).aggregate([
+        ("seq", "min"), ("seq", "max"), ("count", "sum"), ("ack_time", "min"),
+        ("last_ack_time", "max")])
+    last = pc.add(table["seq"], pc.subtract(table["count"], 1))
+    ends = pa.table({"topic": table["topic"], "partition": table["partition"], "end": last}
+                    ).group_by(["topic", "partition"]).aggregate([("end", "max")])
+    end_of = {(r["topic"], r["partition"]): r["end_max"] for r in ends.to_pylist()}
+    return [{"producer_id": producer_id, "run_id": run_id, "topic": r["topic"],
+             "partition": r["partition"], "first_seq": r["seq_min"],
+             "last_seq": end_of[(r["topic"], r["partition"])], "reports": r["count_sum"],
+             "first_ack": r["ack_time_min"], "last_ack": r["last_ack_time_max"]}
+            for r in sorted(by.to_pylist(),
+                            key=lambda r: (r["topic"], -1 if r["partition"] is None
+                                           else r["partition"]))]
 
 
 def _folder_name(app_id: str) -> str:
@@ -285,9 +330,14 @@ class AckLedger:
 
     def __init__(self, table_path: str, spool_dir: Path, app_id: str, producer_id: str,
                  run_id: str, durability: Durability, flush_seconds: float = 1.0,
-                 flush_rows: int = 50_000, staged: bool = False) -> None:
+                 flush_rows: int = 50_000, staged: bool = False,
+                 max_held_reports: int = 1_000_000) -> None:
         """``staged``: hand the segments over to the service's committer instead of
-        committing them (:class:`SpoolCommitter`)."""
+        committing them (:class:`SpoolCommitter`). ``max_held_reports``: while the spool
+        cannot be written (a full disk), batches wait in memory, committed straight to the
+        warehouse if it can be written; past this many delivery reports held, the oldest
+        batches are dropped, counted (:attr:`dropped_reports`) and described
+        (:attr:`unrecorded`)."""
         self.table_path = table_path
         self.staged = staged
         self.app_id = app_id
@@ -309,6 +359,15 @@ class AckLedger:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._next_version = self._spool.first_version()
+        self.max_held_reports = max_held_reports
+        #: batches no spool segment holds (its write failed), oldest first, with versions
+        self._held: deque[tuple[int, pa.Table]] = deque()
+        self.spool_failures = 0  # spool writes that failed (a full or broken disk)
+        self.spool_error: str | None = None  # the last one's, until a spool write succeeds
+        self.dropped_reports = 0  # delivery reports recorded nowhere: held too long, dropped
+        #: what was dropped, a span per topic and partition of each dropped batch: the seqs
+        #: (first, last) and ack times the judgement lacks
+        self.unrecorded: list[dict] = []
 
     @property
     def rows_written(self) -> int:
@@ -361,14 +420,73 @@ class AckLedger:
     def spooled_segments(self) -> list[Path]:
         return self._spool.segments()
 
+    @property
+    def held_reports(self) -> int:
+        """Delivery reports in batches waiting in memory (their spool write failed)."""
+        return sum(pc.sum(t["count"]).as_py() or 0 for _, t in self._held)
+
     def flush(self) -> int:
-        """Spool what is buffered, then commit every spooled segment; return rows committed."""
+        """Spool what is buffered, then commit every spooled segment; return rows committed.
+
+        A batch whose spool write fails (a full disk) is held in memory, spooled again at
+        the next flush, and while no segment waits before it, committed straight to the
+        warehouse: a full spool disk costs the crash safety of those batches, not the
+        batches. Past ``max_held_reports`` the oldest are dropped, counted and described."""
         with self._lock:
             batch = self._drain()
             if batch is not None and batch.num_rows:
-                self._spool.spool(batch, self._next_version)
+                self._held.append((self._next_version, batch))
                 self._next_version += 1
-            return self._spool.commit()
+            self._spool_held()
+            written = self._spool.commit()
+            if self._held and not self._spool.segments():
+                written += self._commit_held()
+            self._bound_held()
+            return written
+
+    def _spool_held(self) -> None:
+        """Each held batch to its segment, oldest first; the first failure stops (order)."""
+        while self._held:
+            version, table = self._held[0]
+            try:
+                self._spool.spool(table, version)
+            except OSError as exc:
+                self.spool_failures += 1
+                if self.spool_error is None:  # once an outage
+                    print(f"ack ledger {self.app_id}: cannot write the spool {self.spool} "
+                          f"({type(exc).__name__}: {exc}); acks held in memory and "
+                          f"committed without it while the warehouse can be written",
+                          file=sys.stderr)
+                self.spool_error = f"{type(exc).__name__}: {exc}"
+                return
+            self._held.popleft()
+            if self.spool_error is not None:
+                print(f"ack ledger {self.app_id}: spool writable again", file=sys.stderr)
+                self.spool_error = None
+
+    def _commit_held(self) -> int:
+        written = 0
+        try:
+            while self._held:
+                version, table = self._held[0]
+                written += self._spool.commit_table(table, version)
+                self._held.popleft()
+        except Exception as exc:  # noqa: BLE001 - held, said, retried at the next flush
+            self._spool.note_failure(exc)
+        return written
+
+    def _bound_held(self) -> None:
+        held = self.held_reports
+        while self._held and held > self.max_held_reports:
+            _version, table = self._held.popleft()
+            reports = pc.sum(table["count"]).as_py() or 0
+            held -= reports
+            if not self.dropped_reports:
+                log.error("ack ledger %s: neither the spool nor the warehouse can be written; "
+                          "%d delivery reports dropped, counted (dropped_reports) and "
+                          "described (unrecorded)", self.app_id, reports)
+            self.dropped_reports += reports
+            self.unrecorded += unrecorded_spans(table, self.producer_id, self.run_id)
 
     def close(self, timeout: float = 30) -> None:
         """Stop the writer and flush; raise LedgerWriteError if segments remain unwritten."""
@@ -380,14 +498,21 @@ class AckLedger:
         while True:
             self.flush()
             left = self.spooled_segments()
-            if not left and not self._raw:
+            if not left and not self._raw and not self._held:
                 self._spool.release()
                 return
             if time.monotonic() > deadline:
                 self._spool.release()  # the next ledger under this spool root recovers it
+                lost = ""
+                if self._held:  # in memory only: gone with this process, counted first
+                    self.max_held_reports = 0
+                    self._bound_held()
+                    lost = (f"; {self.dropped_reports} delivery reports could be recorded "
+                            f"nowhere (spool: {self.spool_error})")
                 raise LedgerWriteError(
                     f"{len(left)} ack segments remain spooled in {self.spool} "
-                    f"(last error: {self.last_error}); they will be written on the next start")
+                    f"(last error: {self.last_error}); they will be written on the next "
+                    f"start{lost}")
             time.sleep(0.5)
 
     # ---- internals ----------------------------------------------------------------------
