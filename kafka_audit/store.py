@@ -195,11 +195,11 @@ def transaction_version(path: str, app_id: str) -> int | None:
 
 
 def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, version: int,
-                      known: int | None = None) -> bool:
+                      known: int | None = None, metadata: dict | None = None) -> bool:
     """Append ``data`` as the idempotent Delta transaction ``(app_id, version)``: nothing is
     written if that app already committed ``version`` or a later one. ``known``: the app's
-    committed version if the caller knows it (the table's log is then not read). True if
-    appended."""
+    committed version if the caller knows it (the table's log is then not read).
+    ``metadata``: keys added to the commit's ``commitInfo``. True if appended."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
     done = transaction_version(path, app_id) if known is None else known
@@ -207,6 +207,7 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
         return False
     write_deltalake(path, data, mode="append", storage_options=delta_options(path),
                     commit_properties=CommitProperties(
+                        custom_metadata=metadata,
                         app_transactions=[Transaction(app_id, version)]))
     return True
 

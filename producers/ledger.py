@@ -58,7 +58,8 @@ from kafka_audit.store import (
     transaction_version,
 )
 
-__all__ = ["AckLedger", "private_dir", "private_file", "PRIVATE_DIR", "PRIVATE_FILE"]
+__all__ = ["AckLedger", "LEDGER_NOTES", "private_dir", "private_file", "PRIVATE_DIR",
+           "PRIVATE_FILE"]
 
 log = logging.getLogger(__name__)
 _SCHEMA = arrow_schema("acks")
@@ -67,6 +68,10 @@ PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 #: the most spooled segments one commit of a direct ledger carries (a flush a segment: a
 #: backlog of minutes catches up in a few commits, each of bounded size)
 BACKLOG_SEGMENTS_PER_COMMIT = 64
+#: the ``commitInfo`` key of a direct ledger's commit that tells what it could record
+#: nowhere: {"app_id", "dropped_reports" (all of its run so far), "unrecorded" (spans since
+#: the last such commit)}; ``DeltaTable.history()`` shows it
+LEDGER_NOTES = "kafka_audit.ledger"
 
 
 def private_dir(path: Path) -> Path:
@@ -131,6 +136,9 @@ class SpoolCommitter:
         self.reports_written = 0  # delivery reports those rows stand for
         self.write_failures = 0
         self.last_error: str | None = None
+        #: what the next commit's ``commitInfo`` carries (:data:`LEDGER_NOTES`), until one
+        #: carries it: the owner's drops, so the warehouse holds them too
+        self.notes: dict | None = None
 
     # ---- ownership ----------------------------------------------------------------------
     def lock(self) -> bool:
@@ -216,8 +224,9 @@ class SpoolCommitter:
                 table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
                 version = int(run[-1].stem)
                 append_arrow_once(self.table_path, "acks", table, self.app_id, version,
-                                  known=committed)
+                                  known=committed, metadata=self._notes())
                 self._committed = committed = version
+                self.notes = None
                 for seg in run:
                     seg.unlink()
                 written += table.num_rows
@@ -230,6 +239,9 @@ class SpoolCommitter:
             self._committed = None
             self.note_failure(exc)
         return written
+
+    def _notes(self) -> dict | None:
+        return None if self.notes is None else {LEDGER_NOTES: self.notes}
 
     def commit_table(self, table: pa.Table, version: int) -> int:
         """Append (or stage) one batch held in memory as ``version``, the spool bypassed:
@@ -244,11 +256,12 @@ class SpoolCommitter:
         else:
             try:
                 append_arrow_once(self.table_path, "acks", table, self.app_id, version,
-                                  known=self._committed_version())
+                                  known=self._committed_version(), metadata=self._notes())
             except Exception:
                 self._committed = None  # the write may have landed: read it again
                 raise
             self._committed = version
+            self.notes = None
         self.rows_written += table.num_rows
         self.reports_written += pc.sum(table["count"]).as_py() or 0
         return table.num_rows
@@ -486,7 +499,13 @@ class AckLedger:
                           "%d delivery reports dropped, counted (dropped_reports) and "
                           "described (unrecorded)", self.app_id, reports)
             self.dropped_reports += reports
-            self.unrecorded += unrecorded_spans(table, self.producer_id, self.run_id)
+            spans = unrecorded_spans(table, self.producer_id, self.run_id)
+            self.unrecorded += spans
+            told = (self._spool.notes or {}).get("unrecorded", [])
+            self._spool.notes = {
+                "app_id": self.app_id, "dropped_reports": self.dropped_reports,
+                "unrecorded": told + [{**u, "first_ack": u["first_ack"].isoformat(),
+                                       "last_ack": u["last_ack"].isoformat()} for u in spans]}
 
     def close(self, timeout: float = 30) -> None:
         """Stop the writer and flush; raise LedgerWriteError if segments remain unwritten."""

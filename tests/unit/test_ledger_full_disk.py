@@ -12,7 +12,7 @@ import pytest
 from deltalake import DeltaTable
 
 from kafka_audit.errors import LedgerWriteError
-from kafka_audit.producers.ledger import AckLedger
+from kafka_audit.producers.ledger import LEDGER_NOTES, AckLedger
 from kafka_audit.schemas.policy import Durability
 
 
@@ -95,6 +95,12 @@ def test_spool_and_warehouse_both_gone_hold_then_count_what_is_dropped(small_dis
     led.flush()
     assert acked(blocker) == list(range(200, 401))
     assert led.held_reports == 0 and led.spool_error is None
+    # the warehouse holds the drops too: the first commit after them says what they were
+    notes = [c[LEDGER_NOTES] for c in DeltaTable(str(blocker / "acks")).history()
+             if LEDGER_NOTES in c]
+    assert len(notes) == 1 and notes[0]["dropped_reports"] == 200
+    assert [(u["partition"], u["first_seq"], u["last_seq"]) for u in notes[0]["unrecorded"]] \
+        == [(p, first, last) for p, first, last, _ in spans]
     led.close()
 
 
