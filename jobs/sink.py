@@ -23,7 +23,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from kafka_audit.storage import spark_uri
-from kafka_audit.store import write_arrow
+from kafka_audit.store import forget, write_arrow
 
 __all__ = ["write_delta", "delete_where", "release"]
 
@@ -49,6 +49,7 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
                 writer = writer.option("userMetadata", user_metadata)
             if mode == "overwrite":  # the declared columns, as the delta-rs path writes them
                 writer = writer.option("overwriteSchema", "true")
+            forget(path)
             writer.save(spark_uri(path))
         return rows
     finally:
@@ -61,6 +62,7 @@ def delete_where(spark, path: str, condition) -> None:
     holds for, with Spark's Delta engine (one commit)."""
     from delta.tables import DeltaTable
 
+    forget(path)
     DeltaTable.forPath(spark, spark_uri(path)).delete(condition)
 
 

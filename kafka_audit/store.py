@@ -32,8 +32,10 @@ import time
 import uuid
 from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
 import pyarrow as pa
@@ -58,7 +60,7 @@ __all__ = ["table_exists", "check_table", "read_table", "append_rows",
            "max_in_files", "rows_in_files", "live_files",
            "compact", "vacuum", "vacuum_unnamed", "checkpoint", "trim_log", "Footprint",
            "footprint", "Progress",
-           "committed_progress", "committed_pass"]
+           "committed_progress", "committed_pass", "one_snapshot_each", "forget"]
 
 log = logging.getLogger(__name__)
 
@@ -87,14 +89,49 @@ def _new_table() -> dict[str, str]:
             "delta.deletedFileRetentionDuration": tombstone_retention()}
 
 
+#: the tables loaded in this context's :func:`one_snapshot_each` (None: outside one)
+_SNAPSHOTS: ContextVar[dict[str, Any] | None] = ContextVar("kafka_audit_snapshots",
+                                                           default=None)
+
+
+@contextmanager
+def one_snapshot_each() -> Iterator[None]:
+    """Inside, each table's newest version is loaded once and read again from memory until
+    this context writes it (``forget``): an audit pass asks its own tables (``audit_hot``,
+    ``findings``, ``partition_state``) several small questions, and on an object store each
+    load lists the Delta log and reads its checkpoint. Readers in other threads or
+    processes are not affected (a context variable: a thread pool's threads start
+    outside it). Only for tables nobody else changes meanwhile but by appending."""
+    token = _SNAPSHOTS.set({})
+    try:
+        yield
+    finally:
+        _SNAPSHOTS.reset(token)
+
+
+def forget(path: str) -> None:
+    """The table at ``path`` was written: :func:`one_snapshot_each` loads it again."""
+    cache = _SNAPSHOTS.get()
+    if cache is not None:
+        cache.pop(path, None)
+
+
 def _dt(path: str, version: int | None = None):
     """The Delta table at ``path`` (a folder or an object store's URI: ``storage.py``)."""
     from deltalake import DeltaTable
 
-    return DeltaTable(path, version=version, storage_options=delta_options(path))
+    cache = _SNAPSHOTS.get()
+    if cache is None or version is not None:
+        return DeltaTable(path, version=version, storage_options=delta_options(path))
+    if path not in cache:
+        cache[path] = DeltaTable(path, storage_options=delta_options(path))
+    return cache[path]
 
 
 def table_exists(path: str) -> bool:
+    cache = _SNAPSHOTS.get()
+    if cache is not None and path in cache:
+        return True  # loaded in this context, and a table is never removed while in use
     return _is_dir(_log_name(path))
 
 
@@ -205,6 +242,7 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
     done = transaction_version(path, app_id) if known is None else known
     if done is not None and done >= version:
         return False
+    forget(path)
     write_deltalake(path, data, mode="append", storage_options=delta_options(path),
                     commit_properties=CommitProperties(
                         custom_metadata=metadata,
@@ -239,6 +277,7 @@ def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
 
     schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
     data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
+    forget(path)
     write_deltalake(path if target is None else target, data, mode=mode,
                     storage_options=delta_options(path) if target is None else None,
                     configuration=_new_table() if target is None else None,
@@ -759,6 +798,7 @@ def compact(path: str, target_size: int | None = None) -> dict | None:
 
     if not table_exists(path):
         return None
+    forget(path)
     try:
         metrics = _dt(path).optimize.compact(target_size=target_size)
     except CommitFailedError as exc:

@@ -72,6 +72,7 @@ from kafka_audit.store import (
     committed_progress,
     files_added_since,
     max_in_files,
+    one_snapshot_each,
     partition_slices,
     read_files,
     read_table,
@@ -404,6 +405,14 @@ def _status_of(r, aware) -> dict:
 
 def _judge_and_commit(spark, settings: Settings, now: datetime, lookups: ClusterLookups,
                       warm: Warm) -> AuditSummary:
+    # the pass's own tables loaded once each (on an object store a load is a listing and a
+    # checkpoint read): audit_hot is asked three times before the judge, findings once
+    with one_snapshot_each():
+        return _judge_and_commit_once(spark, settings, now, lookups, warm)
+
+
+def _judge_and_commit_once(spark, settings: Settings, now: datetime, lookups: ClusterLookups,
+                           warm: Warm) -> AuditSummary:
     from pyspark.sql import functions as F
 
     paths = {t: settings.table_path(t) for t in
