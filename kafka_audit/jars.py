@@ -11,7 +11,7 @@ processes need:
   setup, not by ``kafka-audit setup``: a deployment brings its own object store).
 
 ``ensure_jars`` resolves each file with ``maven-dependency-plugin`` into
-``.cache/jars/<name>`` (ignored by git) and writes a marker holding the hash of
+``<jar_cache()>/<name>`` (the per-user cache) and writes a marker holding the hash of
 the Maven file, so a second call is a no-op and an edited pin is fetched again.
 Spark sessions get the extras through ``spark.jars``; nothing downloads through
 Ivy at run time.
@@ -24,7 +24,7 @@ the other extras on ``spark.jars``.
 
 ``plugin_library`` builds the producers' librdkafka interceptor plugin
 (``producers/plugin/kaudit.c``) with gcc the same way, once per source, compiler
-and librdkafka header, into ``.cache/jars/kaudit-plugin``.
+and librdkafka header, into ``<jar_cache()>/kaudit-plugin``.
 """
 
 from __future__ import annotations
