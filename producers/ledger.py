@@ -74,6 +74,11 @@ BACKLOG_SEGMENTS_PER_COMMIT = 64
 LEDGER_NOTES = "kafka_audit.ledger"
 
 
+def _reports(table: pa.Table) -> int:
+    """The delivery reports a batch of ledger rows (runs) stands for."""
+    return pc.sum(table["count"]).as_py() or 0
+
+
 def private_dir(path: Path) -> Path:
     """``path`` as a folder of this user's alone: created 0700 with any missing parents; an
     existing one of ours that others may enter is closed (0700); one of another user's that
@@ -230,7 +235,7 @@ class SpoolCommitter:
                 for seg in run:
                     seg.unlink()
                 written += table.num_rows
-                self.reports_written += pc.sum(table["count"]).as_py() or 0
+                self.reports_written += _reports(table)
             self.rows_written += written
             if self.last_error is not None:
                 print(f"ack ledger {self.app_id}: warehouse writable again", file=sys.stderr)
@@ -246,8 +251,8 @@ class SpoolCommitter:
     def commit_table(self, table: pa.Table, version: int) -> int:
         """Append (or stage) one batch held in memory as ``version``, the spool bypassed:
         the caller's spool cannot be written. Only with no segment spooled (those come
-        first: versions are committed in order). Raises what the warehouse raises."""
-        assert not self.segments(), "spooled segments go first"
+        first: versions are committed in order; the caller has looked). Raises what the
+        warehouse raises."""
         if self.staged:
             sink = pa.BufferOutputStream()
             with ipc.new_file(sink, table.schema) as writer:
@@ -263,7 +268,7 @@ class SpoolCommitter:
             self._committed = version
             self.notes = None
         self.rows_written += table.num_rows
-        self.reports_written += pc.sum(table["count"]).as_py() or 0
+        self.reports_written += _reports(table)
         return table.num_rows
 
     def _hand_over(self, segments: list[Path]) -> int:
@@ -298,20 +303,14 @@ class SpoolCommitter:
 def unrecorded_spans(table: pa.Table, producer_id: str, run_id: str) -> list[dict]:
     """What a dropped batch of ledger rows covered, per topic and partition: the producer,
     the first and last seq, the reports and the ack times (what the judgement lacks)."""
-    by = table.group_by(["topic", "partition"]).aggregate([
-        ("seq", "min"), ("seq", "max"), ("count", "sum"), ("ack_time", "min"),
-        ("last_ack_time", "max")])
-    last = pc.add(table["seq"], pc.subtract(table["count"], 1))
-    ends = pa.table({"topic": table["topic"], "partition": table["partition"], "end": last}
-                    ).group_by(["topic", "partition"]).aggregate([("end", "max")])
-    end_of = {(r["topic"], r["partition"]): r["end_max"] for r in ends.to_pylist()}
+    last = pc.add(table["seq"], pc.subtract(table["count"], 1))  # a run's last seq
+    by = table.append_column("last", last).group_by(["topic", "partition"]).aggregate([
+        ("seq", "min"), ("last", "max"), ("count", "sum"), ("ack_time", "min"),
+        ("last_ack_time", "max")]).sort_by([("topic", "ascending"), ("partition", "ascending")])
     return [{"producer_id": producer_id, "run_id": run_id, "topic": r["topic"],
-             "partition": r["partition"], "first_seq": r["seq_min"],
-             "last_seq": end_of[(r["topic"], r["partition"])], "reports": r["count_sum"],
-             "first_ack": r["ack_time_min"], "last_ack": r["last_ack_time_max"]}
-            for r in sorted(by.to_pylist(),
-                            key=lambda r: (r["topic"], -1 if r["partition"] is None
-                                           else r["partition"]))]
+             "partition": r["partition"], "first_seq": r["seq_min"], "last_seq": r["last_max"],
+             "reports": r["count_sum"], "first_ack": r["ack_time_min"],
+             "last_ack": r["last_ack_time_max"]} for r in by.to_pylist()]
 
 
 def _folder_name(app_id: str) -> str:
@@ -436,7 +435,7 @@ class AckLedger:
     @property
     def held_reports(self) -> int:
         """Delivery reports in batches waiting in memory (their spool write failed)."""
-        return sum(pc.sum(t["count"]).as_py() or 0 for _, t in self._held)
+        return sum(_reports(t) for _, t in self._held)
 
     def flush(self) -> int:
         """Spool what is buffered, then commit every spooled segment; return rows committed.
@@ -454,7 +453,7 @@ class AckLedger:
             written = self._spool.commit()
             if self._held and not self._spool.segments():
                 written += self._commit_held()
-            self._bound_held()
+            self._bound_held(self.max_held_reports)
             return written
 
     def _spool_held(self) -> None:
@@ -488,11 +487,12 @@ class AckLedger:
             self._spool.note_failure(exc)
         return written
 
-    def _bound_held(self) -> None:
+    def _bound_held(self, limit: int) -> None:
+        """Drop the oldest held batches until at most ``limit`` reports are held."""
         held = self.held_reports
-        while self._held and held > self.max_held_reports:
+        while self._held and held > limit:
             _version, table = self._held.popleft()
-            reports = pc.sum(table["count"]).as_py() or 0
+            reports = _reports(table)
             held -= reports
             if not self.dropped_reports:
                 log.error("ack ledger %s: neither the spool nor the warehouse can be written; "
@@ -524,8 +524,7 @@ class AckLedger:
                 self._spool.release()  # the next ledger under this spool root recovers it
                 lost = ""
                 if self._held:  # in memory only: gone with this process, counted first
-                    self.max_held_reports = 0
-                    self._bound_held()
+                    self._bound_held(0)
                     lost = (f"; {self.dropped_reports} delivery reports could be recorded "
                             f"nowhere (spool: {self.spool_error})")
                 raise LedgerWriteError(
