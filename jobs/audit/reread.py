@@ -85,8 +85,11 @@ class _RawHeaders:
     C_HEADERS = TOPIC + 4 * _P
 
     def __init__(self) -> None:
+        from confluent_kafka import Message
+
         from kafka_audit.producers.native import librdkafka_path
 
+        self.message_type = Message  # the layout is confluent-kafka's Message's
         self.get_all = ctypes.CDLL(librdkafka_path()).rd_kafka_header_get_all
         self.get_all.restype = ctypes.c_int
         self.get_all.argtypes = [ctypes.c_void_p, ctypes.c_size_t,
@@ -104,9 +107,9 @@ class _RawHeaders:
         if not hdrs:
             return None
         name, value, size = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_size_t()
+        at = (ctypes.byref(name), ctypes.byref(value), ctypes.byref(size))
         out = []
-        while not self.get_all(hdrs, len(out), ctypes.byref(name), ctypes.byref(value),
-                               ctypes.byref(size)):
+        while not self.get_all(hdrs, len(out), *at):
             out.append((ctypes.string_at(name.value),
                         ctypes.string_at(value.value, size.value) if value.value else None))
         return out
@@ -125,10 +128,8 @@ def _raw_headers() -> _RawHeaders | None:
 def record_headers(msg):
     """A consumed record's headers for the stamp rule, keys as bytes where they can be read
     so (:class:`_RawHeaders`); :class:`StampError` if they cannot be read at all."""
-    from confluent_kafka import Message
-
     raw = _raw_headers()
-    if raw is not None and type(msg) is Message and raw.layout_holds(msg):
+    if raw is not None and type(msg) is raw.message_type and raw.layout_holds(msg):
         return raw(msg)
     try:
         return msg.headers()

@@ -37,7 +37,7 @@ EXTRA_OF_MODULE = {
     "fastapi": "api", "starlette": "api", "uvicorn": "api", "prometheus_client": "api",
     "plotly": "api", "fastapi_standalone_docs": "api",
     "pyspark": "spark", "delta": "spark", "py4j": "spark", "great_expectations": "spark",
-    "pandas": "spark", "matplotlib": "spark", "scramp": "spark",
+    "pandas": "spark", "matplotlib": "spark", "scramp": "spark", "xxhash": "spark",
 }
 
 

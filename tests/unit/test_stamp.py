@@ -2,10 +2,12 @@ import hmac
 import random
 
 import pytest
+import xxhash
 from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_audit.jobs.audit.reread import _record
+from kafka_audit.schemas import stamp
 from kafka_audit.schemas.stamp import (
     HEADER,
     MALFORMED,
@@ -20,6 +22,7 @@ from kafka_audit.schemas.stamp import (
     parse_stamp,
     stamp_of_headers,
     stamp_prefix,
+    xxh64_reference,
 )
 from kafka_audit.schemas.tables import TABLES, arrow_schema, spark_schema
 
@@ -51,6 +54,13 @@ def test_stamp_round_trip(producer, run, seq, crc):
 def test_malformed_stamps_are_refused_with_a_reason(raw):
     with pytest.raises(StampError):
         parse_stamp(raw)
+
+
+@given(st.binary(max_size=300), st.integers(0, 2**64 - 1))
+def test_the_xxhash_package_is_the_reference_xxh64(data, seed):
+    assert xxhash.xxh64_intdigest(data, seed) == xxh64_reference(data, seed)
+    assert stamp.xxh64(data, seed) == xxh64_reference(data, seed)
+    assert stamp.xxh64 is not xxh64_reference  # the package's, where it is installed
 
 
 def test_empty_ids_are_refused():
