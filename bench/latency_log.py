@@ -1,6 +1,11 @@
 """Where each kill's loss latency went, from a ``bench/latency.py`` home.
 
     .venv/bin/python bench/latency_log.py var/latency-s10-<id>
+    .venv/bin/python bench/latency_log.py var/latency-s10-s3-<id> --s3 var/latency-s3-<id>
+
+A run whose warehouse was in a bucket (``--where s3``) is read from the bucket: ``--s3``
+names the S3 server's folder (``var/latency-s3-<id>``), read as plain files (s3proxy's
+filesystem store keeps each object as one).
 
 Per kill (``latency.json``), in seconds after it: the partition's new leader (the first
 ``leader_change`` in ``cluster_events``), the first stream read past its lost writes
@@ -22,6 +27,7 @@ import json
 import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import pyarrow.compute as pc
 
@@ -30,20 +36,38 @@ from kafka_audit.schemas.verdicts import LOSSES
 from kafka_audit.store import read_table
 
 
+def _warehouse(home: Path, s3_folder: Path | None):
+    """A function from a table's name to its path in the run's warehouse. A bucket's tables
+    are read from the S3 server's folder, where s3proxy's filesystem store keeps each
+    object as a plain file (``data/<bucket>/<key>``)."""
+    uri = json.loads((home / "latency.json").read_text()).get("warehouse")
+    if uri is None or "://" not in uri:
+        return lambda name: str(home / "warehouse" / name)
+    if s3_folder is None:
+        raise SystemExit(f"the run's warehouse is {uri}: name the S3 server's folder with "
+                         "--s3 var/latency-s3-<id>")
+    bucket_and_prefix = urlsplit(uri)
+    base = s3_folder / "data" / bucket_and_prefix.netloc / bucket_and_prefix.path.lstrip("/")
+    return lambda name: str(base / name)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("home", type=Path, help="a bench/latency.py home (var/latency-s10-...)")
-    home = ap.parse_args().home
+    ap.add_argument("--s3", type=Path, help="the S3 server's folder of a --where s3 run "
+                    "(var/latency-s3-...)")
+    args = ap.parse_args()
+    home = args.home
     result = json.loads((home / "latency.json").read_text())
-    warehouse = home / "warehouse"
-    events = read_table(str(warehouse / "cluster_events"), "cluster_events").filter(
+    table = _warehouse(home, args.s3)
+    events = read_table(table("cluster_events"), "cluster_events").filter(
         pc.equal(pc.field("kind"), "leader_change")).sort_by("event_time").to_pylist()
-    findings = [f for f in read_table(str(warehouse / "findings"), "findings").to_pylist()
+    findings = [f for f in read_table(table("findings"), "findings").to_pylist()
                 if f["kind"] in LOSSES]
-    stream = read_table(str(warehouse / "consumed"), "consumed",
+    stream = read_table(table("consumed"), "consumed",
                         ["partition", "offset", "count", "read_time", "source"])
     stream = stream.filter(pc.equal(stream["source"], "stream")).to_pylist()
-    acks = read_table(str(warehouse / "acks"), "acks", ["partition", "offset", "ack_time"])
+    acks = read_table(table("acks"), "acks", ["partition", "offset", "ack_time"])
     passes = {int(m.group(1)): (m.group(2), m.group(3)) for m in re.finditer(
         r"audit pass (\d+) at (\S+): .*?(\[[^\]]*\])", (home / "run.log").read_text(), re.M)}
     settle = timedelta(seconds=result["settle"])
