@@ -99,6 +99,10 @@ def audit_metrics(reader, settings) -> bytes:
     unjudged = _counter("kafka_audit_unjudged_records", "records read that cannot be judged: "
                         "foreign (no_stamp, unknown_producer), malformed (malformed_stamp, "
                         "bad_checksum) or forged (forged_stamp)", ["topic", "reason"])
+    dropped = _counter("kafka_audit_ledger_dropped", "acknowledged writes whose delivery "
+                       "reports the producers' ack ledgers could not record (their spool's "
+                       "disk full while the warehouse was out of reach): never judged, "
+                       "described by the unrecorded findings", t)
     pending = _gauge("kafka_audit_pending_writes", "acked writes not judged yet", t)
     unseen = _gauge("kafka_audit_unseen_writes", "pending writes unread longer than "
                                                  "audit.unseen_after_seconds", t)
@@ -115,6 +119,7 @@ def audit_metrics(reader, settings) -> bytes:
             judged.add_metric([name, kind], n)
         dups.add_metric([name], tt.annotations.get("duplicate", 0))
         reord.add_metric([name], tt.annotations.get("reordered", 0))
+        dropped.add_metric([name], tt.unrecorded)
         for reason, n in (tt.unjudged or {}).items():
             unjudged.add_metric([name, reason], n)
         pending.add_metric([name], tt.pending)
@@ -128,8 +133,8 @@ def audit_metrics(reader, settings) -> bytes:
 
     committed = _gauge("kafka_audit_committed_pass", "the last committed audit pass (0: none)")
     committed.add_metric([], progress.pass_id)
-    families = [acked, confirmed, lost, judged, dups, reord, unjudged, pending, unseen, lag,
-                ratio, committed]
+    families = [acked, confirmed, lost, judged, dups, reord, unjudged, dropped, pending,
+                unseen, lag, ratio, committed]
     hot = reader.snapshot("audit_hot")
     if hot.version >= 0 and progress.pass_id > 0:
         at = reader.memo(("hot_commit_time", hot.version), (),

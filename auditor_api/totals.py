@@ -17,13 +17,13 @@ import pyarrow.compute as pc
 
 from kafka_audit.auditor_api.folds import AckSums, ProducerSums
 from kafka_audit.schemas.policy import ALLOWANCES, Durability
-from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, Kind
+from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, PRIMARY, Kind
 
 __all__ = ["TopicTotals", "ProducerTotals", "topic_totals", "producer_totals",
            "weighted_percentile"]
 
-PRIMARY = tuple(k.value for k in Kind if k not in ANNOTATIONS)
 LOSS_KINDS = sorted(k.value for k in LOSSES)
+VERDICTS = tuple(k.value for k in PRIMARY)
 _DURABILITY = ["acks", "idempotence", "retries", "max_in_flight"]
 
 
@@ -50,6 +50,9 @@ class TopicTotals:
     pending: int = 0
     unseen: int = 0
     lost: int = 0
+    #: acknowledged writes whose delivery reports the ledger could not record (not in
+    #: ``acked``, never judged: ``unrecorded`` findings)
+    unrecorded: int = 0
     last_loss: datetime | None = None
     newest_ack: datetime | None = None
     durability: list[dict] = field(default_factory=list)
@@ -90,9 +93,12 @@ def topic_totals(acks: AckSums, found: dict, partitions: list, unjudged: dict
     annotations = {k.value for k in ANNOTATIONS}
     for (topic, partition, kind), (n, last) in found.items():
         t = of(topic)
+        if kind == Kind.unrecorded:
+            t.unrecorded += n
+            continue
         bucket = t.annotations if kind in annotations else t.verdicts
         bucket[kind] = bucket.get(kind, 0) + n
-        if kind not in PRIMARY:
+        if kind not in VERDICTS:
             continue
         p = part(t, partition)
         p.judged += n
@@ -114,7 +120,7 @@ def topic_totals(acks: AckSums, found: dict, partitions: list, unjudged: dict
         of(topic).unjudged = dict(reasons)
 
     for t in out.values():
-        t.verdicts = {k: t.verdicts.get(k, 0) for k in PRIMARY}
+        t.verdicts = {k: t.verdicts.get(k, 0) for k in VERDICTS}
         t.annotations = {k.value: t.annotations.get(k.value, 0) for k in sorted(ANNOTATIONS)}
         t.lost = sum(t.verdicts[k] for k in LOSS_KINDS)
         t.pending = t.acked - sum(t.verdicts.values())

@@ -34,7 +34,7 @@ from collections.abc import Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -54,7 +54,8 @@ __all__ = ["table_exists", "check_table", "read_table", "append_rows",
            "append_once",
            "append_arrow_once", "write_arrow", "transaction_version", "commit_metadata",
            "STAGED", "stage_segment", "staged_segments", "commit_staged", "StagedCommit",
-           "files_added_since", "data_changes_since", "appends_by_commit", "latest_version",
+           "files_added_since", "CommitNotes", "data_changes_since", "appends_by_commit",
+           "latest_version",
            "AppendedRows", "conform", "table_dataset", "read_files", "read_file",
            "probe_version", "commit_time",
            "max_in_files", "rows_in_files", "live_files",
@@ -625,7 +626,8 @@ def _records(add: dict) -> int | None:
         return None
 
 
-def data_changes_since(path: str, version: int, skip_apps: Collection[str] = ()
+def data_changes_since(path: str, version: int, skip_apps: Collection[str] = (),
+                       notes: CommitNotes | None = None
                        ) -> tuple[int, dict[str, int | None]] | None:
     """The current version and the files that commits after ``version`` added with
     ``dataChange`` true (relative path -> rows, None where the log holds no statistic),
@@ -636,12 +638,15 @@ def data_changes_since(path: str, version: int, skip_apps: Collection[str] = ()
     with ``dataChange`` false: its files are left out, so rows appended once are
     reported once, whatever was compacted since. A file added and removed again as a
     data change (a delete) inside the range is left out too. Commits that carry an
-    idempotent transaction of an app in ``skip_apps`` are left out whole."""
+    idempotent transaction of an app in ``skip_apps`` are left out whole. ``notes``: also
+    collect what the commits read say under its key in their ``commitInfo``."""
     current = latest_version(path, version)
     files: dict[str, int | None] = {}
-    for _v, actions in _commits(path, version + 1, current):
+    for v, actions in _commits(path, version + 1, current):
         if actions is None:
             return None
+        if notes is not None:
+            notes.take(v, actions)
         if skip_apps and any((a.get("txn") or {}).get("appId") in skip_apps for a in actions):
             continue
         for a in actions:
@@ -732,11 +737,41 @@ class AppendedRows:
         return self.data
 
 
-def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
+@dataclass
+class CommitNotes:
+    """What commits say under ``key`` in their ``commitInfo`` (a writer's notes beside its
+    rows, e.g. the ack ledger's :data:`~kafka_audit.producers.ledger.LEDGER_NOTES`), as
+    ``(version, note)`` in commit order, collected by :func:`files_added_since`.
+    ``unread``: the versions whose commit file was gone (the log's cleanup): their notes,
+    if any, are out of reach."""
+
+    key: str
+    found: list[tuple[int, Any]] = field(default_factory=list)
+    unread: list[int] = field(default_factory=list)
+
+    def take(self, version: int, actions: list[dict]) -> None:
+        for a in actions:
+            info = a.get("commitInfo")
+            if isinstance(info, dict) and self.key in info:
+                self.found.append((version, info[self.key]))
+
+    def read(self, path: str, first: int, last: int) -> None:
+        """Collect from the commits ``first`` to ``last`` (their files only)."""
+        for v, actions in _commits(path, first, last):
+            if actions is None:
+                self.unread.append(v)
+            else:
+                self.take(v, actions)
+
+
+def files_added_since(path: str, version: int, skip_apps: Collection[str] = (),
+                      notes: CommitNotes | None = None
                       ) -> tuple[int, list[str], int | None]:
     """The table's current version, the data files holding the rows appended after
     ``version`` (-1: every live file) and their row count (from the Delta log's
-    statistics; None if a file carries none). Paths are absolute.
+    statistics; None if a file carries none). Paths are absolute. ``notes``: also collect
+    the commits' notes under its key, of every commit after ``version`` (from version 0
+    when ``version`` is -1: the first read of a table reads its whole log once).
 
     Exact for append-only tables (``acks``, ``consumed``, ``cluster_events``), also across
     compactions: the appended files are those of :func:`data_changes_since` (a file a
@@ -753,8 +788,10 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
         rows = dict(zip(adds.column("path").to_pylist(), adds.column("num_records").to_pylist(),
                         strict=True))
         current = dt.version()
+        if notes is not None:
+            notes.read(path, 0, current)
     else:
-        found = data_changes_since(path, version, skip_apps)
+        found = data_changes_since(path, version, skip_apps, notes)
         if found is not None:
             current, rows = found
         else:
@@ -763,6 +800,9 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = ()
                         path, version)
             dt = _dt(path)
             current = dt.version()
+            if notes is not None:  # again: those read before the gap were collected
+                notes.found.clear()
+                notes.read(path, version + 1, current)
             adds = _add_actions(dt)
             rows = dict(zip(adds.column("path").to_pylist(),
                             adds.column("num_records").to_pylist(), strict=True))

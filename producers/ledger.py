@@ -50,7 +50,7 @@ import pyarrow.ipc as ipc
 
 from kafka_audit.errors import LedgerWriteError
 from kafka_audit.schemas.policy import Durability
-from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.schemas.tables import LEDGER_NOTES, arrow_schema
 from kafka_audit.store import (
     append_arrow_once,
     check_table,
@@ -68,10 +68,6 @@ PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 #: the most spooled segments one commit of a direct ledger carries (a flush a segment: a
 #: backlog of minutes catches up in a few commits, each of bounded size)
 BACKLOG_SEGMENTS_PER_COMMIT = 64
-#: the ``commitInfo`` key of a direct ledger's commit that tells what it could record
-#: nowhere: {"app_id", "dropped_reports" (all of its run so far), "unrecorded" (spans since
-#: the last such commit)}; ``DeltaTable.history()`` shows it
-LEDGER_NOTES = "kafka_audit.ledger"
 
 
 def _reports(table: pa.Table) -> int:
@@ -380,6 +376,9 @@ class AckLedger:
         #: what was dropped, a span per topic and partition of each dropped batch: the seqs
         #: (first, last) and ack times the judgement lacks
         self.unrecorded: list[dict] = []
+        #: reports dropped in the current outage (None: none now; said at its first drop
+        #: and at its end, when nothing is held any more)
+        self._dropping: int | None = None
 
     @property
     def rows_written(self) -> int:
@@ -454,6 +453,11 @@ class AckLedger:
             if self._held and not self._spool.segments():
                 written += self._commit_held()
             self._bound_held(self.max_held_reports)
+            if self._dropping is not None and not self._held:
+                log.warning("ack ledger %s: recording again; %d delivery reports of this "
+                            "outage were dropped (%d in all this run)", self.app_id,
+                            self._dropping, self.dropped_reports)
+                self._dropping = None
             return written
 
     def _spool_held(self) -> None:
@@ -494,10 +498,12 @@ class AckLedger:
             _version, table = self._held.popleft()
             reports = _reports(table)
             held -= reports
-            if not self.dropped_reports:
+            if self._dropping is None:  # the first drop of this outage
                 log.error("ack ledger %s: neither the spool nor the warehouse can be written; "
                           "%d delivery reports dropped, counted (dropped_reports) and "
                           "described (unrecorded)", self.app_id, reports)
+                self._dropping = 0
+            self._dropping += reports
             self.dropped_reports += reports
             spans = unrecorded_spans(table, self.producer_id, self.run_id)
             self.unrecorded += spans

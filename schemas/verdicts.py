@@ -11,7 +11,7 @@ from datetime import timedelta
 from enum import StrEnum
 
 __all__ = ["Kind", "Subkind", "Cause", "cause_name", "CAUSE_SLACK", "LOSSES", "ANNOTATIONS",
-           "SUBKINDS", "REJECTING_ERRORS"]
+           "UNJUDGED", "PRIMARY", "SUBKINDS", "REJECTING_ERRORS"]
 
 
 class Kind(StrEnum):
@@ -33,6 +33,11 @@ class Kind(StrEnum):
     rejected = "rejected"
     #: retention or compaction removed it before it could be checked: never a loss
     unverified = "unverified"
+    #: acknowledged, but its producer's ack ledger could record its delivery report
+    #: nowhere (the spool's disk full while the warehouse was out of reach, past what it
+    #: holds in memory): never judged, counted apart from the judged writes (it is not in
+    #: ``acks``). From the ledger's own account (its commits' notes), never from the rules
+    unrecorded = "unrecorded"
 
 
 class Subkind(StrEnum):
@@ -85,6 +90,11 @@ def cause_name(cause: str) -> str:
 LOSSES = frozenset({Kind.lost, Kind.lost_after_seen})
 #: verdicts given beside a write's own verdict, counted apart from it
 ANNOTATIONS = frozenset({Kind.duplicate, Kind.reordered})
+#: writes the judgement never saw (their delivery reports were not recorded): counted
+#: apart, like the annotations, never among the verdicts on the ledger's writes
+UNJUDGED = frozenset({Kind.unrecorded})
+#: the verdicts on a recorded write: each recorded write gets exactly one, in time
+PRIMARY = tuple(k for k in Kind if k not in ANNOTATIONS and k not in UNJUDGED)
 #: the sub-kinds each kind may carry (a kind not named here carries none)
 SUBKINDS = {Kind.lost: (Subkind.overwritten, Subkind.vanished),
             Kind.indeterminate: (Subkind.present, Subkind.absent),

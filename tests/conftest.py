@@ -25,6 +25,8 @@ import pytest
 from kafka_audit.scenarios.cluster import LocalCluster
 from kafka_audit.settings import Settings
 
+from .support.full_disk import small_disk  # noqa: F401 - a fixture for every tier
+
 ROOT = Path(__file__).resolve().parents[1]  # the checkout (this file is tests/conftest.py)
 # AUDIT_TEST_PORT_OFFSET moves the test cluster (ports and folder), so that two test
 # sessions can run side by side on one machine (e.g. 1000: ports 20091-20393)

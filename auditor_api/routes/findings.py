@@ -35,7 +35,7 @@ from kafka_audit.auditor_api.problems import (
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
 from kafka_audit.auditor_api.routes.windows import window_ids
 from kafka_audit.schemas.tables import row_model
-from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, Cause, Kind, Subkind
+from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, PRIMARY, Cause, Kind, Subkind
 
 __all__ = ["router", "FindingOut", "Summary", "FindingFilters", "example", "committed_findings",
            "committed_finding_sums"]
@@ -51,8 +51,6 @@ FindingOut = create_model(
         "destroyed it); null: "
         "none (or the audit loop has not computed windows yet)"))))
 
-#: the verdict each write gets exactly once; the annotations are counted apart
-PRIMARY = tuple(k for k in Kind if k not in ANNOTATIONS)
 
 
 class FindingsPage(BaseModel):
@@ -112,6 +110,11 @@ class Summary(BaseModel):
     unseen: int = Field(description="pending writes unread for longer than "
                                     "audit.unseen_after_seconds (last committed pass)")
     annotations: Annotations  # type: ignore[valid-type]
+    unrecorded: int = Field(description="acknowledged writes whose delivery reports the "
+                                        "producers' ack ledgers could not record (a full "
+                                        "spool disk while the warehouse was out of reach): "
+                                        "not in acked, never judged; the unrecorded findings "
+                                        "say which producer, partition, seqs and when")
     judged_through: JudgedThrough
     unjudged_records: dict[str, UnjudgedRecords] = Field(
         description="per topic, stream records the auditor cannot judge")
@@ -240,7 +243,7 @@ def router(page_size_max: int) -> APIRouter:
         "verdicts": {"confirmed": 541039, "lost": 2414, "lost_after_seen": 99,
                      "indeterminate": 0, "rejected": 0, "unverified": 0},
         "pending": 0, "lost": 2513, "unseen": 0,
-        "annotations": {"duplicate": 0, "reordered": 0},
+        "annotations": {"duplicate": 0, "reordered": 0}, "unrecorded": 0,
         "judged_through": {"pass_id": 7, "ack_time": "2026-11-22T07:51:09.8Z"},
         "unjudged_records": {"orders": {"no_stamp": 0, "malformed_stamp": 0,
                                         "forged_stamp": 0, "bad_checksum": 0,
@@ -407,6 +410,7 @@ def _summary(reader, topic: str | None) -> Summary:
         pending=acked - sum(verdicts.values()), lost=sum(verdicts[k.value] for k in LOSSES),
         unseen=sum(p.unseen for p in parts),
         annotations=Annotations(**{k.value: by_kind.get(k.value, 0) for k in ANNOTATIONS}),
+        unrecorded=by_kind.get(Kind.unrecorded.value, 0),
         judged_through=JudgedThrough(pass_id=progress.pass_id,
                                      ack_time=_newest_ack(reader, progress, topic)),
         unjudged_records={t: UnjudgedRecords(**stream.unjudged(t, acks.runs))

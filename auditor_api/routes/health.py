@@ -17,6 +17,11 @@ the consume lag measured (the log ends the watcher sampled less the offsets the 
 job committed, :func:`~kafka_audit.status.consume_lag`, or ``null`` and why), the age of
 the consume job's last progress, of the last committed pass, of the watcher's last poll.
 
+Both say ``ledger_dropped``: the acknowledged writes whose delivery reports the
+producers' ack ledgers could record nowhere (committed ``unrecorded`` findings). It is
+evidence lost for good, not a state that passes: it never makes the answer a 503, and
+``/metrics`` counts it too (``kafka_audit_ledger_dropped_total``).
+
 Who sees what: with ``api.tokens`` configured, a request without one of them (both paths
 are open to it, for probes) gets the verdict only: ``/healthz`` its ``status``,
 ``/readyz`` its ``status`` and each component's state. Hosts, pids, errors, counts,
@@ -33,8 +38,10 @@ from fastapi import APIRouter, Request, Response
 
 from kafka_audit.auditor_api.auth import accepted_token
 from kafka_audit.auditor_api.deps import SettingsDep, get_reader
+from kafka_audit.auditor_api.routes.findings import committed_finding_sums
 from kafka_audit.redact import scrub
 from kafka_audit.schemas.tables import TABLES
+from kafka_audit.schemas.verdicts import Kind
 from kafka_audit.status import COMPONENTS, consume_lag, current_statuses
 
 router = APIRouter(tags=["health"])
@@ -64,7 +71,7 @@ HEALTH_EXAMPLE = {
                     "detail": {"batch": 41}, "pid": 4100, "host": "auditor-1"}},
     "brokers_down": [{"broker": 2, "since": "2026-11-22T07:51:40Z", "fenced": True,
                       "unreachable": True}],
-    "committed_pass": 7, "tables": {"acks": True, "findings": True}}
+    "committed_pass": 7, "ledger_dropped": 0, "tables": {"acks": True, "findings": True}}
 BEHIND_EXAMPLE = {
     "consume_lag_offsets": 1250,
     "consume_lag": {"offsets": 1250, "partitions": 6, "unmeasured": 0,
@@ -188,14 +195,17 @@ def _health(request: Request, settings, behind: bool) -> dict:
 def _tables(request: Request, settings, problems: list[str]) -> dict:
     """The committed pass and which tables exist; a table that cannot be read is a
     problem named here, not an error."""
-    committed, exists = None, {}
+    committed, dropped, exists = None, None, {}
     try:
         reader = get_reader(request, settings)
     except Exception as exc:  # noqa: BLE001 - e.g. the API's spool folder cannot be made
         problems.append(f"tables: cannot be read ({_one_line(exc)})")
-        return {"committed_pass": None, "tables": {}}
+        return {"committed_pass": None, "ledger_dropped": None, "tables": {}}
     try:
         committed = reader.committed_pass()
+        dropped = sum(n for (_t, _p, kind), (n, _last) in
+                      committed_finding_sums(reader, committed).items()
+                      if kind == Kind.unrecorded)
     except Exception as exc:  # noqa: BLE001 - a corrupt audit_hot: named, never a 500
         problems.append(f"audit_hot: the committed pass cannot be read ({_one_line(exc)})")
     for t in TABLES:
@@ -204,7 +214,7 @@ def _tables(request: Request, settings, problems: list[str]) -> dict:
         except Exception as exc:  # noqa: BLE001 - as above
             exists[t] = False
             problems.append(f"{t}: cannot be read ({type(exc).__name__})")
-    return {"committed_pass": committed, "tables": exists}
+    return {"committed_pass": committed, "ledger_dropped": dropped, "tables": exists}
 
 
 def _one_line(exc: BaseException) -> str:

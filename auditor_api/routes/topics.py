@@ -52,6 +52,9 @@ class TopicOut(BaseModel):
     last_loss: datetime | None = Field(description="ack time of the newest lost write")
     duplicates: int = Field(description="writes found at two or more offsets")
     reordered: int
+    unrecorded: int = Field(description="acknowledged writes whose delivery reports the "
+                                        "producers' ack ledgers could not record: not in "
+                                        "acked, never judged (the unrecorded findings)")
     verdicts: dict[str, int] = Field(description="writes per verdict kind")
     durability: list[DurabilitySeen] = Field(
         description="producer durability settings seen in the ledger, most writes first")
@@ -81,7 +84,7 @@ class TopicDetail(TopicOut):
 TOPIC_EXAMPLE = {
     "topic": "orders", "acked": 543552, "failed": 0, "confirmed": 541039, "pending": 0,
     "unseen": 0, "lost": 2513, "loss_ratio": 0.00462, "last_loss": "2026-11-22T07:51:02.6Z",
-    "duplicates": 0, "reordered": 0,
+    "duplicates": 0, "reordered": 0, "unrecorded": 0,
     "verdicts": {"confirmed": 541039, "lost": 2414, "lost_after_seen": 99, "indeterminate": 0,
                  "rejected": 0, "unverified": 0},
     "durability": [{"acks": "1", "idempotence": False, "retries": 2, "max_in_flight": 5,
@@ -108,7 +111,8 @@ def _out(t: TopicTotals) -> dict:
             "confirmed": t.verdicts.get("confirmed", 0), "pending": t.pending,
             "unseen": t.unseen, "lost": t.lost, "loss_ratio": t.loss_ratio,
             "last_loss": t.last_loss, "duplicates": t.annotations.get("duplicate", 0),
-            "reordered": t.annotations.get("reordered", 0), "verdicts": t.verdicts,
+            "reordered": t.annotations.get("reordered", 0), "unrecorded": t.unrecorded,
+            "verdicts": t.verdicts,
             "durability": t.durability,
             "unjudged_records": t.unjudged or {"no_stamp": 0, "malformed_stamp": 0,
                                                "forged_stamp": 0, "bad_checksum": 0,

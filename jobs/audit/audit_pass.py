@@ -59,13 +59,16 @@ from kafka_audit.jobs.audit.hot_state import (
 )
 from kafka_audit.jobs.audit.lookups import ClusterLookups
 from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot
-from kafka_audit.jobs.core.model import ClusterEvent, ReadRun, Reread
+from kafka_audit.jobs.core.model import ClusterEvent, Finding, ReadRun, Reread
+from kafka_audit.jobs.core.unrecorded import unrecorded_findings
 from kafka_audit.jobs.sink import delete_where, release, write_delta
 from kafka_audit.schemas.events import BLIND, BROKER_FENCED, BROKER_UNFENCED
-from kafka_audit.schemas.tables import arrow_schema, column_names, spark_schema
+from kafka_audit.schemas.tables import LEDGER_NOTES, arrow_schema, column_names, spark_schema
+from kafka_audit.schemas.verdicts import Kind
 from kafka_audit.settings import Settings
 from kafka_audit.storage import spark_uri
 from kafka_audit.store import (
+    CommitNotes,
     Progress,
     append_once,
     check_table,
@@ -146,6 +149,8 @@ class _Source:
     version: int
     files: list[str]
     count: int | None
+    #: the ledgers' notes of the commits taken in (``acks``: ``(version, note)``)
+    notes: tuple = ()
 
 
 def _sources(settings: Settings, progress: Progress) -> dict[str, _Source]:
@@ -158,7 +163,14 @@ def _sources(settings: Settings, progress: Progress) -> dict[str, _Source]:
         # re-read commits were judged by the pass that made them (or belong to one that
         # died, whose redo re-read for itself): never taken in again
         skip = (REREAD_APP,) if table == "consumed" else ()
-        out[table] = _Source(table, *files_added_since(path, since, skip))
+        notes = CommitNotes(LEDGER_NOTES) if table == "acks" else None
+        out[table] = _Source(table, *files_added_since(path, since, skip, notes),
+                             tuple(notes.found) if notes is not None else ())
+        if notes is not None and notes.unread:
+            log.warning("acks: the commit files of versions %d-%d are gone (the log's "
+                        "cleanup): what their ledgers noted of delivery reports they could "
+                        "not record, if anything, is out of reach", min(notes.unread),
+                        max(notes.unread))
     return out
 
 
@@ -440,9 +452,10 @@ def _judge_and_commit_once(spark, settings: Settings, now: datetime, lookups: Cl
     events = warm.events.refresh(settings)
     clock.mark("lookups")
     judge.judge(events, now, cfg, log_ends)
+    gaps = _unrecorded(sources)
     try:
         return _commit(judge, settings, now, lookups, warm, clock, pass_id, versions, cfg,
-                       log_ends, paths)
+                       log_ends, paths, gaps)
     finally:
         judge.release()
 
@@ -458,15 +471,48 @@ def _state_rows(path: str, progress: Progress) -> int | None:
         return None
 
 
+def _unrecorded(sources: dict[str, _Source]) -> list[Finding]:
+    """The ``unrecorded`` findings of the ledgers' notes in the acks taken in, each said in
+    a line (a note that is not of the ledger's shape: skipped, said too)."""
+    found, problems = unrecorded_findings(sources["acks"].notes if "acks" in sources else ())
+    for problem in problems:
+        log.warning("acks: a ledger note %s", problem)
+    for f in found:
+        log.error("ack ledger %s could not record %d delivery reports of producer %s run %s, "
+                  "%s/%d, seqs %d-%d, acked %s to %s: reported as an unrecorded finding "
+                  "(never judged)", f.evidence["ledger"], f.count, f.producer_id, f.run_id,
+                  f.topic, f.partition, f.seq, f.evidence["last_seq"], f.evidence["first_ack"],
+                  f.evidence["last_ack"])
+    return found
+
+
+def _write_unrecorded(gaps: list[Finding], path: str, pass_id: int, detected: datetime) -> None:
+    """The pass's ``unrecorded`` findings, one append beside its judged ones (a pass that
+    dies before its commit point has them deleted with the rest of its findings)."""
+    if not gaps:
+        return
+    at = detected.astimezone(UTC)
+    write_arrow(path, "findings", pa.Table.from_pylist([
+        {"finding_id": f.finding_id, "kind": f.kind, "subkind": None, "topic": f.topic,
+         "partition": f.partition, "offset": None, "producer_id": f.producer_id,
+         "run_id": f.run_id, "seq": f.seq, "count": f.count, "ack_time": f.ack_time,
+         "evidence": json.dumps(f.evidence, sort_keys=True), "cause": None,
+         "detected_at": at, "pass_id": pass_id} for f in gaps], schema=arrow_schema("findings")))
+
+
 def _commit(judge: _Backend, settings: Settings, now: datetime, lookups: ClusterLookups,
             warm: Warm, clock: _PhaseClock, pass_id: int, versions: dict, cfg, log_ends,
-            paths: dict) -> AuditSummary:
+            paths: dict, gaps: list[Finding]) -> AuditSummary:
     # what the driver needs: verdict totals, rows by use, re-read requests, status
     judged, requests = judge.collect()
     clock.mark("judge")
     # 1. findings of this pass (detected: when they are written, on the pass's clock)
     judge.write_findings(judge.first, settings, paths["findings"], pass_id,
                          now + timedelta(seconds=clock.elapsed), judged.rows.get("finding", 0))
+    _write_unrecorded(gaps, paths["findings"], pass_id, now + timedelta(seconds=clock.elapsed))
+    if gaps:
+        judged.counts[Kind.unrecorded.value] = (judged.counts.get(Kind.unrecorded.value, 0)
+                                                + sum(f.count for f in gaps))
     clock.mark("findings")
     # the suspects, re-read now and judged again at once (the rest: next pass), at the
     # time of the re-read: what settled since the pass began is judged too (writes that

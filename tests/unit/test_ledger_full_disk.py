@@ -3,8 +3,6 @@ the test (as root, as the fault tests are), filled to its last byte. Producing g
 what cannot be spooled is held and committed without the spool; what can be recorded
 nowhere is dropped only past the bound, counted and described, never silently."""
 
-import errno
-import subprocess
 import time
 from pathlib import Path
 
@@ -15,27 +13,7 @@ from kafka_audit.errors import LedgerWriteError
 from kafka_audit.producers.ledger import LEDGER_NOTES, AckLedger
 from kafka_audit.schemas.policy import Durability
 
-
-@pytest.fixture
-def small_disk(tmp_path):
-    disk = tmp_path / "small"
-    disk.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=128k,mode=0700", "tmpfs", str(disk)],
-                   check=True)
-    yield disk
-    subprocess.run(["umount", "-l", str(disk)], check=True)
-
-
-def fill(disk: Path) -> Path:
-    """Write a file until the disk refuses another byte (ENOSPC); returns it."""
-    filler = disk / "filler"
-    with open(filler, "wb", buffering=0) as f:
-        try:
-            while True:
-                f.write(b"x" * 4096)
-        except OSError as exc:
-            assert exc.errno == errno.ENOSPC
-    return filler
+from ..support.full_disk import fill
 
 
 def ledger(warehouse: Path, spool: Path, **kw) -> AckLedger:
@@ -70,7 +48,7 @@ def test_a_full_spool_disk_costs_no_ack_while_the_warehouse_takes_them(small_dis
 
 
 def test_spool_and_warehouse_both_gone_hold_then_count_what_is_dropped(small_disk, tmp_path,
-                                                                       capsys):
+                                                                       capsys, caplog):
     blocker = tmp_path / "w"  # a file where the warehouse folder should be: unwritable
     blocker.write_text("not a folder")
     led = ledger(blocker, small_disk / "spool", max_held_reports=250)
@@ -87,6 +65,8 @@ def test_spool_and_warehouse_both_gone_hold_then_count_what_is_dropped(small_dis
     assert all(u["producer_id"] == "p" and u["first_ack"] <= u["last_ack"]
                for u in led.unrecorded)
     assert "cannot write the spool" in capsys.readouterr().err
+    said = [r.getMessage() for r in caplog.records if r.name == "kafka_audit.producers.ledger"]
+    assert len([m for m in said if "delivery reports dropped" in m]) == 1  # once an outage
     # the disk has room again and the warehouse is back: what was held is written, once
     filler.unlink()
     blocker.unlink()
@@ -95,6 +75,8 @@ def test_spool_and_warehouse_both_gone_hold_then_count_what_is_dropped(small_dis
     led.flush()
     assert acked(blocker) == list(range(200, 401))
     assert led.held_reports == 0 and led.spool_error is None
+    assert any("recording again; 200 delivery reports of this outage were dropped" in
+               r.getMessage() for r in caplog.records)
     # the warehouse holds the drops too: the first commit after them says what they were
     notes = [c[LEDGER_NOTES] for c in DeltaTable(str(blocker / "acks")).history()
              if LEDGER_NOTES in c]
