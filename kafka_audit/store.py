@@ -373,7 +373,7 @@ def commit_staged(path: str, table: str, max_segments: int = 10_000) -> StagedCo
 
     def read(name: str) -> pa.Table:
         with fs.open_input_file(name) as src:
-            return ipc.open_file(src).read_all().replace_schema_metadata(None)
+            return ipc.open_file(src).read_all()
 
     # an object store answers each request in milliseconds: a hundred hosts' segments are
     # read, and deleted, side by side
@@ -382,12 +382,35 @@ def commit_staged(path: str, table: str, max_segments: int = 10_000) -> StagedCo
         parts = list(pool.map(read, done))
     if not done:
         return StagedCommit(None, 0, 0, 0, len(stale))
-    data = _write(path, table, target, parts, "append",
-                  CommitProperties(app_transactions=txns))
+    notes = _staged_notes(parts)
+    data = _write(path, table, target, [p.replace_schema_metadata(None) for p in parts],
+                  "append", CommitProperties(app_transactions=txns,
+                                             custom_metadata=notes or None))
     with ThreadPoolExecutor(_STAGED_THREADS) as pool:
         list(pool.map(fs.delete_file, done))
     return StagedCommit(_dt(path).version() if target is None else target.version(),
                         len(done), data.num_rows, len(txns), len(stale))
+
+
+#: a staged segment's schema metadata under a key with this prefix is a writer's note for
+#: the commit (JSON), carried into its ``commitInfo``; any other key is the spool's own
+NOTE_PREFIX = b"kafka_audit."
+
+
+def _staged_notes(parts: list[pa.Table]) -> dict[str, list]:
+    """The notes the segments of one staged commit carry: per key, each segment's, in
+    order (a list: several writers' notes share the commit). A note that is not JSON is
+    left out, said in a line."""
+    notes: dict[str, list] = {}
+    for part in parts:
+        for key, value in (part.schema.metadata or {}).items():
+            if not key.startswith(NOTE_PREFIX):
+                continue
+            try:
+                notes.setdefault(key.decode(), []).append(json.loads(value))
+            except (UnicodeDecodeError, ValueError):
+                log.warning("a staged segment's note %r is not JSON: left out", key[:64])
+    return notes
 
 
 def commit_metadata(path: str) -> Iterator[str]:

@@ -33,6 +33,7 @@ a spool root that others may write is closed if it is the user's, refused if not
 from __future__ import annotations
 
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -244,16 +245,23 @@ class SpoolCommitter:
     def _notes(self) -> dict | None:
         return None if self.notes is None else {LEDGER_NOTES: self.notes}
 
+    def _with_notes(self, table: pa.Table) -> pa.Table:
+        """``table`` with the notes in its schema's metadata, for a staged segment (the
+        committer's commit carries them: ``store.commit_staged``)."""
+        if self.notes is None:
+            return table
+        return table.replace_schema_metadata({**(table.schema.metadata or {}),
+                                              LEDGER_NOTES.encode(): json.dumps(self.notes)})
+
     def commit_table(self, table: pa.Table, version: int) -> int:
         """Append (or stage) one batch held in memory as ``version``, the spool bypassed:
         the caller's spool cannot be written. Only with no segment spooled (those come
         first: versions are committed in order; the caller has looked). Raises what the
         warehouse raises."""
         if self.staged:
-            sink = pa.BufferOutputStream()
-            with ipc.new_file(sink, table.schema) as writer:
-                writer.write_table(table)
-            stage_segment(self.table_path, self.app_id, version, sink.getvalue().to_pybytes())
+            stage_segment(self.table_path, self.app_id, version,
+                          _ipc_bytes(self._with_notes(table)))
+            self.notes = None
         else:
             try:
                 append_arrow_once(self.table_path, "acks", table, self.app_id, version,
@@ -275,7 +283,11 @@ class SpoolCommitter:
         try:
             for seg in segments:
                 data = seg.read_bytes()
+                if self.notes is not None:  # the committer carries them into its commit
+                    with pa.BufferReader(data) as src:
+                        data = _ipc_bytes(self._with_notes(ipc.open_file(src).read_all()))
                 stage_segment(self.table_path, self.app_id, int(seg.stem), data)
+                self.notes = None
                 with pa.BufferReader(data) as src:
                     counts = ipc.open_file(src).read_all().column("count")
                 seg.unlink()
@@ -294,6 +306,13 @@ class SpoolCommitter:
         self.last_error = f"{type(exc).__name__}: {exc}"
         print(f"ack ledger {self.app_id}: cannot write {self.table_path} ({self.last_error}); "
               f"{len(self.segments())} segments kept in {self.folder}", file=sys.stderr)
+
+
+def _ipc_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
 
 
 def unrecorded_spans(table: pa.Table, producer_id: str, run_id: str) -> list[dict]:

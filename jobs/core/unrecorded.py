@@ -73,14 +73,22 @@ def unrecorded_findings(notes: Iterable[tuple[int, Any]]) -> tuple[list[Finding]
     line per note or span skipped as malformed."""
     found: list[Finding] = []
     problems: list[str] = []
-    for version, note in notes:
-        if not isinstance(note, dict) or not isinstance(note.get("unrecorded", []), list):
-            problems.append(f"commit {version}: a ledger note that is not an object with a "
-                            f"list of spans: skipped")
-            continue
-        for i, span in enumerate(note.get("unrecorded", [])):
-            try:
-                found.append(_finding(note.get("app_id"), span))
-            except (ValueError, TypeError) as exc:
-                problems.append(f"commit {version}, span {i}: {exc}: skipped")
+    for version, said in notes:
+        # a staged commit carries each ledger's note of the segments it committed: a list
+        for note in (said if isinstance(said, list) else [said]):
+            _take(version, note, found, problems)
     return found, problems
+
+
+def _take(version: int, note: Any, found: list[Finding], problems: list[str]) -> None:
+    """One ledger's note: its spans to ``found``, what is not of their shape to
+    ``problems``."""
+    if not isinstance(note, dict) or not isinstance(note.get("unrecorded", []), list):
+        problems.append(f"commit {version}: a ledger note that is not an object with a "
+                        f"list of spans: skipped")
+        return
+    for i, span in enumerate(note.get("unrecorded", [])):
+        try:
+            found.append(_finding(note.get("app_id"), span))
+        except (ValueError, TypeError) as exc:
+            problems.append(f"commit {version}, span {i}: {exc}: skipped")

@@ -10,8 +10,10 @@ import pytest
 from deltalake import DeltaTable
 
 from kafka_audit.errors import LedgerWriteError
+from kafka_audit.jobs.core.unrecorded import unrecorded_findings
 from kafka_audit.producers.ledger import LEDGER_NOTES, AckLedger
 from kafka_audit.schemas.policy import Durability
+from kafka_audit.store import CommitNotes, commit_staged, files_added_since
 
 from ..support.full_disk import fill
 
@@ -96,3 +98,32 @@ def test_a_close_that_cannot_record_held_acks_counts_them(small_disk, tmp_path):
     with pytest.raises(LedgerWriteError, match="30 delivery reports could be recorded nowhere"):
         led.close(timeout=1)
     assert led.dropped_reports == 30 and led.unrecorded[0]["last_seq"] == 29
+
+
+def test_a_staged_ledger_hands_its_drops_to_the_committers_commit(small_disk, tmp_path):
+    blocker = tmp_path / "w"
+    blocker.write_text("not a folder")
+    led = ledger(blocker, small_disk / "spool", max_held_reports=100, staged=True)
+    filler = fill(small_disk)
+    for batch in range(2):
+        for seq in range(batch * 100, batch * 100 + 100):
+            led.add(report(seq, partition=seq % 2))
+        led.flush()
+    assert led.dropped_reports == 100
+    filler.unlink()
+    blocker.unlink()
+    blocker.mkdir()
+    led.add(report(200))
+    led.flush()  # staged, the notes in the first segment handed over
+    assert led.held_reports == 0 and led._spool.notes is None
+    table = str(blocker / "acks")
+    assert commit_staged(table, "acks").segments >= 1
+    assert acked(blocker) == list(range(100, 201))
+    notes = CommitNotes(LEDGER_NOTES)
+    files_added_since(table, -1, notes=notes)
+    assert [v for v, _ in notes.found] == [0] and notes.unread == []
+    found, problems = unrecorded_findings(notes.found)
+    assert problems == [] and sum(f.count for f in found) == 100
+    assert sorted((f.partition, f.seq, f.evidence["last_seq"]) for f in found) == [
+        (0, 0, 98), (1, 1, 99)]
+    led.close()

@@ -56,10 +56,11 @@ def test_a_malformed_span_is_skipped_and_named_the_others_kept():
     spans = [good, {**good, "reports": -1}, {**good, "topic": ""}, "a string",
              {**good, "first_ack": "yesterday"}, {**good, "partition": True},
              {**good, "last_seq": -5}, {k: v for k, v in good.items() if k != "run_id"}]
-    found, problems = unrecorded_findings([(3, {"unrecorded": spans}), (4, ["not", "one"]),
-                                           (5, {"unrecorded": "none"})])
-    assert [f.count for f in found] == [3]
-    assert len(problems) == len(spans) - 1 + 2
+    found, problems = unrecorded_findings([(3, {"unrecorded": spans}), (4, "not a note"),
+                                           (5, {"unrecorded": "none"}),
+                                           (6, [{"unrecorded": [good]}, 7])])  # a staged one
+    assert [f.count for f in found] == [3, 3]
+    assert len(problems) == len(spans) - 1 + 3
     assert all(p.startswith("commit ") and p.endswith("skipped") for p in problems)
 
 
