@@ -216,17 +216,24 @@ class SpoolCommitter:
             # transaction at the run's last version
             for start in range(0, len(pending), BACKLOG_SEGMENTS_PER_COMMIT):
                 run = pending[start:start + BACKLOG_SEGMENTS_PER_COMMIT]
-                tables = []
+                tables, notes = [], []
                 for seg in run:
                     with pa.memory_map(str(seg)) as src:
                         # a batch file's metadata is the spool's business (the native
-                        # shipper keeps its cursor there), not the table's
-                        tables.append(ipc.open_file(src).read_all()
-                                      .replace_schema_metadata(None))
+                        # shipper keeps its cursor there), not the table's; but for the
+                        # shipper's notes of the plugin's drops, which the commit carries
+                        part = ipc.open_file(src).read_all()
+                    said = (part.schema.metadata or {}).get(LEDGER_NOTES.encode())
+                    if said is not None:
+                        notes.append(json.loads(said))
+                    tables.append(part.replace_schema_metadata(None))
                 table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
                 version = int(run[-1].stem)
+                if self.notes is not None:
+                    notes.append(self.notes)
                 append_arrow_once(self.table_path, "acks", table, self.app_id, version,
-                                  known=committed, metadata=self._notes())
+                                  known=committed,
+                                  metadata={LEDGER_NOTES: notes} if notes else None)
                 self._committed = committed = version
                 self.notes = None
                 for seg in run:

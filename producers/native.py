@@ -114,7 +114,12 @@ class SpoolState:
     handshake (``struct kstate`` in ``kaudit.c``)."""
 
     _FIELDS = {"sent": 16, "acked": 24, "failed": 32, "unstamped": 40, "close_req": 48,
-               "close_done": 56, "syncs": 72, "dropped": 80}
+               "close_done": 56, "syncs": 72, "dropped": 80, "unspanned": 88}
+    #: ``struct kdrop``: state, partition, first and last seq, count, first and last ack
+    #: time (µs), the topic (NUL-terminated); 16 of them from byte 96
+    _DROP = struct.Struct("<Iiqqqqq128s")
+    _DROPS_AT, _DROPS = 96, 16
+    DROP_OPEN, DROP_CLOSED = 1, 2
 
     def __init__(self, folder: Path) -> None:
         self.path = Path(folder) / "state"
@@ -134,6 +139,21 @@ class SpoolState:
         if name in SpoolState._FIELDS:
             return self._u64(name)
         raise AttributeError(name)
+
+    def drop_spans(self, include_open: bool = False) -> list[dict]:
+        """The plugin's spans of reports it could not record (``struct kdrop``), in slot
+        order: the closed ones (a prefix, never changed again), and with ``include_open``
+        the open ones too (once the producer is gone nothing changes)."""
+        out = []
+        for i in range(self._DROPS):
+            (state, partition, first_seq, last_seq, count, first_us, last_us,
+             topic) = self._DROP.unpack_from(self._map, self._DROPS_AT + i * self._DROP.size)
+            if state == 0 or (state == self.DROP_OPEN and not include_open):
+                break
+            out.append({"topic": topic.split(b"\0", 1)[0].decode("utf-8", "replace"),
+                        "partition": partition, "first_seq": first_seq, "last_seq": last_seq,
+                        "reports": count, "first_us": first_us, "last_us": last_us})
+        return out
 
     @property
     def segment(self) -> int:

@@ -45,6 +45,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,7 @@ from kafka_audit.errors import AuditorError, LedgerWriteError
 from kafka_audit.producers.ledger import SpoolCommitter, private_dir, private_file
 from kafka_audit.producers.native import SpoolState
 from kafka_audit.schemas.policy import Durability
-from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.schemas.tables import LEDGER_NOTES, arrow_schema
 from kafka_audit.store import check_table
 
 __all__ = ["RECORD", "SEGMENT_HEADER", "Meta", "Cursor", "SpoolError", "read_meta",
@@ -101,10 +102,19 @@ class Meta:
 
 @dataclass(frozen=True, order=True)
 class Cursor:
-    """Everything before (segment, slot) is shipped."""
+    """Everything before (segment, slot) is shipped, and the first ``drops`` of the
+    plugin's drop spans are reported (both only grow)."""
 
     segment: int = 1
     slot: int = 0
+    drops: int = 0
+
+    def encode(self) -> bytes:
+        return f"{self.segment}:{self.slot}:{self.drops}".encode()
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Cursor:
+        return cls(*(int(x) for x in raw.decode().split(":")))  # a 2-part one: drops 0
 
 
 def read_meta(folder: Path) -> Meta:
@@ -197,6 +207,10 @@ def runs_to_table(records: np.ndarray, topics: dict[int, str], meta: Meta) -> pa
     return pa.Table.from_pydict(cols, schema=_SCHEMA)
 
 
+def _iso(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, UTC).isoformat()
+
+
 def _fsync_write(path: Path, data: bytes) -> None:
     tmp = path.with_name(path.name + ".tmp")
     with os.fdopen(private_file(tmp), "wb") as f:
@@ -221,6 +235,7 @@ class FolderShipper:
         self._state: SpoolState | None = None
         self.finished = False  # the producer is gone and every report is committed
         self.reports_cut = 0
+        self.spool_error: str | None = None  # the last batch file write's, until one works
 
     @property
     def state(self) -> SpoolState:
@@ -261,13 +276,13 @@ class FolderShipper:
         path = self._cursor_file()
         if path.exists():
             saved = json.loads(path.read_text())
-            cur, version = Cursor(saved["segment"], saved["slot"]), saved["next_version"]
+            cur, version = (Cursor(saved["segment"], saved["slot"], saved.get("drops", 0)),
+                            saved["next_version"])
         for seg in self.committer.segments():  # batch files cut after the cursor was saved
             with pa.memory_map(str(seg)) as src:
                 meta = ipc.open_file(src).schema.metadata or {}
             if _CURSOR_KEY in meta:
-                s, slot = meta[_CURSOR_KEY].decode().split(":")
-                cur = max(cur, Cursor(int(s), int(slot)))
+                cur = max(cur, Cursor.decode(meta[_CURSOR_KEY]))
         return cur, max(version, self.committer.first_version())
 
     def _segments(self) -> list[Path]:
@@ -289,7 +304,7 @@ class FolderShipper:
                 continue
             header, records = read_segment(path)
             if segno > cur.segment:
-                cur = Cursor(segno, 0)
+                cur = Cursor(segno, 0, cur.drops)
             end = closed_prefix(records, cur.slot, final)
             if end > cur.slot:
                 # read again: a record's bytes must be the same twice (copies are not atomic)
@@ -297,28 +312,71 @@ class FolderShipper:
                 while not np.array_equal(records[cur.slot:end], again[cur.slot:end]):
                     records, (_, again) = again, read_segment(path)
                 parts.append(records[cur.slot:end].copy())
-            cur = Cursor(segno, end)
+            cur = Cursor(segno, end, cur.drops)
             if end < len(records) or not (final or header["sealed"]):
                 break  # an open run here, or the producer may still add to this segment
+        spans = self.state.drop_spans(include_open=final)[start.drops:]
+        cur = Cursor(cur.segment, cur.slot, start.drops + len(spans))
         if cur == start:
             return 0
         runs = np.concatenate(parts) if parts else np.empty(0, RECORD)
-        if len(runs):
-            topics = read_topics(self.folder)
-            table = runs_to_table(runs, topics, self.meta).replace_schema_metadata(
-                {_CURSOR_KEY: f"{cur.segment}:{cur.slot}".encode()})
+        if len(runs) or spans:
+            meta = {_CURSOR_KEY: cur.encode()}
+            if spans:  # said once: the batch and the cursor carry how many were reported
+                meta[LEDGER_NOTES.encode()] = json.dumps(self._drop_note(spans)).encode()
+            topics = read_topics(self.folder) if len(runs) else {}
+            table = runs_to_table(runs, topics, self.meta).replace_schema_metadata(meta)
             self.committer.spool(table, version)
             version += 1
             self.reports_cut += int(runs["count"].sum())
+            self._say_drops(spans)
         _fsync_write(self._cursor_file(), json.dumps(
-            {"segment": cur.segment, "slot": cur.slot, "next_version": version}).encode())
+            {"segment": cur.segment, "slot": cur.slot, "drops": cur.drops,
+             "next_version": version}).encode())
         return len(runs)
+
+    def _drop_note(self, spans: list[dict]) -> dict:
+        """The ledger's note (``schemas/tables.LEDGER_NOTES``) of the plugin's drop spans,
+        said in a line each: the delivery reports it could not record."""
+        state = self.state
+        note = {"app_id": self.app_id, "dropped_reports": state.dropped,
+                "unspanned": state.unspanned, "unrecorded": [{
+                    "producer_id": self.meta.producer_id, "run_id": self.meta.run_id,
+                    "topic": d["topic"], "partition": d["partition"],
+                    "first_seq": d["first_seq"], "last_seq": d["last_seq"],
+                    "reports": d["reports"], "first_ack": _iso(d["first_us"]),
+                    "last_ack": _iso(d["last_us"])} for d in spans]}
+        return note
+
+    def _say_drops(self, spans: list[dict]) -> None:
+        """A line per drop span handed to the ledger (once: its batch is spooled)."""
+        state = self.state
+        for d in spans:
+            log.error("kaudit plugin %s could not record %d delivery reports of %s/%d "
+                      "(seqs %d-%d): its spool's disk was full; reported as unrecorded",
+                      self.app_id, d["reports"], d["topic"], d["partition"], d["first_seq"],
+                      d["last_seq"])
+        if state.unspanned:
+            log.error("kaudit plugin %s: %d dropped delivery reports fit no drop span (16 a "
+                      "run): counted in dropped_reports only", self.app_id, state.unspanned)
 
     def ship(self, close_timeout: float = 1.0) -> int:
         """Close, cut and commit (module docstring); return rows committed. Delivery
         reports stay spooled when the table cannot be written (said on stderr, retried)."""
         final = not self.producer_alive()
-        self.cut(close_timeout)
+        try:
+            self.cut(close_timeout)
+        except OSError as exc:  # its disk full: the runs wait in the plugin's segments
+            if self.spool_error is None:
+                print(f"ack shipper {self.app_id}: cannot write its batch files in "
+                      f"{self.committer.folder} ({type(exc).__name__}: {exc}); the delivery "
+                      f"reports wait in the plugin's segments", file=sys.stderr)
+            self.spool_error = f"{type(exc).__name__}: {exc}"
+        else:
+            if self.spool_error is not None:
+                print(f"ack shipper {self.app_id}: batch files writable again",
+                      file=sys.stderr)
+                self.spool_error = None
         rows = self.committer.commit()
         cur, _ = self.cursor()
         for path in self._segments():

@@ -67,6 +67,7 @@
 #include <pwd.h>
 #include <stdarg.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -139,6 +140,24 @@ struct kseg {
         struct krec recs[];
 };
 
+/* Reports that could not be recorded (no segment: the spool's disk full), one span per
+ * topic and partition and outage: slots are taken in order, and every open one is closed
+ * at the first report recorded again (or when the producer closes), so the closed ones
+ * are always a prefix of the array. A closed span never changes again: the shipper
+ * reports it once (its cursor counts the spans reported). `state` is published last. */
+#define KDROPS 16
+#define KDROP_NAME 128
+#define DROP_OPEN 1
+#define DROP_CLOSED 2
+struct kdrop {
+        _Atomic uint32_t state; /* 0: free, DROP_OPEN, DROP_CLOSED */
+        int32_t partition;
+        int64_t first_seq, last_seq; /* the least and greatest seq dropped here */
+        int64_t count;
+        int64_t first_us, last_us; /* their ack times (wall clock, microseconds) */
+        char topic[KDROP_NAME];    /* NUL-terminated; a longer name is cut */
+};
+
 struct kstate {
         char magic[8]; /* "KAUDSTA1" */
         uint32_t layout;
@@ -153,10 +172,14 @@ struct kstate {
         _Atomic uint32_t closed;    /* 68: 1 once the producer is gone */
         _Atomic uint64_t syncs;     /* 72: fdatasyncs done */
         _Atomic uint64_t dropped;   /* 80: reports that could not be recorded (no space) */
+        _Atomic uint64_t unspanned; /* 88: of those, the ones no drop span below holds */
+        struct kdrop drops[KDROPS]; /* 96: what was dropped, per topic and partition */
 };
 
 _Static_assert(sizeof(struct krec) == 64, "krec is 64 bytes");
 _Static_assert(sizeof(struct kseg) == 64, "kseg header is 64 bytes");
+_Static_assert(sizeof(struct kdrop) == 176, "kdrop is 176 bytes");
+_Static_assert(offsetof(struct kstate, drops) == 96, "the drop spans start at byte 96");
 _Static_assert(sizeof(struct kstate) <= 4096, "kstate fits a page");
 
 /* Configuration, one per rd_kafka_conf_t (copied by on_conf_dup). */
@@ -214,6 +237,9 @@ struct kinst {
         _Atomic int stop;
         uint64_t synced_changes;
         _Atomic uint64_t changes; /* bumped on every record change */
+        uint32_t next_segno;      /* the segment to create when none could be (in->seg NULL) */
+        int64_t retry_us;         /* not before this time (a full disk: once a second) */
+        int open_drops;           /* drop spans open */
 };
 
 static void set_err(char *errstr, size_t size, const char *fmt, ...)
@@ -693,6 +719,70 @@ static void seal_segment(struct kinst *in) {
         in->seg_fd = -1;
 }
 
+/* Without a segment (the last could not be created: a full disk), try again, at most once
+ * a second: recording resumes when the disk has room. Lock held. */
+static void reopen_segment(struct kinst *in) {
+        char err[256];
+        int64_t t = now_us();
+        if (in->seg || t < in->retry_us)
+                return;
+        in->retry_us = t + 1000000;
+        if (open_segment(in, in->next_segno, err, sizeof(err)) == 0)
+                fprintf(stderr, "kaudit: recording delivery reports again in segment %" PRIu32
+                        "\n", in->next_segno);
+}
+
+/* One report that cannot be recorded: counted, and held in its topic and partition's open
+ * drop span (a new one if none). Lock held. */
+static void note_drop(struct kinst *in, const char *topic, int32_t partition, int64_t seq,
+                      int64_t t) {
+        struct kdrop *d;
+        int i;
+        atomic_fetch_add_explicit(&in->st->dropped, 1, memory_order_relaxed);
+        for (i = 0; i < KDROPS; i++) {
+                d = &in->st->drops[i];
+                uint32_t state = atomic_load_explicit(&d->state, memory_order_relaxed);
+                if (state == 0)
+                        break;
+                if (state == DROP_OPEN && d->partition == partition &&
+                    !strncmp(d->topic, topic, KDROP_NAME - 1)) {
+                        if (seq < d->first_seq)
+                                d->first_seq = seq;
+                        if (seq > d->last_seq)
+                                d->last_seq = seq;
+                        d->count++;
+                        if (t > d->last_us)
+                                d->last_us = t;
+                        return;
+                }
+        }
+        if (i == KDROPS) {
+                atomic_fetch_add_explicit(&in->st->unspanned, 1, memory_order_relaxed);
+                return;
+        }
+        d            = &in->st->drops[i];
+        d->partition = partition;
+        d->first_seq = d->last_seq = seq;
+        d->count     = 1;
+        d->first_us = d->last_us = t;
+        snprintf(d->topic, KDROP_NAME, "%s", topic);
+        atomic_store_explicit(&d->state, DROP_OPEN, memory_order_release);
+        in->open_drops++;
+}
+
+/* Close every open drop span: the outage ended (a report was recorded) or the producer
+ * closes. Lock held. */
+static void close_drops(struct kinst *in) {
+        if (!in->open_drops)
+                return;
+        for (int i = 0; i < KDROPS; i++)
+                if (atomic_load_explicit(&in->st->drops[i].state, memory_order_relaxed) ==
+                    DROP_OPEN)
+                        atomic_store_explicit(&in->st->drops[i].state, DROP_CLOSED,
+                                              memory_order_release);
+        in->open_drops = 0;
+}
+
 /* A free record slot in the current segment, a new segment if it is full; -1: none. */
 static int32_t new_slot(struct kinst *in) {
         char err[256];
@@ -706,7 +796,11 @@ static int32_t new_slot(struct kinst *in) {
                 uint32_t next = in->seg->segno + 1;
                 seal_segment(in);
                 if (open_segment(in, next, err, sizeof(err))) {
-                        fprintf(stderr, "%s: delivery reports are no longer recorded\n", err);
+                        fprintf(stderr, "%s: delivery reports are counted as dropped, not "
+                                "recorded, until a segment can be created (tried once a "
+                                "second)\n", err);
+                        in->next_segno = next;
+                        in->retry_us   = now_us() + 1000000;
                         return -1;
                 }
         }
@@ -868,10 +962,11 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         sent    = latency >= 0 ? t - latency : t;
 
         pthread_mutex_lock(&in->lock);
+        reopen_segment(in);
         topic = topic_index(in, rd_kafka_topic_name(m->rkt));
         kp    = topic >= 0 ? part_of(&in->topics[topic], m->partition) : NULL;
         if (!kp || !in->seg) {
-                atomic_fetch_add_explicit(&in->st->dropped, 1, memory_order_relaxed);
+                note_drop(in, rd_kafka_topic_name(m->rkt), m->partition, seq, t);
                 pthread_mutex_unlock(&in->lock);
                 return RD_KAFKA_RESP_ERR_NO_ERROR;
         }
@@ -893,7 +988,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         }
         slot = new_slot(in);
         if (slot < 0) {
-                atomic_fetch_add_explicit(&in->st->dropped, 1, memory_order_relaxed);
+                note_drop(in, rd_kafka_topic_name(m->rkt), m->partition, seq, t);
                 pthread_mutex_unlock(&in->lock);
                 return RD_KAFKA_RESP_ERR_NO_ERROR;
         }
@@ -916,6 +1011,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         else
                 kp->fail = slot;
 counted:
+        close_drops(in); /* recorded again: the outage's spans are whole */
         /* the lock orders the writers: plain loads and stores, no locked instruction */
         {
                 _Atomic uint64_t *c = ok ? &in->st->acked : &in->st->failed;
@@ -993,6 +1089,7 @@ static void inst_finish(struct kinst *in) {
                 pthread_join(in->thread, NULL);
         pthread_mutex_lock(&in->lock);
         seal_segment(in);
+        close_drops(in);
         atomic_store(&in->st->closed, 1);
         atomic_store(&in->st->close_done, atomic_load(&in->st->close_req));
         pthread_mutex_unlock(&in->lock);

@@ -192,13 +192,14 @@ def test_batches_carry_their_cursor_and_versions_only_grow(tmp_path):
         s.cut(close_timeout=0.01)
         first = int(next((folder / "ship").glob("*.arrow")).stem)
         with open(next((folder / "ship").glob("*.arrow")), "rb") as f:
-            assert ipc.open_file(f).schema.metadata[b"kaudit.cursor"] == b"1:1"
+            assert ipc.open_file(f).schema.metadata[b"kaudit.cursor"] == b"1:1:0"
         s.committer.commit()
         write_segment(folder, 1, [run(0, 1, 0), run(1, 1, 1)])
         s.cut(close_timeout=0.01)
         second = int(next((folder / "ship").glob("*.arrow")).stem)
         saved = json.loads((folder / "ship" / "cursor.json").read_text())
-        assert second > first and saved == {"segment": 1, "slot": 2, "next_version": second + 1}
+        assert second > first and saved == {"segment": 1, "slot": 2, "drops": 0,
+                                            "next_version": second + 1}
         s.release()
 
 
@@ -221,3 +222,8 @@ def test_only_dead_leaves_live_producers_to_their_own_shipper(tmp_path):
         report = ship_spools(tmp_path / "spool", str(tmp_path / "acks"), only_dead=True)
     assert (report.folders, report.finished, report.reports) == (2, 1, 1)
     assert {r["run_id"] for r in acks(tmp_path)} == {"dead"}
+
+
+def test_a_cursor_saved_before_drop_spans_reads_as_none_reported():
+    assert Cursor.decode(b"3:4") == Cursor(3, 4, 0)
+    assert Cursor.decode(Cursor(3, 4, 2).encode()) == Cursor(3, 4, 2)
