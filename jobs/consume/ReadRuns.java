@@ -7,9 +7,8 @@ import java.nio.charset.CharsetDecoder;
 import java.nio.charset.CodingErrorAction;
 import java.nio.charset.StandardCharsets;
 import java.sql.Timestamp;
-import java.util.ArrayList;
 import java.util.Iterator;
-import java.util.List;
+import java.util.NoSuchElementException;
 import java.util.zip.CRC32;
 
 import javax.crypto.Mac;
@@ -470,26 +469,58 @@ public final class ReadRuns {
         }
     }
 
-    static Iterator<Row> fold(Iterator<InternalRow> it, int[] idx, long batchId,
-                              long readTimeMicros, byte[] key) {
-        List<Row> out = new ArrayList<>();
+    /**
+     * One task's runs, each handed out as soon as it closes (the next record does not extend
+     * it, or the task's records end): a task holds one open run and one closed one, however
+     * many records and runs it reads (a backlog of one-record runs, where producers
+     * interleave on a partition, is millions of rows in a task).
+     */
+    public static Iterator<Row> fold(Iterator<InternalRow> it, int[] idx, long batchId,
+                                     long readTimeMicros, byte[] key) {
         Timestamp readTime = micros(readTimeMicros);
         Folder f = new Folder(idx, key);
-        while (it.hasNext()) {
-            f.parse(it.next());
-            if (f.extendsRun()) {
-                f.count++;
-                continue;
+        return new Iterator<Row>() {
+            Row closed;  // a run closed and not handed out yet
+            boolean ended;
+
+            void advance() {
+                while (closed == null && !ended) {
+                    if (!it.hasNext()) {
+                        ended = true;
+                        if (f.runTopic != null) {
+                            closed = f.close(readTime, batchId);
+                        }
+                        return;
+                    }
+                    f.parse(it.next());
+                    if (f.extendsRun()) {
+                        f.count++;
+                        continue;
+                    }
+                    if (f.runTopic != null) {
+                        closed = f.close(readTime, batchId);
+                    }
+                    f.open();  // the record just parsed: its views are still valid
+                }
             }
-            if (f.runTopic != null) {
-                out.add(f.close(readTime, batchId));
+
+            @Override
+            public boolean hasNext() {
+                advance();
+                return closed != null;
             }
-            f.open();
-        }
-        if (f.runTopic != null) {
-            out.add(f.close(readTime, batchId));
-        }
-        return out.iterator();
+
+            @Override
+            public Row next() {
+                advance();
+                if (closed == null) {
+                    throw new NoSuchElementException();
+                }
+                Row r = closed;
+                closed = null;
+                return r;
+            }
+        };
     }
 
     static Timestamp micros(long us) {

@@ -1,0 +1,63 @@
+"""The consume job's JVM fold (``jobs/consume/ReadRuns.java``) hands each run out as it
+closes, instead of collecting a task's runs in a list first: a backlog of one-record runs
+(producers interleaving on a partition) is then never held whole in a task.
+
+The fold is called on the JVM with an iterator over an ``ArrayList`` of the Kafka source's
+rows; adding to the list after the first run came out makes the list's iterator throw on
+its next step. A fold that reads ahead of the run it hands out (the whole task) would
+have finished reading before: it would not throw. The same rows come out either way
+(``tests/spark/test_stamp_rule.py`` and the pipeline tests hold the fold's rows)."""
+
+from datetime import UTC, datetime
+
+import pytest
+from py4j.java_gateway import JavaMember
+from py4j.protocol import Py4JJavaError
+
+from .test_stamp_rule import KAFKA
+
+OFFSETS = [0, 2, 4, 6, 8]  # gaps between them: each record a run of its own
+
+
+def source_rows(spark):
+    """A Java ``ArrayList`` of the Kafka source's rows (``InternalRow``), unstamped records
+    of one partition at ``OFFSETS``."""
+    t = datetime(2026, 11, 28, tzinfo=UTC)
+    df = spark.createDataFrame([("t", 0, o, t, 0, None, b"v%d" % o, []) for o in OFFSETS],
+                               KAFKA)
+    rows = spark._jvm.java.util.ArrayList()
+    for r in df._jdf.queryExecution().executedPlan().executeCollect():
+        rows.add(r)
+    return rows
+
+
+def fold(spark, rows):
+    jvm = spark._jvm
+    idx = spark.sparkContext._gateway.new_array(jvm.int, 6)
+    for i, name in enumerate(("topic", "partition", "offset", "timestamp", "value", "headers")):
+        idx[i] = KAFKA.fieldNames().index(name)
+    return jvm.kafka_audit.spark.ReadRuns.fold(rows.iterator(), idx, 7, 1_000_000, None)
+
+
+def test_each_run_comes_out_once_it_closes_not_after_the_task(spark):
+    rows = source_rows(spark)
+    runs = fold(spark, rows)
+    first = runs.next()  # read: the first record, and the second that closed its run
+    assert (first.getLong(2), first.getLong(3)) == (0, 1)  # offset, count
+    rows.add(rows.get(0))  # the list changes under its iterator: its next step throws
+    # Java's own next (py4j's Python iterator turns every error into StopIteration)
+    java_next = JavaMember("next", runs, runs._target_id, runs._gateway_client)
+    with pytest.raises(Py4JJavaError) as raised:
+        java_next()
+    assert raised.value.java_exception.getClass().getName() == \
+        "java.util.ConcurrentModificationException"
+
+
+def test_every_record_is_in_one_run_in_order(spark):
+    runs = fold(spark, source_rows(spark))
+    got = []
+    while runs.hasNext():
+        r = runs.next()
+        got.append((r.getString(0), r.getInt(1), r.getLong(2), r.getLong(3), r.getString(6)))
+    assert got == [("t", 0, o, 1, "no kaudit header") for o in OFFSETS]
+    assert not runs.hasNext()
