@@ -250,7 +250,7 @@ class SpoolCommitter:
         return written
 
     def _notes(self) -> dict | None:
-        return None if self.notes is None else {LEDGER_NOTES: self.notes}
+        return None if self.notes is None else {LEDGER_NOTES: [self.notes]}
 
     def _with_notes(self, table: pa.Table) -> pa.Table:
         """``table`` with the notes in its schema's metadata, for a staged segment (the

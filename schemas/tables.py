@@ -34,10 +34,11 @@ from kafka_audit.schemas.events import EVENTS, WINDOWS, kinds_doc
 
 __all__ = ["Column", "TABLES", "LEDGER_NOTES", "arrow_schema", "spark_schema", "column_names"]
 
-#: the ``commitInfo`` key of an ``acks`` commit by which a producer's ack ledger tells what
-#: it could record nowhere (``producers/ledger.py``): {"app_id", "dropped_reports" (all of
-#: its run so far), "unrecorded" (spans since its last such commit)}; the audit turns the
-#: spans into ``unrecorded`` findings (``jobs/core/unrecorded.py``)
+#: the ``commitInfo`` key of an ``acks`` commit by which producers' ack ledgers tell what
+#: they could record nowhere (``producers/ledger.py``, the plugin's shipper): a list of
+#: notes {"app_id", "dropped_reports" (all of its run so far), "unrecorded" (spans since
+#: its last such note)}, several when a commit carries several ledgers' or batches'; the
+#: audit turns the spans into ``unrecorded`` findings (``jobs/core/unrecorded.py``)
 LEDGER_NOTES = "kafka_audit.ledger"
 
 

@@ -6,9 +6,9 @@ A producer's ledger that can neither spool a batch of delivery reports (its disk
 full) nor commit it (the warehouse is out of reach) holds it in memory, up to a bound;
 past it the oldest batch is dropped, counted and described. The first commit the
 ledger makes afterwards carries the description in its ``commitInfo``
-(:data:`~kafka_audit.producers.ledger.LEDGER_NOTES`): ``{"app_id", "dropped_reports"
-(all of its run so far), "unrecorded": [span, ...]}``, a span per topic and partition
-of each dropped batch: ``producer_id``, ``run_id``, ``topic``, ``partition``,
+(:data:`~kafka_audit.schemas.tables.LEDGER_NOTES`, a list of notes): ``{"app_id",
+"dropped_reports" (all of its run so far), "unrecorded": [span, ...]}``, a span per
+topic and partition of each dropped batch: ``producer_id``, ``run_id``, ``topic``, ``partition``,
 ``first_seq``, ``last_seq``, ``reports``, ``first_ack``, ``last_ack`` (ISO 8601).
 
 Each span becomes one finding of kind ``unrecorded``: ``count`` the reports dropped,
