@@ -4,8 +4,6 @@ a drop span (topic, partition, seqs, ack times), which the shipper commits as th
 note; recording resumes once the disk has room. Every acknowledged write is then either
 in the ledger or in an ``unrecorded`` finding's span, once."""
 
-import time
-
 from kafka_audit.jobs.core.unrecorded import unrecorded_findings
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.producers.native import native_spool_root
@@ -37,17 +35,27 @@ def test_a_full_spool_disk_counts_and_spans_every_report_the_plugin_drops(
     filler = fill(small_disk)
     send(p, topic, range(60, 400))  # the segment fills, no next one: counted, spanned
     assert p._state.dropped > 0
-    dropped_before_room = p._state.dropped
     filler.unlink()
-    time.sleep(1.1)  # the plugin tries a new segment at most once a second
-    send(p, topic, range(400, 460))  # recorded again: the outage's spans close
+    # the plugin tries a new segment at most once a second: send until one is recorded
+    sent, recorded = 400, p._state.acked
+
+    def records_again() -> bool:
+        nonlocal sent
+        send(p, topic, range(sent, sent + 3))
+        sent += 3
+        return p._state.acked > recorded
+
+    wait_until(records_again, 30, "the plugin to record again", every=0.2)
+    dropped_before_room = p._state.dropped
+    total = sent + 60
+    send(p, topic, range(sent, total))  # recorded: the outage's spans are closed
     assert p._state.dropped == dropped_before_room  # none dropped once there was room
     spans = p._state.drop_spans()
     assert spans and all(s["topic"] == topic for s in spans)
     p.close()
     # the application was told of every write; the plugin recorded all but the dropped
-    assert len(p.record) == 460 and p.failed == 0
-    assert p.acked + dropped_before_room == 460
+    assert len(p.record) == total and p.failed == 0
+    assert p.acked + dropped_before_room == total
     err = capfd.readouterr().err
     assert "counted as dropped, not recorded" in err and "recording delivery reports again" in err
 
