@@ -54,6 +54,7 @@ __all__ = ["table_exists", "check_table", "read_table", "append_rows",
            "append_once",
            "append_arrow_once", "write_arrow", "transaction_version", "commit_metadata",
            "STAGED", "stage_segment", "staged_segments", "commit_staged", "StagedCommit",
+           "segment_notes",
            "files_added_since", "CommitNotes", "data_changes_since", "appends_by_commit",
            "latest_version",
            "AppendedRows", "conform", "table_dataset", "read_files", "read_file",
@@ -382,7 +383,7 @@ def commit_staged(path: str, table: str, max_segments: int = 10_000) -> StagedCo
         parts = list(pool.map(read, done))
     if not done:
         return StagedCommit(None, 0, 0, 0, len(stale))
-    notes = _staged_notes(parts)
+    notes = segment_notes(parts)
     data = _write(path, table, target, [p.replace_schema_metadata(None) for p in parts],
                   "append", CommitProperties(app_transactions=txns,
                                              custom_metadata=notes or None))
@@ -392,15 +393,16 @@ def commit_staged(path: str, table: str, max_segments: int = 10_000) -> StagedCo
                         len(done), data.num_rows, len(txns), len(stale))
 
 
-#: a staged segment's schema metadata under a key with this prefix is a writer's note for
-#: the commit (JSON), carried into its ``commitInfo``; any other key is the spool's own
+#: a segment's schema metadata under a key with this prefix is a writer's note for the
+#: commit that appends it (JSON), carried into its ``commitInfo``; any other key is the
+#: spool's own (the native shipper's cursor)
 NOTE_PREFIX = b"kafka_audit."
 
 
-def _staged_notes(parts: list[pa.Table]) -> dict[str, list]:
-    """The notes the segments of one staged commit carry: per key, each segment's, in
-    order (a list: several writers' notes share the commit). A note that is not JSON is
-    left out, said in a line."""
+def segment_notes(parts: list[pa.Table]) -> dict[str, list]:
+    """The notes the segments of one commit carry (staged ones, or a ledger's spooled
+    batch files): per key, each segment's, in order (a list: several writers' notes share
+    the commit). A note that is not JSON is left out, said in a line."""
     notes: dict[str, list] = {}
     for part in parts:
         for key, value in (part.schema.metadata or {}).items():
@@ -763,7 +765,7 @@ class AppendedRows:
 @dataclass
 class CommitNotes:
     """What commits say under ``key`` in their ``commitInfo`` (a writer's notes beside its
-    rows, e.g. the ack ledger's :data:`~kafka_audit.producers.ledger.LEDGER_NOTES`), as
+    rows, e.g. the ack ledgers' :data:`~kafka_audit.schemas.tables.LEDGER_NOTES`), as
     ``(version, note)`` in commit order, collected by :func:`files_added_since`.
     ``unread``: the versions whose commit file was gone (the log's cleanup): their notes,
     if any, are out of reach."""

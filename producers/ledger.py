@@ -55,6 +55,7 @@ from kafka_audit.schemas.tables import LEDGER_NOTES, arrow_schema
 from kafka_audit.store import (
     append_arrow_once,
     check_table,
+    segment_notes,
     stage_segment,
     transaction_version,
 )
@@ -216,24 +217,19 @@ class SpoolCommitter:
             # transaction at the run's last version
             for start in range(0, len(pending), BACKLOG_SEGMENTS_PER_COMMIT):
                 run = pending[start:start + BACKLOG_SEGMENTS_PER_COMMIT]
-                tables, notes = [], []
+                parts = []
                 for seg in run:
                     with pa.memory_map(str(seg)) as src:
-                        # a batch file's metadata is the spool's business (the native
-                        # shipper keeps its cursor there), not the table's; but for the
-                        # shipper's notes of the plugin's drops, which the commit carries
-                        part = ipc.open_file(src).read_all()
-                    said = (part.schema.metadata or {}).get(LEDGER_NOTES.encode())
-                    if said is not None:
-                        notes.append(json.loads(said))
-                    tables.append(part.replace_schema_metadata(None))
+                        parts.append(ipc.open_file(src).read_all())
+                # a batch file's metadata is the spool's business (the native shipper
+                # keeps its cursor there), not the table's; its notes (the shipper's of
+                # the plugin's drops) go to the commit
+                carried = segment_notes(parts)
+                tables = [p.replace_schema_metadata(None) for p in parts]
                 table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
                 version = int(run[-1].stem)
-                if self.notes is not None:
-                    notes.append(self.notes)
                 append_arrow_once(self.table_path, "acks", table, self.app_id, version,
-                                  known=committed,
-                                  metadata={LEDGER_NOTES: notes} if notes else None)
+                                  known=committed, metadata=self._metadata(carried))
                 self._committed = committed = version
                 self.notes = None
                 for seg in run:
@@ -249,8 +245,13 @@ class SpoolCommitter:
             self.note_failure(exc)
         return written
 
-    def _notes(self) -> dict | None:
-        return None if self.notes is None else {LEDGER_NOTES: [self.notes]}
+    def _metadata(self, carried: dict[str, list] | None = None) -> dict | None:
+        """A commit's ``commitInfo`` notes: those its batch files carry, and this ledger's
+        own (a list per key: :data:`LEDGER_NOTES` holds every note of the commit)."""
+        notes = dict(carried or {})
+        if self.notes is not None:
+            notes[LEDGER_NOTES] = [*notes.get(LEDGER_NOTES, []), self.notes]
+        return notes or None
 
     def _with_notes(self, table: pa.Table) -> pa.Table:
         """``table`` with the notes in its schema's metadata, for a staged segment (the
@@ -272,7 +273,7 @@ class SpoolCommitter:
         else:
             try:
                 append_arrow_once(self.table_path, "acks", table, self.app_id, version,
-                                  known=self._committed_version(), metadata=self._notes())
+                                  known=self._committed_version(), metadata=self._metadata())
             except Exception:
                 self._committed = None  # the write may have landed: read it again
                 raise

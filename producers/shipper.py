@@ -336,17 +336,16 @@ class FolderShipper:
         return len(runs)
 
     def _drop_note(self, spans: list[dict]) -> dict:
-        """The ledger's note (``schemas/tables.LEDGER_NOTES``) of the plugin's drop spans,
-        said in a line each: the delivery reports it could not record."""
+        """The ledger's note (``schemas/tables.LEDGER_NOTES``) of the plugin's drop spans:
+        the delivery reports it could not record."""
         state = self.state
-        note = {"app_id": self.app_id, "dropped_reports": state.dropped,
+        return {"app_id": self.app_id, "dropped_reports": state.dropped,
                 "unspanned": state.unspanned, "unrecorded": [{
                     "producer_id": self.meta.producer_id, "run_id": self.meta.run_id,
                     "topic": d["topic"], "partition": d["partition"],
                     "first_seq": d["first_seq"], "last_seq": d["last_seq"],
                     "reports": d["reports"], "first_ack": _iso(d["first_us"]),
                     "last_ack": _iso(d["last_us"])} for d in spans]}
-        return note
 
     def _say_drops(self, spans: list[dict]) -> None:
         """A line per drop span handed to the ledger (once: its batch is spooled)."""

@@ -52,7 +52,6 @@ FindingOut = create_model(
         "none (or the audit loop has not computed windows yet)"))))
 
 
-
 class FindingsPage(BaseModel):
     """One page of findings of a traversal (the passes committed at its first page)."""
 

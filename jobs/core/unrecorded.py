@@ -8,8 +8,9 @@ past it the oldest batch is dropped, counted and described. The first commit the
 ledger makes afterwards carries the description in its ``commitInfo``
 (:data:`~kafka_audit.schemas.tables.LEDGER_NOTES`, a list of notes): ``{"app_id",
 "dropped_reports" (all of its run so far), "unrecorded": [span, ...]}``, a span per
-topic and partition of each dropped batch: ``producer_id``, ``run_id``, ``topic``, ``partition``,
-``first_seq``, ``last_seq``, ``reports``, ``first_ack``, ``last_ack`` (ISO 8601).
+topic and partition of each dropped batch: ``producer_id``, ``run_id``, ``topic``,
+``partition``, ``first_seq``, ``last_seq``, ``reports``, ``first_ack``, ``last_ack``
+(ISO 8601).
 
 Each span becomes one finding of kind ``unrecorded``: ``count`` the reports dropped,
 ``seq`` the first seq (the span's seqs are not all its own: the producer's other
@@ -37,9 +38,9 @@ _COUNTS = ("partition", "first_seq", "last_seq", "reports")
 
 
 def _when(value: Any) -> datetime:
-    t = datetime.fromisoformat(value) if isinstance(value, str) else None
-    if t is None:
+    if not isinstance(value, str):
         raise ValueError(f"not an ISO 8601 time: {value!r}")
+    t = datetime.fromisoformat(value)
     return t if t.tzinfo is not None else t.replace(tzinfo=UTC)
 
 
@@ -74,7 +75,7 @@ def unrecorded_findings(notes: Iterable[tuple[int, Any]]) -> tuple[list[Finding]
     found: list[Finding] = []
     problems: list[str] = []
     for version, said in notes:
-        # a staged commit carries each ledger's note of the segments it committed: a list
+        # a list: a commit carries every note of the ledgers and batch files it appends
         for note in (said if isinstance(said, list) else [said]):
             _take(version, note, found, problems)
     return found, problems

@@ -74,7 +74,8 @@ def test_a_minute_without_the_warehouse_loses_and_doubles_no_ack(cluster, topic,
         assert p.ledger.last_error is not None
         server.start()  # the same folder and port: the store is back
         wait_until(lambda: p.ledger.last_error is None, 60, "the ledger to write again")
-        time.sleep(2)
+        back = p.acked  # and writes acknowledged after it is back, recorded too
+        wait_until(lambda: p.acked > back + 500, 60, "writes after the outage")
         load.end()
         p.close()
         assert p.failed == 0
