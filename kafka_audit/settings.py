@@ -209,15 +209,23 @@ class SparkSettings(_Section):
     consume_trigger_seconds: float = Field(2, description="the consume job starts a "
                                            "micro-batch this often (its processingTime "
                                            "trigger)")
-    topic_refresh_seconds: float = Field(10, gt=0, description="how often the consume job "
-                                         "looks for newly audited topics (the ack ledger's)")
+    topic_refresh_seconds: float = Field(2, gt=0, description="how often the consume job "
+                                         "looks for newly audited topics (the ack ledger's: "
+                                         "a look reads only the ledger's new files); a new "
+                                         "one restarts the stream between two micro-batches")
+    warm_up: bool = Field(True, description="the service's consume job folds a few thousand "
+                          "made-up records once before its first query, so that the JVM's "
+                          "first real micro-batch is not also its slowest (bench/sustained.py)")
     log_level: str = Field("ERROR", description="Spark's log level (WARN with --verbose)")
     properties: dict[str, str] = Field(
         default_factory=dict, description="further Spark properties (spark.executor.memory, "
         "...), set last: they win over the project's")
     max_offsets_per_trigger: int = Field(
-        10_000_000, gt=0, description="most offsets one consume micro-batch takes when catching "
-        "up: each batch costs some fixed work, records little more than reading them")
+        10_000_000, gt=0, description="most offsets one consume micro-batch takes when "
+        "catching up: a backlog is read in steps of this many, each judged before the next "
+        "is done, and the fold's rows of one batch (a row a record when producers "
+        "interleave) are held at once; each batch costs some fixed work, about a second "
+        "(bench/catchup.py)")
     driver_rows: int = Field(
         200_000, ge=0, description="Delta data of at most this many rows moves through the "
         "driver as Arrow and is committed with delta-rs (tens of ms, against about half a "

@@ -235,6 +235,8 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
     outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
     ledger = LedgerTopics(settings.table_path("acks"))
+    if not once and settings.spark.warm_up:
+        _warm_up(spark, settings)
     while not stop.is_set():
         query = None
         try:
@@ -243,8 +245,11 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
             query = start_consume(spark, settings, current, once=once, on_commit=on_commit,
                                   halting=halting)
             seen, looked = None, time.monotonic()
+            changed = None  # the progress seen when the audited topics were found changed
             while not stop.is_set():
-                done = query.awaitTermination(2)  # raises the query's error, if it failed
+                # raises the query's error, if it failed; often while a restart waits for
+                # the gap between two micro-batches
+                done = query.awaitTermination(0.25 if changed else 2)
                 progress = query.lastProgress
                 if progress is not None and progress["timestamp"] != seen:
                     seen = progress["timestamp"]
@@ -253,14 +258,16 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                     if once:
                         return  # read to the end
                     raise RuntimeError("the consume query stopped")  # restarted below
-                if pattern is None and time.monotonic() - looked > \
+                if changed and _between_batches(query, changed[0], seen):
+                    log.warning("consume: the audited topics changed; restarting on them")
+                    halting.set()
+                    query.stop()
+                    break
+                if pattern is None and not changed and time.monotonic() - looked > \
                         settings.spark.topic_refresh_seconds:
                     looked = time.monotonic()
                     if audited_pattern(settings, ledger) != current:
-                        log.warning("consume: the audited topics changed; restarting on them")
-                        halting.set()
-                        query.stop()
-                        break
+                        changed = (seen,)
             else:
                 stop_quietly(spark, query, halting)
                 return
@@ -275,6 +282,45 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                     pass
             stop.wait(outage.failed(exc))
             restarts += 1
+
+
+def _between_batches(query, seen_then, seen_now) -> bool:
+    """Whether a query may be stopped without throwing away a micro-batch's work: no
+    batch runs now, or one has ended since ``seen_then`` (the next just began: little
+    lost). A restart on new topics waits for this: one that interrupted a running batch
+    made it start over, and topics appearing faster than a batch of a backlog took would
+    have starved the stream."""
+    if seen_now != seen_then:
+        return True
+    try:
+        return not query.status["isTriggerActive"]
+    except Exception:  # noqa: BLE001 - the query is ending: its error comes next
+        return True
+
+
+_warmed: set[int] = set()  # the JVMs (by their py4j gateway's id) the warm-up ran in
+
+
+def _warm_up(spark, settings: Settings) -> None:
+    """:func:`~kafka_audit.jobs.consume.transforms.warm_up_fold`, once a JVM; never fatal:
+    the first batch is only slower without it."""
+    import time
+
+    from kafka_audit.jobs.consume.transforms import warm_up_fold
+    from kafka_audit.stamp_key import stamp_mac
+
+    jvm = id(spark.sparkContext._gateway)
+    if jvm in _warmed:
+        return
+    _warmed.add(jvm)
+    t = time.monotonic()
+    try:
+        warm_up_fold(spark, stamp_mac(settings))
+    except Exception as exc:  # noqa: BLE001 - a warm-up only
+        log.warning("consume: the warm-up failed (the first micro-batch is slower): %s",
+                    str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
+        return
+    log.info("consume: warmed up in %.1fs", time.monotonic() - t)
 
 
 class BatchInterrupted(Exception):  # noqa: N818 - named for what happened, not "Error"
@@ -370,7 +416,8 @@ def _progress_detail(progress) -> dict:
     """Batch, time and the offsets committed (the batch's end, ``{topic: {partition:
     offset}}``) of a progress.
 
-    Read from the progress's own JSON: pyspark 4's ``SourceProgress`` holds each offset
+    With them the batch's records and seconds (whole, and in the sink: the fold and its
+    commit). Read from the progress's own JSON: pyspark 4's ``SourceProgress`` holds each offset
     map as ``str(dict)``, Python's repr, which is not JSON (the lag computed from it here
     before was 0 whatever the backlog: every parse failed and was skipped)."""
     raw = progress
@@ -387,7 +434,12 @@ def _progress_detail(progress) -> dict:
             if isinstance(parts, dict):
                 committed.setdefault(str(topic), {}).update(
                     {str(p): int(o) for p, o in parts.items()})
-    return {"batch": raw["batchId"], "progress_at": raw["timestamp"], "committed": committed}
+    durations = raw.get("durationMs") or {}
+    return {"batch": raw["batchId"], "progress_at": raw["timestamp"], "committed": committed,
+            # how long the batch took, and in the sink (the fold and its commit)
+            "records": raw.get("numInputRows"),
+            "seconds": round(durations.get("triggerExecution", 0) / 1000, 3),
+            "sink_seconds": round(durations.get("addBatch", 0) / 1000, 3)}
 
 
 def _offsets(value) -> dict:

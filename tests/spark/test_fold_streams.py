@@ -61,3 +61,13 @@ def test_every_record_is_in_one_run_in_order(spark):
         got.append((r.getString(0), r.getInt(1), r.getLong(2), r.getLong(3), r.getString(6)))
     assert got == [("t", 0, o, 1, "no kaudit header") for o in OFFSETS]
     assert not runs.hasNext()
+
+
+def test_the_warm_up_folds_its_made_up_records_one_run_each(spark):
+    """The consume job's warm-up (``warm_up_fold``) goes through the real fold: seven
+    producers take turns on each partition, so every record is a run of its own; a
+    warm-up that did not reach the fold (or a stamp the fold refused) gives another
+    count."""
+    from kafka_audit.jobs.consume.transforms import WARM_UP_RECORDS, warm_up_fold
+
+    assert warm_up_fold(spark) == WARM_UP_RECORDS

@@ -222,7 +222,7 @@ def test_the_consume_job_reports_the_offsets_it_committed():
         "id": "6a4f5e0c-2f8b-4a8e-9a63-0c3a8f1d2b11", "runId": "0d3b0f4e-59a2-4c42-8a31-"
         "3c5d4a9c7e21", "name": "kafka_audit_consume", "timestamp": "2026-01-01T12:00:00.000Z",
         "batchId": 4, "batchDuration": 812, "numInputRows": 140, "inputRowsPerSecond": 70.0,
-        "processedRowsPerSecond": 172.4, "durationMs": {"triggerExecution": 812},
+        "processedRowsPerSecond": 172.4, "durationMs": {"triggerExecution": 812, "addBatch": 700},
         "stateOperators": [],
         "sources": [{"description": "KafkaV2[SubscribePattern[^(?:a|b)$]]",
                      "startOffset": {"a": {"0": 60, "1": 40}, "b": {"2": 7}},
@@ -234,7 +234,8 @@ def test_the_consume_job_reports_the_offsets_it_committed():
     progress = StreamingQueryProgress.fromJson(spark_json)
     assert progress["sources"][0]["endOffset"].startswith("{'a'")  # a repr, not JSON
     want = {"batch": 4, "progress_at": "2026-01-01T12:00:00.000Z",
-            "committed": {"a": {"0": 100, "1": 40}, "b": {"2": 7}}}
+            "committed": {"a": {"0": 100, "1": 40}, "b": {"2": 7}},
+            "records": 140, "seconds": 0.812, "sink_seconds": 0.7}
     assert _progress_detail(progress) == want
     assert _progress_detail(spark_json) == want  # a plain dict (older pyspark)
     reprs = {**spark_json, "sources": [{"endOffset": str(spark_json["sources"][0]["endOffset"])},

@@ -37,3 +37,26 @@ def test_the_ledger_s_topics_are_read_from_the_files_appended_since(tmp_path):
     assert seen.files_read == 14 and seen.full_reads == 0
     # the pattern names the same topics as one from a whole read
     assert audited_pattern(s, seen) == audited_pattern(s)
+
+
+class _Query:
+    """What ``_between_batches`` asks of a streaming query: its status."""
+
+    def __init__(self, active: bool | None) -> None:
+        self.active = active
+
+    @property
+    def status(self) -> dict:
+        if self.active is None:
+            raise RuntimeError("the query has ended")
+        return {"isTriggerActive": self.active}
+
+
+def test_a_restart_on_new_topics_waits_for_the_gap_between_two_micro_batches():
+    from kafka_audit.jobs.consume.consume_job import _between_batches
+
+    assert not _between_batches(_Query(True), "t1", "t1")  # the batch seen then still runs
+    assert _between_batches(_Query(False), "t1", "t1")  # none runs
+    assert _between_batches(_Query(True), "t1", "t2")  # one ended since: the next just began
+    assert _between_batches(_Query(True), None, "t1")
+    assert _between_batches(_Query(None), "t1", "t1")  # ending: its error comes next
