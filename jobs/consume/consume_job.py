@@ -46,7 +46,7 @@ from collections.abc import Callable
 
 from kafka_audit.jobs.consume.transforms import fold_read_runs
 from kafka_audit.jobs.sink import write_delta
-from kafka_audit.profile import spark_kafka_options
+from kafka_audit.profile import spark_kafka_options, topic_pattern
 from kafka_audit.settings import Settings
 from kafka_audit.store import check_table, commit_metadata
 
@@ -235,8 +235,9 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
     outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
     ledger = LedgerTopics(settings.table_path("acks"))
-    if not once and settings.spark.warm_up:
-        _warm_up(spark, settings)
+    if not once and settings.spark.warm_up and pattern is None and \
+            audited_pattern(settings, ledger) == topic_pattern([]):
+        _warm_up(spark, settings)  # nothing to read yet: the first batch is a new topic's
     while not stop.is_set():
         query = None
         try:

@@ -197,8 +197,9 @@ def warm_up_fold(spark, mac: StampMac | None = None) -> int:
     local checkpoint, the Arrow hand-over. A fresh JVM did the first micro-batch of a
     new topic 2x slower than the next (13 s against 3.5 s for 280,000 records, idle;
     28 s while a 40,000 msg/s load shared the two cores, its backlog growing
-    meanwhile); after this (8 s, at the service's start, when it waits for topics
-    anyway) it was 6.8 s. Returns the rows the fold gave (the tests check them)."""
+    meanwhile); after this (8 s idle) it was 6.8 s. Run only while there is nothing to
+    read: on a loaded machine it took 80 s, all of it a delay before real work.
+    Returns the rows the fold gave (the tests check them)."""
     from datetime import UTC, datetime
 
     from kafka_audit.schemas.stamp import HEADER, build_stamp, checksum_of
