@@ -26,6 +26,7 @@ import secrets
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from kafka_audit.auditor_api.asgi import route_path
 from kafka_audit.auditor_api.problems import FORBIDDEN, UNAUTHORIZED, problem
 
 __all__ = ["hash_token", "new_token", "BearerAuth", "OPEN_PATHS", "is_open", "accepted_token"]
@@ -88,7 +89,7 @@ class BearerAuth:
         self.tokens = list(tokens)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.tokens or is_open(scope["path"]):
+        if scope["type"] != "http" or not self.tokens or is_open(route_path(scope)):
             await self.app(scope, receive, send)
             return
         header = next((v for k, v in scope["headers"] if k == b"authorization"), None)

@@ -28,6 +28,7 @@ from collections import OrderedDict
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kafka_audit.auditor_api.asgi import route_path
 from kafka_audit.auditor_api.snapshots import answering_stale
 from kafka_audit.schemas.tables import TABLES
 
@@ -66,7 +67,7 @@ class ResponseCache:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if (scope["type"] != "http" or scope.get("method") != "GET"
-                or not scope["path"].startswith("/v1/")):
+                or not route_path(scope).startswith("/v1/")):
             await self.app(scope, receive, send)
             return
         key = (scope["path"], scope.get("query_string", b""))

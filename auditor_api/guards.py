@@ -10,6 +10,9 @@ headers every answer carries. ASGI middleware, wired by ``main.py``.
   at once; one more is a 503 problem with ``Retry-After`` at once. Queued instead, a burst
   of slow requests (a timeline each) piled up behind the threads the sync routes share
   and every request after them waited, health's included.
+* :class:`HeadAsGet`: ``HEAD`` on any path answers what ``GET`` would, headers only
+  (FastAPI's routes answer a ``HEAD`` with 405: load balancers' and uptime monitors'
+  probes, ``curl -I``, failed);
 * :class:`SecurityHeaders`: ``X-Content-Type-Options: nosniff`` on every answer (a JSON
   answer holding a record's text is never sniffed into a page), and a
   ``Content-Security-Policy`` that lets nothing run on answers that set none (JSON,
@@ -25,8 +28,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from kafka_audit.auditor_api.asgi import HEALTH_PATHS, HttpMiddleware
 from kafka_audit.auditor_api.problems import BAD_HOST, OVERLOADED, problem
 
-__all__ = ["AllowedHosts", "ConcurrencyLimit", "SecurityHeaders", "HEALTH_PATHS",
-           "NO_CONTENT_POLICY"]
+__all__ = ["AllowedHosts", "ConcurrencyLimit", "SecurityHeaders", "HeadAsGet",
+           "HEALTH_PATHS", "NO_CONTENT_POLICY"]
 
 #: the policy of an answer that is not a page: nothing in it may load or run
 NO_CONTENT_POLICY = "default-src 'none'; frame-ancestors 'none'"
@@ -104,3 +107,27 @@ class SecurityHeaders(HttpMiddleware):
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+class HeadAsGet(HttpMiddleware):
+    """A ``HEAD`` request served as the ``GET`` it asks about, its body left out (the
+    headers, ``Content-Length`` included, are the ``GET``'s, as RFC 9110 allows). The
+    scope passed on is a copy: middleware outside this one (the request metrics) still
+    sees ``HEAD``."""
+
+    async def http(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["method"] != "HEAD":
+            await self.app(scope, receive, send)
+            return
+
+        async def headers_only(message: Message) -> None:
+            if message["type"] == "http.response.body":
+                if message.get("more_body", False):
+                    return  # the body's parts are dropped; its end is sent, empty
+                message = {"type": "http.response.body", "body": b"", "more_body": False}
+            await send(message)
+
+        inner = {**scope, "method": "GET"}
+        await self.app(inner, receive, headers_only)
+        if "route" in inner:  # the route the router matched, for the request metrics
+            scope["route"] = inner["route"]

@@ -26,7 +26,12 @@ from kafka_audit import __version__
 from kafka_audit.auditor_api import problems
 from kafka_audit.auditor_api.auth import BearerAuth, is_open
 from kafka_audit.auditor_api.cache import ResponseCache
-from kafka_audit.auditor_api.guards import AllowedHosts, ConcurrencyLimit, SecurityHeaders
+from kafka_audit.auditor_api.guards import (
+    AllowedHosts,
+    ConcurrencyLimit,
+    HeadAsGet,
+    SecurityHeaders,
+)
 from kafka_audit.auditor_api.metrics import RequestMetrics
 from kafka_audit.auditor_api.params import declared_query_only
 from kafka_audit.auditor_api.routes import (
@@ -69,6 +74,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     title = "Kafka durability auditor"
     app = FastAPI(title=title, version=__version__, lifespan=lifespan,
                   docs_url=None, redoc_url=None,  # served from packaged assets: routes/docs.py
+                  # each operation's id is its function's name (list_findings, timeline),
+                  # the names generated clients give their methods; FastAPI's default
+                  # glued the path and method on (list_findings_v1_findings_get)
+                  generate_unique_id_function=lambda route: route.name,
                   description="Acknowledged-but-lost writes and their evidence, from Delta "
                               "tables. Every error is an RFC 9457 problem "
                               "(application/problem+json); a query parameter a route does not "
@@ -77,6 +86,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               "one). A person reads /dashboard; Prometheus scrapes /metrics.")
     app.state.snapshots = {}
     app.state.metrics_registry = registry = CollectorRegistry(auto_describe=True)
+    _process_metrics(registry)
     problems.install(app)
     v1 = {"dependencies": [Depends(declared_query_only)],
           "responses": problems.PROBLEM_RESPONSES}
@@ -91,7 +101,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(metrics.router, **v1)
     app.include_router(dashboard.router)
     app.include_router(docs.router(title))
-    # the last added runs first: metrics, headers, Host, the limit, gzip, tokens, cache
+    # the last added runs first: metrics, HEAD as GET, headers, Host, the limit, gzip,
+    # tokens, cache
     if limits.api.response_cache:
         app.add_middleware(ResponseCache, fastapi_app=app,  # inside the token check
                            max_bytes=int(limits.api.response_cache_max_mb * (1 << 20)))
@@ -101,12 +112,32 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.add_middleware(ConcurrencyLimit, limit=limits.api.max_concurrent_requests)
     app.add_middleware(AllowedHosts, allowed=allowed_hosts(limits.api))
     app.add_middleware(SecurityHeaders)
+    app.add_middleware(HeadAsGet)  # inside the metrics: a HEAD is counted as one
     app.add_middleware(RequestMetrics, registry=registry)  # outermost: 401s are timed too
     if tokens:
         _declare_bearer(app)
     if settings is not None:
         app.dependency_overrides[get_settings] = lambda: settings
     return app
+
+
+def _process_metrics(registry: CollectorRegistry) -> None:
+    """The client library's standard figures of this process (``process_*``: memory, CPU,
+    open files; ``python_*``: the interpreter, its garbage collector) and
+    ``kafka_audit_build_info`` (the version and the Python that serve), on the app's own
+    registry: the API's memory can then be alerted on as the soaks watched it."""
+    import platform
+
+    from prometheus_client import Info, ProcessCollector
+    from prometheus_client.gc_collector import GCCollector
+    from prometheus_client.platform_collector import PlatformCollector
+
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    GCCollector(registry=registry)
+    Info("kafka_audit_build", "the auditor's version and the Python serving it",
+         registry=registry).info({"version": __version__,
+                                  "python": platform.python_version()})
 
 
 def _declare_bearer(app: FastAPI) -> None:

@@ -120,5 +120,5 @@ def uvicorn_config(app: Any, settings, *, host: str | None = None, port: int | N
                "ssl_keyfile_password": api.tls_key_password.get_secret_value()
                if api.tls_key_password else None}
     config = uvicorn.Config(app, host=host, port=api.port if port is None else port,
-                            **tls, **options)
+                            root_path=api.root_path, **tls, **options)
     return config

@@ -349,6 +349,10 @@ class ApiSettings(_Section):
     host: str = Field("127.0.0.1", description="the address the API binds to (serve --host); "
                       "beyond loopback it needs api.tokens or api.allow_open")
     port: int = Field(8088, description="the API's port (serve --port)")
+    root_path: str = Field("", pattern=r"^(/[^/?#\s]+)*$", description="the path prefix a "
+                           "reverse proxy serves the API under (/audit), stripped by the "
+                           "proxy before it forwards: the links of /docs and /redoc carry "
+                           "it (the dashboard's paths are relative and need none)")
     page_size_max: int = Field(1000, gt=0, description="the largest page_size of "
                                "/v1/findings")
     tokens: list[ApiToken] = Field(

@@ -11,6 +11,11 @@ The page's ``Content-Security-Policy`` (:data:`DASHBOARD_POLICY`) lets only this
 own scripts run (no inline script, no other origin), and its requests go to this app
 only: a record's text that slipped into the page as markup could neither run nor send
 the token anywhere. The script itself shows every value as text (``dashboard.js``).
+
+Every path the page and its script use is relative (``dashboard/static/...``, ``v1/...``):
+behind a reverse proxy that serves the API under a prefix (``/audit/dashboard``, with
+uvicorn's ``--root-path /audit`` or the proxy's ``X-Forwarded-Prefix`` handled there) they
+resolve under the prefix.
 """
 
 from __future__ import annotations
@@ -35,8 +40,15 @@ _ASSETS = {"dashboard.js": ("kafka_audit.auditor_api", "static"),
            "plotly.min.js": ("plotly", "package_data")}
 
 
-@router.get("/dashboard")
 @router.get("/dashboard/")
+def dashboard_slash() -> Response:
+    """To ``/dashboard``, relatively: the page's own paths are relative to it (it works
+    behind a proxy that serves the API under a path prefix) and would not resolve from
+    here."""
+    return Response(status_code=308, headers={"Location": "../dashboard"})
+
+
+@router.get("/dashboard")
 def dashboard(request: Request) -> Response:
     page = packaged("kafka_audit.auditor_api", "static", "dashboard.html")
     assert page is not None, "the package lacks auditor_api/static/dashboard.html"

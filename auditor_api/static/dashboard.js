@@ -225,7 +225,7 @@ function renderLosses(section, tl) {
 async function load() {
   const status = document.getElementById("status");
   try {
-    const topics = await api("/v1/topics");
+    const topics = await api("v1/topics");
     document.getElementById("login").hidden = true;
     document.getElementById("main").hidden = false;
     const asked = /(?:^#|&)topic=([^&]+)/.exec(location.hash);
@@ -235,12 +235,12 @@ async function load() {
     const box = document.getElementById("timelines");
     box.replaceChildren();
     if (!topic) { status.textContent = "no topic audited yet"; document.body.dataset.ready = "yes"; return; }
-    const detail = await api("/v1/topics/" + encodeURIComponent(topic));
+    const detail = await api("v1/topics/" + encodeURIComponent(topic));
     renderPartitions(detail);
     const parts = detail.partitions.filter((p) => p.partition >= 0)
       .sort((a, b) => (b.lost - a.lost) || (a.partition - b.partition)).slice(0, 12);
     for (const p of parts) {
-      const tl = await api(`/v1/partitions/${encodeURIComponent(topic)}/${p.partition}/timeline?points=800`);
+      const tl = await api(`v1/partitions/${encodeURIComponent(topic)}/${p.partition}/timeline?points=800`);
       const section = el("section", { class: "partition", "data-partition": p.partition });
       section.append(el("h3", {}, `${topic} partition ${p.partition}`
         + (tl.downsampled.length ? ` (downsampled: ${tl.downsampled.join(", ")})` : "")));

@@ -28,11 +28,11 @@ PROBLEM = "application/problem+json"
 
 
 @contextmanager
-def serving(app) -> Iterator[str]:
+def serving(app, root_path: str = "") -> Iterator[str]:
     """uvicorn in a thread on a socket bound here first (no race for the port); its URL."""
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning"))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", root_path=root_path))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

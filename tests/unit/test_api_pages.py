@@ -138,14 +138,14 @@ def test_every_answer_says_nosniff_and_the_dashboard_runs_only_its_own_scripts(t
     assert csp["object-src"] == ["'none'"] and csp["frame-ancestors"] == ["'none'"]
     found = refs(page.text)
     assert found.inline == [] and found.urls
-    for url in found.urls:
-        assert url.startswith("/") and not url.startswith("//"), url
-        assert open_app.get(url).status_code == 200, url
+    for url in found.urls:  # relative: under a proxy's path prefix too
+        assert not url.startswith(("/", "http:", "https:")), url
+        assert open_app.get("/" + url).status_code == 200, url
 
 
 NODE_HARNESS = r"""
 // dashboard.js as the app serves it, over a stubbed DOM and plotly.js; its requests go to
-// the real API. Prints what each chart was given, the page's text and any markup set.
+// the real API (as if through a proxy under a path prefix). Prints what each chart was given, the page's text and any markup set.
 const vm = require("vm");
 const [base, script] = process.argv.slice(2);
 const texts = [], markup = [], plots = [];
@@ -178,9 +178,17 @@ const store = {};
 const context = vm.createContext({
   document, Node: Node_, console, setTimeout,
   sessionStorage: { getItem: (k) => store[k] ?? null, setItem: (k, v) => { store[k] = v; } },
-  location: { hash: "", pathname: "/dashboard", search: "" },
+  location: { hash: "", pathname: "/audit/dashboard", search: "" },
   history: { replaceState() {} },
-  fetch: (path, options) => fetch(base + path, options),
+  // the page as a reverse proxy serves it under /audit: each path the script asks is
+  // resolved against the page's address and must stay under the prefix
+  fetch: (path, options) => {
+    const url = new URL(path, "http://proxy.example/audit/dashboard");
+    if (url.origin !== "http://proxy.example" || !url.pathname.startsWith("/audit/")) {
+      throw new Error("a request outside the prefix: " + url.href);
+    }
+    return fetch(base + url.pathname.slice("/audit".length) + url.search, options);
+  },
   Plotly: { newPlot: async (_el, traces, layout) => { plots.push({ traces, layout }); } },
 });
 vm.runInContext(require("fs").readFileSync(script, "utf8"), context);
