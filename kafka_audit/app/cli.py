@@ -1,8 +1,10 @@
-"""``kafka-audit``: one command, a subcommand per role. ``kafka-audit SUBCOMMAND --help``.
+"""``kafka-audit``: one command, a subcommand per role (also ``python -m kafka_audit``).
 
-Exit codes: 0 success; 1 a demo whose verdicts did not match ground truth; 2 a
-configuration or usage error, or any other :class:`AuditorError` (one line on
-stderr, the traceback too with ``--verbose``); 130 interrupted (Ctrl-C).
+Exit codes (:data:`EXIT_CODES`, printed by ``--help`` and listed in
+docs/reference/cli.md): 0 success; 1 a demo or scenario whose verdicts did not match
+ground truth; 2 a configuration or usage error, or any other :class:`AuditorError` (one
+line on stderr, the traceback too with ``--verbose``); 3 ``check`` found a blocker;
+130 interrupted (Ctrl-C).
 """
 
 from __future__ import annotations
@@ -25,10 +27,24 @@ from kafka_audit.settings import get_settings
 log = logging.getLogger("kafka_audit.app.cli")
 
 EXIT_OK = 0
-EXIT_MISMATCH = 1  # a demo whose verdicts did not match ground truth
+EXIT_MISMATCH = 1  # a demo or scenario run whose verdicts did not match ground truth
 EXIT_ERROR = 2  # a configuration or usage error (argparse exits 2 too), any AuditorError
 EXIT_BLOCKED = 3  # `check` found a problem that blocks auditing
 EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT
+#: every exit code and when, as ``--help`` prints them (the docs' table holds the same)
+EXIT_CODES = {
+    EXIT_OK: "success",
+    EXIT_MISMATCH: "demo, scenario run: the auditor's verdicts did not match the ground truth",
+    EXIT_ERROR: "a configuration or usage error, or any other error of the auditor (one "
+                "line on stderr; --verbose adds the traceback)",
+    EXIT_BLOCKED: "check: a blocker, something that keeps the auditor from auditing (a "
+                  "permission it needs is missing, ...), printed with its fix",
+    EXIT_INTERRUPTED: "interrupted (Ctrl-C)",
+}
+DESCRIPTION = ("Proves, message by message, whether acknowledged Kafka writes survived. One "
+               "command, a subcommand per role; 'kafka-audit SUBCOMMAND --help' for its "
+               "options. Settings: KAFKA_AUDIT_CONFIG (a YAML file), KAFKA_AUDIT_HOME and "
+               "KAFKA_AUDIT_<SECTION>__<KEY> variables; 'kafka-audit config show' prints them.")
 
 # A third-party module a command imports -> the extra of pyproject.toml that installs it
 # (a plain install is the ground floor only; tests/unit/test_extras.py holds this true)
@@ -325,7 +341,10 @@ def _token(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="kafka-audit", description=__doc__.splitlines()[0])
+    codes = "\n".join(f"  {code:>3}  {what}" for code, what in EXIT_CODES.items())
+    p = argparse.ArgumentParser(prog="kafka-audit", description=DESCRIPTION,
+                                epilog=f"exit codes:\n{codes}",
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"kafka-audit {__version__}")
     p.add_argument("-v", "--verbose", action="store_true",
                    help="print the traceback of an error, not only its one-line message")
@@ -335,20 +354,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_setup)
 
     s = sub.add_parser("cluster", help="the local 3-node KRaft cluster")
-    s.add_argument("action", choices=["up", "down", "status", "kill", "stop", "start"])
+    s.add_argument("action", choices=["up", "down", "status", "kill", "stop", "start"],
+                   help="up: start (formatted on first use); status: nodes, leaders and "
+                   "ISRs; down: stop all; kill N: SIGKILL node N; stop N / start N")
     s.add_argument("node", nargs="?", type=int, help="node number for kill/stop/start")
     s.set_defaults(fn=_cluster)
 
     s = sub.add_parser("produce", help="stamped load with a Delta ack ledger")
-    s.add_argument("topic")
-    s.add_argument("--rate", type=float, default=1000, help="messages/s, 0 = unlimited")
-    s.add_argument("--seconds", type=float, default=None)
-    s.add_argument("--count", type=int, default=None)
-    s.add_argument("--size", type=int, default=100)
-    s.add_argument("--acks", choices=["0", "1", "all"], default="all")
-    s.add_argument("--idempotence", action="store_true")
-    s.add_argument("--retries", type=int, default=2)
-    s.add_argument("--producer-id", default="load")
+    s.add_argument("topic", help="the topic to write to (it must exist)")
+    s.add_argument("--rate", type=float, default=1000, help="messages/s, 0 = unlimited "
+                   "(default 1000)")
+    s.add_argument("--seconds", type=float, default=None, help="stop after this long")
+    s.add_argument("--count", type=int, default=None, help="stop after this many writes")
+    s.add_argument("--size", type=int, default=100, help="bytes of each value (default 100)")
+    s.add_argument("--acks", choices=["0", "1", "all"], default="all",
+                   help="the producer's acks (default all)")
+    s.add_argument("--idempotence", action="store_true",
+                   help="enable.idempotence=true (needs --acks all)")
+    s.add_argument("--retries", type=int, default=2,
+                   help="the producer's retries (default 2)")
+    s.add_argument("--producer-id", default="load",
+                   help="the id stamped on every write and kept in the ledger (default load)")
     s.set_defaults(fn=_produce)
 
     s = sub.add_parser("ship", help="commit the kaudit plugin's spooled delivery reports "
@@ -357,7 +383,8 @@ def build_parser() -> argparse.ArgumentParser:
                                        "<home>/spool/native)")
     s.add_argument("--follow", action="store_true", help="ship again every --interval "
                                                          "seconds, until interrupted")
-    s.add_argument("--interval", type=float, default=1.0)
+    s.add_argument("--interval", type=float, default=1.0,
+                   help="seconds between two shipments with --follow (default 1)")
     s.set_defaults(fn=_ship)
 
     s = sub.add_parser("commit-staged", help="commit the acks producer hosts hand over "
@@ -373,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_consume)
 
     s = sub.add_parser("audit", help="Spark job: acks x consumed -> findings")
-    s.add_argument("--once", action="store_true")
+    s.add_argument("--once", action="store_true", help="one pass, then stop")
     s.set_defaults(fn=_audit)
 
     s = sub.add_parser("windows", help="recompute the windows table (when writes were at "
@@ -382,7 +409,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_windows)
 
     s = sub.add_parser("watch", help="poll leaders/ISRs into cluster_events")
-    s.add_argument("--once", action="store_true")
+    s.add_argument("--once", action="store_true", help="one look at the cluster, then stop")
     s.set_defaults(fn=_watch)
 
     s = sub.add_parser("run", help="the whole auditor as one service: watcher, consume, "
@@ -398,7 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("scenario", help="fault scenarios on the local cluster, judged against "
                                         "ground truth: list, run NAME")
-    s.add_argument("action", choices=["list", "run"])
+    s.add_argument("action", choices=["list", "run"],
+                   help="list: the scenarios and what each injects; run: run them")
     s.add_argument("name", nargs="*", help="the scenarios to run (see list), or all")
     s.add_argument("--seed", type=int, default=0, help="what varies between runs")
     s.add_argument("--seeds", type=int, default=1,
@@ -410,8 +438,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_scenario)
 
     s = sub.add_parser("serve", help="REST API (uvicorn)")
-    s.add_argument("--host")
-    s.add_argument("--port", type=int)
+    s.add_argument("--host", help="the address to bind (default: api.host)")
+    s.add_argument("--port", type=int, help="the port (default: api.port, 8088)")
     s.set_defaults(fn=_serve)
 
     s = sub.add_parser("demo", help="produce with acks=1, kill the leader, audit, serve findings")
@@ -428,7 +456,8 @@ def build_parser() -> argparse.ArgumentParser:
     token = s.add_subparsers(dest="token_cmd", metavar="new|hash", required=True)
     s = token.add_parser("new", help="print a new random token and its settings entry (hash)")
     s.add_argument("--name", default="reader", help="who holds it (default: reader)")
-    s.add_argument("--role", choices=["read", "admin"], default="read")
+    s.add_argument("--role", choices=["read", "admin"], default="read",
+                   help="read: GET and HEAD only (default); admin: any method")
     s.set_defaults(fn=_token)
     s = token.add_parser("hash", help="print the settings hash of a token read from stdin")
     s.set_defaults(fn=_token)
