@@ -145,7 +145,8 @@ def test_every_answer_says_nosniff_and_the_dashboard_runs_only_its_own_scripts(t
 
 NODE_HARNESS = r"""
 // dashboard.js as the app serves it, over a stubbed DOM and plotly.js; its requests go to
-// the real API (as if through a proxy under a path prefix). Prints what each chart was given, the page's text and any markup set.
+// the real API (as if through a proxy under a path prefix). Prints what each chart was
+// given, the page's text and any markup set.
 const vm = require("vm");
 const [base, script] = process.argv.slice(2);
 const texts = [], markup = [], plots = [];
