@@ -52,6 +52,13 @@ def test_the_wheel_sets_itself_up_and_runs_from_any_directory(cluster, settings,
                            cwd=elsewhere, env=env, capture_output=True, text=True)
     assert where.stdout.strip().startswith(packages), where.stdout  # the wheel, not the checkout
     assert run("--help").returncode == 0
+    dash_m = subprocess.run([str(py), "-m", "kafka_audit", "--version"], cwd=elsewhere, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert dash_m.returncode == 0 and dash_m.stdout.startswith("kafka-audit "), dash_m.stderr
+    deploy = Path(packages) / "kafka_audit" / "deploy"  # what an operator deploys with
+    for name in ("kafka-audit.service", "prometheus-alerts.yml", "sql/TABLES.md",
+                 "sql/setup_duckdb.sql", "sql/loss_by_topic_and_day.sql"):
+        assert (deploy / name).is_file(), name
     setup = run("setup")
     assert setup.returncode == 0, setup.stderr
     assert (seeded / "native" / "native.jar").is_file()  # compiled from the wheel's Java code
