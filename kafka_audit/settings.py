@@ -18,6 +18,7 @@ import functools
 import json
 import os
 import re
+import types
 import typing
 from importlib import resources
 from pathlib import Path
@@ -514,9 +515,13 @@ class SteadySettings(_Section):
 
 
 def _section_model(annotation: Any) -> type[BaseModel] | None:
-    """The model of a field that is a section of settings; None for values and free dicts."""
+    """The model of a field that is a section of settings (an optional one too, such as
+    ``profile.sasl``); None for values and free dicts."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
+    members = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if len(members) == 1 and typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return _section_model(members[0])
     return None
 
 

@@ -104,6 +104,17 @@ def test_yaml_typo_names_the_key_and_the_nearest(tmp_path, monkeypatch):
     assert path in message
 
 
+def test_a_typo_in_an_optional_section_suggests_its_own_key(tmp_path, monkeypatch):
+    """``profile.sasl`` is optional (None without SASL): its keys were no candidates, and a
+    misspelled ``pasword_file`` there suggested ``profile.tls.key_password_file``."""
+    overlay(tmp_path, monkeypatch, {"profile": {"security_protocol": "SASL_SSL", "sasl": {
+        "mechanism": "SCRAM-SHA-512", "username": "u", "pasword_file": "/p"}}})
+    message = config_error()
+    assert "did you mean profile.sasl.password_file?" in message
+    overlay(tmp_path, monkeypatch, {"profile": {"pasword_file": "/p"}})  # in the wrong section
+    assert "did you mean profile.sasl.password_file?" in config_error()
+
+
 def test_yaml_typos_at_every_depth_are_all_reported(tmp_path, monkeypatch):
     overlay(tmp_path, monkeypatch, {"auditt": {"settle_seconds": 1},
                                     "settle_seconds": 1,
