@@ -71,6 +71,9 @@ class Report:
     kafka_metadata_version: str | None = None
     topics: dict[str, dict] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
+    #: what the check proved, one line each: which client connected how, which
+    #: permissions were found granted (a person wants to know what "ok" covers)
+    verified: list[str] = field(default_factory=list)
 
     @property
     def blocked(self) -> bool:
@@ -94,6 +97,8 @@ class Report:
         for f in self.findings:
             lines.append(f"{f.severity.upper():<8} {f.subject}: {f.problem}")
             lines.append(f"{'':<8} fix: {f.fix}")
+        if self.verified:
+            lines += ["verified:"] + [f"  - {v}" for v in self.verified] + [""]
         lines.append("check: " + ("BLOCKED: the auditor cannot audit this cluster as configured"
                                   if self.blocked else "ok" if not self.findings
                                   else "ok, with the risks above"))
@@ -106,10 +111,12 @@ def _describe_cluster(settings: Settings, timeout: float):
     from confluent_kafka import KafkaError, KafkaException
 
     refused: list[str] = []
+    tls_failed: list[str] = []
 
     def on_error(err: KafkaError) -> None:
-        if err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED,
-                          KafkaError._SSL):
+        if err.code() == KafkaError._SSL or "SSL handshake failed" in err.str():
+            tls_failed.append(err.str())  # before any password was sent
+        elif err.code() in (KafkaError._AUTHENTICATION, KafkaError.SASL_AUTHENTICATION_FAILED):
             refused.append(err.str())
 
     conf = cluster_config(settings)
@@ -117,9 +124,18 @@ def _describe_cluster(settings: Settings, timeout: float):
     fut = admin.describe_cluster(include_authorized_operations=True,
                                  request_timeout=timeout)
     deadline = time.monotonic() + timeout + 5
-    while not fut.done() and not refused and time.monotonic() < deadline:
+    while not fut.done() and not refused and not tls_failed and time.monotonic() < deadline:
         admin.poll(0.2)
     who = f"user {settings.profile.sasl.username!r} " if settings.profile.sasl else ""
+    if tls_failed:
+        tls = settings.profile.tls
+        ca = f"profile.tls.ca_file ({tls.ca_file})" if tls.ca_file else \
+            "profile.tls.ca_file (unset: the system's CAs)"
+        raise CheckFailed(f"the TLS handshake with the cluster failed (profile "
+                          f"{settings.profile.name!r}): {_tls_reason(tls_failed[0])}; check "
+                          f"{ca}: the CA that signed the brokers' certificates, the host name "
+                          f"the brokers' certificates name, and, for mutual TLS, "
+                          f"profile.tls.cert_file and key_file")
     if refused:
         raise CheckFailed(f"the cluster refused {who}(profile {settings.profile.name!r}): "
                           f"{refused[0].splitlines()[0]}; check the password, the SASL "
@@ -130,6 +146,14 @@ def _describe_cluster(settings: Settings, timeout: float):
         msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckFailed(f"cannot reach the cluster at {conf['bootstrap.servers']} (profile "
                           f"{settings.profile.name!r}) within {timeout:.0f}s: {msg}") from None
+
+
+def _tls_reason(text: str) -> str:
+    """The part of librdkafka's TLS error that says why (``certificate verify failed``,
+    ...), without the broker list before it."""
+    line = text.splitlines()[0]
+    why = re.search(r"SSL handshake failed: (.*)", line)
+    return (why.group(1) if why else line)[:300]
 
 
 def _java_probe(settings: Settings, timeout: float) -> dict:
@@ -224,10 +248,23 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
         report.findings.append(Finding(
             "blocker", "warehouse", unsound, "use a store that refuses a PUT with "
             "If-None-Match: * of an existing object (AWS S3 does): see docs/operate/storage.md"))
+    if unsound is None and settings.remote_warehouse:
+        report.verified.append(f"warehouse {settings.warehouse_uri}: writable, and refuses a "
+                               f"second create of one object (concurrent commits are safe)")
     admin, cluster = _describe_cluster(settings, timeout)
     report.cluster_id, report.brokers = cluster.cluster_id, len(cluster.nodes)
+    sasl = settings.profile.sasl
+    as_whom = f", authenticated as {sasl.username!r} ({sasl.mechanism})" if sasl else ""
+    report.verified.append(f"librdkafka (the producers', the watcher's and the re-reads' "
+                           f"client): connected over {settings.profile.security_protocol}"
+                           f"{as_whom}, described the cluster")
     report.kafka_metadata_version = _java_probe(settings, 3 * timeout)["metadata_version"]
+    report.verified.append(f"the Java client (the one Spark's consume job uses): connected "
+                           f"with the same profile, read metadata.version "
+                           f"{report.kafka_metadata_version}")
     ops = {op.name for op in cluster.authorized_operations or []}
+    if "DESCRIBE" in ops:
+        report.verified.append("permission DESCRIBE on the cluster")
     if "DESCRIBE" not in ops:
         report.findings.append(Finding(
             "blocker", "cluster", "may not DESCRIBE the cluster",
@@ -262,6 +299,9 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
                     report.findings.append(Finding(
                         "blocker", t, f"may not {op} it ({why})",
                         f"grant {op} on topic {t} (or on a prefix of it) to the auditor"))
+            granted = [op for op in NEEDED_ON_TOPICS if op in allowed]
+            if granted:
+                report.verified.append(f"permissions {', '.join(granted)} on topic {t}")
         rf = min(len(p.replicas) for p in d.partitions) if d.partitions else 0
         try:
             cfg = config_of[t].result(timeout)

@@ -46,8 +46,14 @@ def test_check_reports_durability_risks_of_each_audited_topic(cluster, settings,
     assert all(f["severity"] == "risk" for f in report["findings"])
     assert not [f for f in report["findings"] if f["subject"] == topic
                 and "idempotence" in f["problem"]]
+    # what "ok" covers: each client that connected and each permission found granted
+    verified = report["verified"]
+    assert [v.split(" (")[0] for v in verified[:2]] == ["librdkafka", "the Java client"]
+    assert "connected over PLAINTEXT" in verified[0] and "metadata.version 4.1" in verified[1]
+    assert f"permissions READ, DESCRIBE, DESCRIBE_CONFIGS on topic {topic}" in verified
     code, text, _, _ = check(settings, tmp_path)  # the table a person reads
     assert code == 0 and "check: ok, with the risks above" in text and risky in text
+    assert "verified:\n  - librdkafka" in text
 
 
 def test_check_says_in_one_line_when_the_cluster_cannot_be_reached(settings, tmp_path):

@@ -111,6 +111,25 @@ def test_a_wrong_password_is_one_line_and_exit_2_within_30s(cluster, settings, t
     assert "not-the-password" not in err + out
 
 
+def test_a_wrong_ca_is_a_failed_tls_handshake_naming_the_ca_file(cluster, settings, tmp_path):
+    """A CA that did not sign the brokers' certificates fails the TLS handshake before any
+    password is sent: the one line says so and names the setting, never "refused user"."""
+    other_key, other_ca = tmp_path / "other.key", tmp_path / "other.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:P-256", "-nodes", "-keyout", str(other_key), "-out",
+                    str(other_ca), "-subj", "/CN=another CA", "-days", "1"],
+                   capture_output=True, check=True)
+    profile = cluster.secure_profile("auditor")
+    profile = profile.model_copy(update={"tls": profile.tls.model_copy(
+        update={"ca_file": other_ca})})
+    code, _out, err, seconds = check(with_profile(settings, profile), tmp_path)
+    assert code == 2 and seconds < 30, (code, seconds, err)
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and "TLS handshake with the cluster failed" in lines[0], lines
+    assert f"profile.tls.ca_file ({other_ca})" in lines[0] and "refused" not in lines[0]
+    assert "certificate verify failed" in lines[0]
+
+
 def test_a_user_who_may_not_read_the_audited_topic_is_a_blocker(cluster, settings, topic,
                                                                 tmp_path):
     run_load(settings, LoadSpec(topic=topic, rate=0, count=10, acks="all"))  # in the ledger
