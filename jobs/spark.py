@@ -17,12 +17,46 @@ from kafka_audit.redact import SPARK_REDACTION_REGEX
 from kafka_audit.settings import Settings
 from kafka_audit.storage import StorageSettings, spark_properties
 
-__all__ = ["get_spark", "local_master", "object_store_properties"]
+__all__ = ["get_spark", "local_master", "object_store_properties", "jvm_alive",
+           "raise_if_jvm_died", "forget_dead_session", "JvmDied"]
 
 _LOG4J = resources.files("kafka_audit.conf").joinpath("spark-log4j2.xml")
 
 
 _LOCAL = re.compile(r"local(?:\[(\d+|\*)\])?")
+
+
+class JvmDied(RuntimeError):
+    """The Spark driver JVM of a session is gone (killed, out of memory): a job that sees
+    it ends, and the service starts it again on a new JVM (``app/service.py``)."""
+
+
+def jvm_alive(spark) -> bool:
+    """Whether the driver JVM that ``spark`` talks to still runs (True when pyspark did not
+    start it: under spark-submit the JVM is not ours to watch)."""
+    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    return proc is None or proc.poll() is None
+
+
+def raise_if_jvm_died(spark, exc: BaseException) -> None:
+    """Raise :class:`JvmDied` (from ``exc``) when ``spark``'s JVM is gone: retrying the
+    failed work on that session would fail forever."""
+    if not jvm_alive(spark):
+        raise JvmDied(f"the Spark driver JVM exited ({type(exc).__name__}); this job "
+                      f"starts again on a new one") from exc
+
+
+def forget_dead_session() -> None:
+    """Drop pyspark's process-wide handles to a session whose JVM died, so that the next
+    :func:`get_spark` starts a new JVM instead of handing the dead session back."""
+    from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+
+    SparkSession._instantiatedSession = None
+    SparkSession._activeSession = None
+    SparkContext._active_spark_context = None
+    SparkContext._gateway = None
+    SparkContext._jvm = None
 
 
 def local_master(master: str, attempts: int) -> str:

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 
 from kafka_audit.jobs.audit.audit_pass import AuditSummary, Warm, run_audit_pass
 from kafka_audit.jobs.audit.lookups import ClusterLookups
+from kafka_audit.jobs.spark import raise_if_jvm_died
 from kafka_audit.jobs.upkeep.maintenance import Upkeep
 from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter
@@ -72,6 +73,7 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
             except Exception as exc:
                 if once:
                     raise
+                raise_if_jvm_died(spark, exc)  # the service starts the loop on a new JVM
                 stop.wait(outage.failed(exc))
                 continue
             outage.succeeded(pass_id=summary.pass_id, pending=summary.pending,

@@ -46,6 +46,7 @@ from collections.abc import Callable
 
 from kafka_audit.jobs.consume.transforms import fold_read_runs
 from kafka_audit.jobs.sink import write_delta
+from kafka_audit.jobs.spark import raise_if_jvm_died
 from kafka_audit.profile import spark_kafka_options, topic_pattern
 from kafka_audit.settings import Settings
 from kafka_audit.store import check_table, commit_metadata
@@ -275,6 +276,7 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
         except Exception as exc:  # noqa: BLE001 - restarted after a wait, never dies of it
             if once:
                 raise
+            raise_if_jvm_died(spark, exc)  # but of its JVM: the service gives it a new one
             if query is not None:
                 halting.set()
                 try:

@@ -186,6 +186,7 @@ def build(settings: Settings, spark_factory=None) -> Service:
     from kafka_audit.app.api_process import supervise_api_process
     from kafka_audit.jobs.audit.audit_job import run_audit_loop
     from kafka_audit.jobs.consume.consume_job import run_consume
+    from kafka_audit.jobs.spark import forget_dead_session, jvm_alive
     from kafka_audit.jobs.upkeep.staged_acks import run_staged_commits
     from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 
@@ -194,6 +195,10 @@ def build(settings: Settings, spark_factory=None) -> Service:
 
     def spark():
         with spark_lock:
+            if session and not jvm_alive(session[0]):  # killed, or out of memory
+                log.warning("the Spark driver JVM is gone: starting a new one")
+                session.pop()
+                forget_dead_session()
             if not session:
                 from kafka_audit.jobs.spark import get_spark
 
