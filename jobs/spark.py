@@ -46,17 +46,24 @@ def raise_if_jvm_died(spark, exc: BaseException) -> None:
                       f"starts again on a new one") from exc
 
 
-def forget_dead_session() -> None:
-    """Drop pyspark's process-wide handles to a session whose JVM died, so that the next
-    :func:`get_spark` starts a new JVM instead of handing the dead session back."""
+def forget_dead_session() -> bool:
+    """Drop pyspark's process-wide handles to a driver JVM that has exited (killed, out of
+    memory, or dead while the session was being made), so that the next :func:`get_spark`
+    starts a new JVM instead of handing the dead one back; False (nothing done) while
+    the JVM runs, or when pyspark did not start it."""
     from pyspark import SparkContext
     from pyspark.sql import SparkSession
 
+    gateway = SparkContext._gateway
+    proc = getattr(gateway, "proc", None)
+    if gateway is None or proc is None or proc.poll() is None:
+        return False
     SparkSession._instantiatedSession = None
     SparkSession._activeSession = None
     SparkContext._active_spark_context = None
     SparkContext._gateway = None
     SparkContext._jvm = None
+    return True
 
 
 def local_master(master: str, attempts: int) -> str:

@@ -202,8 +202,15 @@ def build(settings: Settings, spark_factory=None) -> Service:
             if not session:
                 from kafka_audit.jobs.spark import get_spark
 
-                session.append((spark_factory or get_spark)(long_running(settings),
-                                                            "kafka-audit-run"))
+                try:
+                    session.append((spark_factory or get_spark)(long_running(settings),
+                                                                "kafka-audit-run"))
+                except Exception:
+                    # a JVM killed while the session was being made: the next try (the
+                    # supervisor's restart) starts another instead of the dead one
+                    if forget_dead_session():
+                        log.warning("the Spark driver JVM died while starting")
+                    raise
             return session[0]
 
     def watcher(stop: threading.Event) -> None:
