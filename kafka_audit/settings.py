@@ -224,7 +224,7 @@ class SparkSettings(_Section):
         default_factory=dict, description="further Spark properties (spark.executor.memory, "
         "...), set last: they win over the project's")
     max_offsets_per_trigger: int = Field(
-        10_000_000, gt=0, description="most offsets one consume micro-batch takes when "
+        1_000_000, gt=0, description="most offsets one consume micro-batch takes when "
         "catching up: a backlog is read in steps of this many, each judged before the next "
         "is done, and the fold's rows of one batch (a row a record when producers "
         "interleave) are held at once; each batch costs some fixed work, about a second "
