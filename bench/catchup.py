@@ -1,0 +1,278 @@
+"""Catch-up after an outage: ``kafka-audit run`` reading a backlog, against a bare read.
+
+On a freshly wiped local cluster, one topic of 3 partitions (RF 3):
+
+1. ``--producers`` instrumented producers (acks=all, one process) write ``--rate`` msg/s
+   in total, in turn, so their writes interleave on every partition and the consume
+   job's runs are short (the fold's worst case: about a row per record);
+2. ``kafka-audit run`` audits them for ``--steady`` minutes: the steady-state RSS of the
+   service's Python process and of its Spark driver JVM (their highest over the second
+   half of the phase);
+3. the service is stopped for ``--outage`` minutes while the producers go on;
+4. it is started again: the seconds until its consume checkpoint has passed the log
+   ends of the restart (caught up), the catch-up rate (the backlog over that time), and
+   the peak RSS of both processes meanwhile (goal: <= 1.5x steady);
+5. the service stopped again, a bare Spark read of the same offsets into the ``noop``
+   sink, a process of its own with the same Spark settings, while the producers still
+   write (goal: catch-up rate >= 0.8x its rate); then the service started again;
+6. the producers stop (idempotent: a retry writes nothing twice); once ``/v1/summary``
+   holds every delivery report and has nothing pending, each must have exactly one
+   verdict, every acknowledged write ``confirmed`` (no fault was injected).
+
+Run (the demo's ports and ``var`` home)::
+
+    KAFKA_AUDIT_HOME=var .venv/bin/python bench/catchup.py [--outage 30] [--steady 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from steady import cluster_down, fresh_cluster, processes, rss_by_process, say
+from sustained import committed_offsets, log_ends, summary
+
+from kafka_audit.scenarios.cluster import wait_until
+from kafka_audit.scenarios.harness import Component, settings_file
+from kafka_audit.settings import Settings, get_settings
+
+PARTITIONS = 3
+
+
+def bare_range(settings: Settings, topic: str, start: dict[int, int], end: dict[int, int]
+               ) -> None:
+    """The bare read (a process of its own, ``--bare-range``): ``topic`` from ``start``
+    to ``end`` (offsets by partition) into ``noop``; prints its seconds."""
+    from kafka_audit.jobs.spark import get_spark
+
+    spark = get_spark(settings, "kafka-audit-bench-bare")
+    # a first small read: the JVM's warm-up, as the service's is (not timed)
+    few = {p: min(end[p], o + 1000) for p, o in start.items()}
+    for lo, hi, timed in ((start, few, False), (start, end, True)):
+        t = time.perf_counter()
+        (spark.read.format("kafka")
+         .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
+         .option("subscribe", topic).option("includeHeaders", "true")
+         .option("startingOffsets", json.dumps({topic: {str(p): o for p, o in lo.items()}}))
+         .option("endingOffsets", json.dumps({topic: {str(p): o for p, o in hi.items()}}))
+         .load().write.format("noop").mode("overwrite").save())
+        if timed:
+            print(f"bare seconds {time.perf_counter() - t:.3f}", flush=True)
+
+
+def produce_many(settings: Settings, topic: str, n: int, rate: float, stop_file: Path
+                 ) -> None:
+    """The producers (a process of their own, ``--producers-of``): ``n`` instrumented
+    producers in turn, one write each, ``rate`` writes a second in all, until
+    ``stop_file`` exists; then each is closed (its ledger committed). One process: twenty
+    of ``kafka-audit produce`` (a Python interpreter each) starved the brokers of the
+    two cores here."""
+    from kafka_audit.producers.instrumented import AuditedProducer
+    from kafka_audit.producers.load import LoadSpec, Pacer, producer_config
+
+    spec = LoadSpec(topic=topic, rate=rate, acks="all", idempotence=True,
+                    retries=2147483647, producer_id="catchup")
+    producers = [AuditedProducer(producer_config(settings, spec), f"catchup-{i}", settings)
+                 for i in range(n)]
+    pacer, sent, pad = Pacer(rate), 0, os.urandom(88)
+    while True:
+        if sent % 1000 == 0:
+            for p in producers:
+                p.poll(0)
+            if stop_file.exists():
+                break
+            print(f"sent {sent} acked {sum(p.acked for p in producers)}", flush=True) \
+                if sent % 100_000 == 0 else None
+        if pacer.ahead(sent):
+            time.sleep(0.002)
+            continue
+        p = producers[sent % n]
+        try:
+            p.produce(topic, sent.to_bytes(12, "big") + pad)
+        except BufferError:
+            p.poll(0.05)
+            continue
+        sent += 1
+    for p in producers:
+        p.close()
+    print(f"closed: sent {sent} acked {sum(p.acked for p in producers)} failed "
+          f"{sum(p.failed for p in producers)}", flush=True)
+    (stop_file.parent / "produced.json").write_text(json.dumps(
+        {"sent": sent, "acked": sum(p.acked for p in producers),
+         "failed": sum(p.failed for p in producers)}))
+
+
+class Producers:
+    """:func:`produce_many` as a process of its own."""
+
+    def __init__(self, settings: Settings, topic: str, n: int, rate: float) -> None:
+        # staged ledgers (the service commits them, as for a fleet of producers: twenty
+        # committing each their own every second spent a core here, in conflicts),
+        # batches of a few writes a producer
+        settings = settings.model_copy(update={"producer": settings.producer.model_copy(
+            update={"ledger_commits": "staged", "ledger_flush_seconds": 5.0,
+                    "linger_ms": 20})})
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_AUDIT_")}
+        env["KAFKA_AUDIT_CONFIG"] = str(settings_file(settings,
+                                                      settings.home_dir / "produce.yaml"))
+        self.stop_file = settings.home_dir / "produce.stop"
+        self.log = open(settings.home_dir / "produce.log", "ab")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--producers-of", topic, str(n), f"{rate:g}",
+             str(self.stop_file)], env=env, stdout=self.log, stderr=subprocess.STDOUT)
+
+    def stop(self) -> None:
+        self.stop_file.touch()
+        try:
+            self.proc.wait(300)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self.log.close()
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+
+def peak_rss(service: Component, cluster, seconds: float | None, until=None,
+             every: float = 2.0) -> dict[str, float]:
+    """The highest RSS (MB) of the service's Python process and its Spark driver JVM,
+    sampled every ``every`` seconds for ``seconds`` or until ``until()`` holds."""
+    peak = {"service": 0.0, "driver": 0.0}
+    end = time.monotonic() + seconds if seconds is not None else None
+    while (end is None or time.monotonic() < end) and not (until and until()):
+        rss = rss_by_process(processes(service.proc.pid, cluster, os.getpid()))
+        peak["service"] = max(peak["service"], rss.get("kafka-audit run (Python)", 0.0))
+        peak["driver"] = max(peak["driver"], rss.get("spark driver (JVM)", 0.0))
+        time.sleep(every)
+    return peak
+
+
+def main() -> None:
+    if len(sys.argv) == 6 and sys.argv[1] == "--producers-of":
+        produce_many(get_settings(), sys.argv[2], int(sys.argv[3]), float(sys.argv[4]),
+                     Path(sys.argv[5]))
+        return
+    if len(sys.argv) == 5 and sys.argv[1] == "--bare-range":
+        start, end = json.loads(sys.argv[3]), json.loads(sys.argv[4])
+        bare_range(get_settings(), sys.argv[2], {int(p): o for p, o in start.items()},
+                   {int(p): o for p, o in end.items()})
+        return
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--outage", type=float, default=30, help="minutes the service is stopped")
+    ap.add_argument("--steady", type=float, default=5, help="minutes of steady state first")
+    ap.add_argument("--producers", type=int, default=20)
+    ap.add_argument("--rate", type=float, default=5000, help="msg/s of all producers")
+    ap.add_argument("--judge-wait", type=float, default=900)
+    args = ap.parse_args()
+    base = get_settings()
+    cluster = fresh_cluster(base)
+    home = base.home_dir / f"catchup-{time.strftime('%H%M%S')}"
+    settings = base.model_copy(update={"home": home})
+    home.mkdir(parents=True, exist_ok=True)
+    topic = f"catchup-{uuid.uuid4().hex[:6]}"
+    cluster.create_topic(topic, partitions=PARTITIONS, replication=3)
+    api = f"http://{settings.api.host}:{settings.api.port}"
+    checkpoint = Path(settings.checkpoint_uri("consume"))
+    result: dict = {"topic": topic, "home": str(home), "args": vars(args)}
+    say(f"topic {topic}, home {home}: {args.producers} producers, {args.rate:g} msg/s")
+    producers = Producers(settings, topic, args.producers, args.rate)
+    service = None
+    try:
+        service = Component(settings, "run")
+        wait_until(lambda: (s := summary(api, topic)) and s["verdicts"]["confirmed"] > 0,
+                   600, "the first confirmed writes over REST", every=1)
+        say(f"steady state for {args.steady:g} min")
+        time.sleep(args.steady * 30)
+        steady = peak_rss(service, cluster, args.steady * 30)
+        service.stop(120)
+        _batch, stopped_at = committed_offsets(checkpoint, topic)
+        say(f"service stopped (steady RSS {steady}); outage of {args.outage:g} min")
+        time.sleep(args.outage * 60)
+        if not producers.alive():
+            raise RuntimeError("the producers died during the outage")
+        restart = log_ends(cluster, topic, PARTITIONS)
+        backlog = sum(restart[p] - stopped_at.get(p, 0) for p in restart)
+        say(f"backlog {backlog:,} records; kafka-audit run again")
+        t0 = time.monotonic()
+        service = Component(settings, "run")
+
+        def caught_up() -> bool:
+            _b, done = committed_offsets(checkpoint, topic)
+            return all(done.get(p, 0) >= end for p, end in restart.items())
+
+        catch = peak_rss(service, cluster, None, until=caught_up)
+        took = time.monotonic() - t0
+        say(f"caught up in {took:.1f}s: {backlog / took:,.0f} msg/s; peak RSS {catch}")
+        # the bare read alone beside the producers, as the catch-up was (the service's
+        # audit passes, still judging the backlog, took a core from it in a first run)
+        service.stop(120)
+        bare_log = home / "bare.log"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_AUDIT_")}
+        env["KAFKA_AUDIT_CONFIG"] = str(settings_file(base.model_copy(
+            update={"home": home / "bare"}), home / "bare.yaml"))
+        with open(bare_log, "wb") as log:
+            subprocess.run([sys.executable, __file__, "--bare-range", topic,
+                            json.dumps(stopped_at), json.dumps(restart)],
+                           env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
+        bare_s = float(next(line.split()[-1] for line in bare_log.read_text().splitlines()
+                            if line.startswith("bare seconds")))
+        service = Component(settings, "run")  # to judge what is left
+        producers.stop()
+        total = sum(log_ends(cluster, topic, PARTITIONS).values())
+        produced = json.loads((home / "produced.json").read_text())
+        say(f"producers stopped: {produced}, {total:,} in the log; waiting for every verdict")
+
+        def judged() -> bool:  # every delivery report in the ledger, each judged
+            s = summary(api, topic)
+            return bool(s) and s["acked"] == produced["sent"] and s["pending"] == 0
+
+        t1, deadline = time.monotonic(), time.monotonic() + args.judge_wait
+        while not judged() and time.monotonic() < deadline:
+            time.sleep(2)
+        judged_in = time.monotonic() - t1 if judged() else None
+        final = summary(api, topic)
+        say(f"judged: {final} ({'all' if judged_in is not None else 'NOT all'} after "
+            f"{time.monotonic() - t1:.0f}s)")
+        service.stop(120)
+        result.update({
+            "backlog": backlog, "catch_up_seconds": round(took, 1),
+            "catch_up_rate": round(backlog / took), "bare_seconds": bare_s,
+            "bare_rate": round(backlog / bare_s), "ratio": round(bare_s / took, 3),
+            "steady_rss": steady, "catch_up_rss": catch,
+            "rss_ratio": {k: round(catch[k] / max(1.0, steady[k]), 2) for k in steady},
+            "log_end": total, "produced": produced, "summary": final,
+            "judged_after_load": judged_in and round(judged_in),
+            "judged_once": judged_in is not None
+            and sum(final["verdicts"].values()) == final["acked"],
+            "all_confirmed": final["verdicts"].get("confirmed") == produced["acked"],
+        })
+    finally:
+        if service is not None:
+            service.stop(120)
+        if producers.alive():
+            producers.stop()
+        cluster_down(cluster)
+    (home / "catchup.json").write_text(json.dumps(result, indent=1, default=str))
+    print()
+    print(f"backlog {result['backlog']:,} records after {args.outage:g} min at "
+          f"{args.rate:g} msg/s ({args.producers} producers)")
+    print(f"caught up in {result['catch_up_seconds']}s: {result['catch_up_rate']:,} msg/s; "
+          f"bare read of the same offsets {result['bare_rate']:,} msg/s: ratio "
+          f"{result['ratio']} (goal >= 0.8)")
+    for k in ("service", "driver"):
+        print(f"peak RSS {k}: steady {result['steady_rss'][k]:.0f} MB, catching up "
+              f"{result['catch_up_rss'][k]:.0f} MB: {result['rss_ratio'][k]}x (goal <= 1.5)")
+    print(f"every write judged once: {result['judged_once']} (all judged "
+          f"{result['judged_after_load']}s after the load; --judge-wait {args.judge_wait:g}); "
+          f"all confirmed: {result['all_confirmed']} ({result['produced']}; "
+          f"{result['log_end']:,} in the log)")
+
+
+if __name__ == "__main__":
+    main()
