@@ -34,7 +34,8 @@ class JvmDied(RuntimeError):
 def jvm_alive(spark) -> bool:
     """Whether the driver JVM that ``spark`` talks to still runs (True when pyspark did not
     start it: under spark-submit the JVM is not ours to watch)."""
-    proc = getattr(spark.sparkContext._gateway, "proc", None)
+    context = getattr(spark, "sparkContext", None)  # None: a stand-in (tests of the loops)
+    proc = getattr(getattr(context, "_gateway", None), "proc", None)
     return proc is None or proc.poll() is None
 
 
