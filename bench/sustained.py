@@ -222,7 +222,7 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
     finally:
         reader.stop()
         cluster_down(cluster)
-    commits = [t - (t0 + 0) for t in commit_times(reader.checkpoint)]
+    commits = [t - t0 for t in commit_times(reader.checkpoint)]
     during = [c for c in commits if 0 <= c <= load_end + (drained or 0)]
     gaps = [b - a for a, b in zip(during, during[1:], strict=False)]
     result = {

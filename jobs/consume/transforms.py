@@ -195,10 +195,12 @@ WARM_UP_RECORDS = 5000
 def warm_up_fold(spark, mac: StampMac | None = None) -> int:
     """Run the consume path's work on made-up records, to throw away: the fold, its
     local checkpoint, the Arrow hand-over. A fresh JVM did the first micro-batch of a
-    new topic 2x slower than the next (13 s against 3.5 s for 280,000 records, idle;
-    28 s while a 40,000 msg/s load shared the two cores, its backlog growing
-    meanwhile); after this (8 s idle) it was 6.8 s. Run only while there is nothing to
-    read: on a loaded machine it took 80 s, all of it a delay before real work.
+    new topic 2x slower than the next (13 s against 3.5 s for 280,000 records, idle,
+    timed once with a throw-away script around ``start_consume(once=True)``, not kept;
+    28 s while a 40,000 msg/s load shared the two cores: the first ``bench/sustained.py``
+    run's checkpoint times); after this (8 s idle) it was 6.8 s. Run only while there
+    is nothing to read: beside ``bench/catchup.py``'s twenty producers it took 80 s (the
+    service's log line), all of it a delay before real work.
     Returns the rows the fold gave (the tests check them)."""
     from datetime import UTC, datetime
 
