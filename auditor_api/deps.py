@@ -17,8 +17,9 @@ from fastapi import Depends, Request
 
 from kafka_audit.auditor_api.folds import SUMMARY_FOLDS
 from kafka_audit.auditor_api.snapshots import Snapshot, Snapshots
+from kafka_audit.rollups import ROLLED_UP, as_table_rows
 from kafka_audit.settings import Settings, get_settings
-from kafka_audit.store import Progress, table_exists
+from kafka_audit.store import Progress, read_table, table_exists
 
 #: rows of a table the snapshots hold; the rest is never read (the audit's state is large)
 KEEP = {"audit_hot": pc.field("kind") == "progress"}
@@ -44,7 +45,24 @@ def new_snapshots(settings: Settings) -> Snapshots:
     if recheck is None:
         recheck = 1.0 if settings.remote_warehouse else 0.0
     return Snapshots(settings.table_path, KEEP, SUMMARY_FOLDS, COLUMNS, UNHELD, SPOOLED,
-                     settings.home_dir / "api-spool", recheck_seconds=recheck)
+                     settings.home_dir / "api-spool", recheck_seconds=recheck,
+                     seed=rollup_seed(settings))
+
+
+def rollup_seed(settings: Settings):
+    """What a table's running sums start from when it is read whole: the ``rollups`` rows of
+    the retention rounds its version has committed (none of a later round: a round writes
+    its sums before it drops), as rows of the table (``rollups.as_table_rows``)."""
+    path = settings.table_path("rollups")
+
+    def seed(name: str, applied: int) -> pa.Table | None:
+        if name not in ROLLED_UP or applied <= 0 or not table_exists(path):
+            return None
+        t = read_table(path, "rollups", where=(pc.field("table") == name)
+                       & (pc.field("round") <= pa.scalar(applied, pa.int64())))
+        return as_table_rows(name, t)
+
+    return seed
 
 
 #: (home as configured, working directory) -> the warehouse's resolved path
@@ -100,6 +118,13 @@ class TableReader:
         """``compute(*snapshots)``, kept until one of ``tables`` changes (the last few of a
         ``family`` only)."""
         return self.snapshots.memo(key, tables, compute, family)
+
+    def dropped(self, table: str) -> pa.Table | None:
+        """What retention dropped from ``table`` (up to the round its snapshot committed),
+        summed, as rows of the table: for totals computed from its rows rather than from
+        its running sums."""
+        return self.memo(("dropped", table), (table, "rollups"),
+                         lambda snap, _r: self.snapshots.dropped(table, snap))
 
     def exists(self, table: str) -> bool:
         return table_exists(self.settings.table_path(table))

@@ -53,6 +53,7 @@ from kafka_audit.store import (
     read_table,
     table_dataset,
     table_exists,
+    table_state,
 )
 
 __all__ = ["Fold", "Snapshot", "Snapshots", "answering_stale"]
@@ -124,6 +125,8 @@ class Snapshot:
     marks: tuple[tuple[int, int], ...] = ()
     folds: Mapping[str, Any] = field(default_factory=dict)
     segments: tuple[pa.Table, ...] = ()  # ``data`` in one-chunk pieces (:func:`_merged`)
+    #: the last retention round this version committed (its folds hold what it dropped)
+    retention_round: int = 0
 
 
 class _Held:
@@ -147,7 +150,8 @@ class Snapshots:
                  columns: dict[str, list[str]] | None = None,
                  unheld: Collection[str] = (), spooled: Collection[str] = (),
                  spool_dir: str | os.PathLike | None = None,
-                 recheck_seconds: float = 0.0) -> None:
+                 recheck_seconds: float = 0.0,
+                 seed: Callable[[str, int], pa.Table | None] | None = None) -> None:
         """``keep``: per table, a filter (a pyarrow expression) on the rows held: the rest is
         never read (``audit_hot``: its progress rows, not the audit's whole state).
         ``folds``: the running aggregates kept per table (:class:`Fold`). ``columns``: per
@@ -159,8 +163,12 @@ class Snapshots:
         are held in files under ``spool_dir``, mapped into memory, not on the heap
         (:class:`_Spool`: the findings, whose rows grow with the writes judged).
         ``recheck_seconds``: a table's newest version, once probed, answers for this long
-        (:meth:`_probe`; 0: every request probes, as on local disk)."""
+        (:meth:`_probe`; 0: every request probes, as on local disk). ``seed(name, round)``:
+        rows a table's folds start from when it is read whole, given the last retention
+        round its version committed (the sums of the rows retention dropped, as rows of the
+        table: ``rollups.as_table_rows``); None: none."""
         self._table_path = table_path
+        self._seed = seed
         self._spooled = frozenset(spooled)
         self._spool = None
         if self._spooled and spool_dir is not None:
@@ -303,31 +311,46 @@ class Snapshots:
                         rows += t.num_rows
             marks.append((v, rows))
         if not held:
-            return Snapshot(name, commits[-1][0], None, (), states)
+            return Snapshot(name, commits[-1][0], None, (), states,
+                            retention_round=old.retention_round)
         data = pa.concat_tables(segments) if segments else old.data  # no copy
         return Snapshot(name, commits[-1][0], data, tuple(marks[-_MAX_MARKS:]), states,
-                        tuple(segments))
+                        tuple(segments), old.retention_round)
 
     def _read_whole(self, name: str, path: str, folds: tuple[Fold, ...]) -> Snapshot:
         if name in TABLES:
             check_table(path, name)  # a table of another version of the project: refused
-        version, dataset = table_dataset(path)
+        version, dataset, applied = table_state(path)
         keep = self._keep.get(name)
+        states = {f.name: f.empty() for f in folds}
+        # what retention dropped up to the round this version committed, summed: asked
+        # after the table was loaded (a round writes its sums before its drop)
+        seed = self._seed(name, applied) if self._seed is not None and folds else None
+        if seed is not None and seed.num_rows:
+            seed = conform(seed, self._schema(name, None))
+            states = {f.name: f.add(states[f.name], seed, version) for f in folds}
         if name in self._unheld:  # folded a batch at a time: never the whole table at once
-            states = {f.name: f.empty() for f in folds}
             batches = dataset.to_batches(columns=self._columns.get(name), filter=keep)
             for chunk in _chunks(batches, _FOLD_ROWS):  # not a file's rows at a time
                 t = conform(pa.Table.from_batches(chunk), self._schema(name, None))
                 for f in folds:
                     states[f.name] = f.add(states[f.name], t, version)
             self.loads += 1
-            return Snapshot(name, version, None, (), states)
+            return Snapshot(name, version, None, (), states, retention_round=applied)
         data = dataset.to_table(columns=self._columns.get(name), filter=keep)
         data = self._keeper(name)(conform(data, self._schema(name, data)))  # the one copy
         self.loads += 1
         return Snapshot(name, version, data, ((version, data.num_rows),),
-                        {f.name: f.add(f.empty(), data, version) for f in folds},
-                        (data,) if data.num_rows else ())
+                        {f.name: f.add(states[f.name], data, version) for f in folds},
+                        (data,) if data.num_rows else (), applied)
+
+    def dropped(self, name: str, snapshot: Snapshot) -> pa.Table | None:
+        """What retention dropped from ``name`` up to the round ``snapshot`` committed,
+        summed, as rows of the table (None: nothing, or no seed)."""
+        if self._seed is None or snapshot.retention_round <= 0:
+            return None
+        seed = self._seed(name, snapshot.retention_round)
+        return None if seed is None else conform(seed, self._schema(name, None))
 
     def _keeper(self, name: str) -> Callable[[pa.Table], pa.Table]:
         """How the rows of ``name`` are held: in one chunk on the heap, or in a file of the

@@ -514,6 +514,30 @@ class SteadySettings(_Section):
         "empty: Python's default")
 
 
+class RetentionSettings(_Section):
+    """How long the tables keep their rows; what is dropped is summed into ``rollups`` first,
+    so every total stays exact (``jobs/upkeep/retention.py``)."""
+
+    enabled: bool = Field(True, description="drop rows older than the retention; false: "
+                          "every table keeps everything")
+    days: float = Field(
+        30, gt=0, description="acks, consumed, partition_state, cluster_events, windows, "
+        "dq_results, fault_events and confirmed findings older than this are dropped (a "
+        "fraction is a part of a day: 0.01 is 14.4 minutes)")
+    findings_days: float = Field(
+        365, gt=0, description="findings other than confirmed (losses, duplicates, every "
+        "other anomaly) are kept this long")
+    every_seconds: float = Field(3600, gt=0, description="how often the upkeep drops what "
+                                 "has aged out (beside the passes, never inside one)")
+
+    @model_validator(mode="after")
+    def _anomalies_kept_longer(self) -> RetentionSettings:
+        if self.findings_days < self.days:
+            raise ValueError(f"findings_days ({self.findings_days}) must be at least days "
+                             f"({self.days}): a loss is kept at least as long as a "
+                             f"confirmation")
+        return self
+
 def _section_model(annotation: Any) -> type[BaseModel] | None:
     """The model of a field that is a section of settings (an optional one too, such as
     ``profile.sasl``); None for values and free dicts."""
@@ -722,6 +746,7 @@ class Settings(BaseSettings):
     service: ServiceSettings = ServiceSettings()
     api: ApiSettings = ApiSettings()
     steady: SteadySettings = SteadySettings()
+    retention: RetentionSettings = RetentionSettings()
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings,

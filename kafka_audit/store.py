@@ -35,6 +35,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote
 
@@ -62,11 +63,18 @@ __all__ = ["table_exists", "check_table", "read_table", "append_rows",
            "max_in_files", "rows_in_files", "live_files",
            "compact", "vacuum", "vacuum_unnamed", "checkpoint", "trim_log", "Footprint",
            "footprint", "Progress",
-           "committed_progress", "committed_pass", "one_snapshot_each", "forget"]
+           "committed_progress", "committed_pass", "one_snapshot_each", "forget",
+           "RETENTION_APP", "applied_round", "table_state", "DropPlan", "plan_drop",
+           "commit_drop"]
 
 log = logging.getLogger(__name__)
 
 _CHECKED: set[str] = set()  # table paths whose columns were checked in this process
+#: the idempotent transaction a retention round's drop commits as (its version: the
+#: table's round, which the ``rollups`` rows of that round carry). Readers of appended rows
+#: skip these commits whole (:func:`data_changes_since`): a drop appends nothing, and the
+#: rows a drop copies out of a file it rewrites were appended long before
+RETENTION_APP = "kafka_audit_retention"
 #: how long a file that a compaction or an overwrite removed stays named in the table's
 #: checkpoints (Delta's ``delta.deletedFileRetentionDuration``, a week by default). Every
 #: load of a table reads its last checkpoint whole, and a table appended every second and
@@ -171,6 +179,155 @@ def table_dataset(path: str, version: int | None = None) -> tuple[int, ds.Datase
     pyarrow dataset to scan whole or batch by batch (the table must exist)."""
     dt = _dt(path, version)
     return dt.version(), dt.to_pyarrow_dataset()
+
+
+def applied_round(path: str, version: int | None = None) -> int:
+    """The last retention round whose drop the table at ``path`` committed (as of
+    ``version``; 0: none, or no table)."""
+    if not table_exists(path):
+        return 0
+    return _dt(path, version).transaction_version(RETENTION_APP) or 0
+
+
+def table_state(path: str) -> tuple[int, ds.Dataset, int]:
+    """The table's latest version, its rows as a dataset, and the last retention round it
+    committed, all of one load (the table must exist)."""
+    dt = _dt(path)
+    return dt.version(), dt.to_pyarrow_dataset(), dt.transaction_version(RETENTION_APP) or 0
+
+
+@dataclass
+class DropPlan:
+    """The files a retention round removes from one table, and the rows it writes again
+    (those of the removed files that stay), from the table's ``version``
+    (:func:`plan_drop`, then :func:`commit_drop`)."""
+
+    path: str
+    version: int
+    table: Any  # the DeltaTable loaded at ``version``
+    removed: list[tuple[str, int]] = field(default_factory=list)  # (log path, size)
+    kept: list[pa.Table] = field(default_factory=list)
+    dropped_rows: int = 0
+
+
+def plan_drop(path: str, table: str, where: pc.Expression, time_column: str, cutoff,
+              on_dropped) -> DropPlan:
+    """What dropping the rows of the table at ``path`` that match ``where`` takes, from its
+    latest version: the live files whose statistics admit a ``time_column`` older than
+    ``cutoff`` (every row ``where`` matches must be older: the files' statistics prune the
+    rest unread) are read one at a time; ``on_dropped(rows)`` gets each file's matching rows
+    (in the declared schema), and a file that keeps rows has them written again. A row
+    where ``where`` is null is kept."""
+    import pyarrow.dataset as ds
+
+    dt = _dt_fresh(path)
+    adds = _add_actions(dt)
+    plan = DropPlan(path, dt.version(), dt)
+    if adds.num_rows == 0:
+        return plan
+    low = f"min.{time_column}"
+    stats = adds.column(low) if low in adds.column_names else None
+    declared = arrow_schema(table)
+    own = pa.schema(dt.schema().to_arrow())
+    for i, rel in enumerate(adds.column("path").to_pylist()):
+        oldest = None if stats is None else stats[i].as_py()
+        if isinstance(oldest, datetime):
+            if oldest.tzinfo is None:  # the log's statistics are UTC
+                oldest = oldest.replace(tzinfo=UTC)
+            if oldest >= cutoff:
+                continue
+        rows = read_file(_data_file(path, rel))
+        mine = conform(rows, declared)
+        mask = pc.fill_null(ds.dataset(mine).to_table(columns={"m": where}).column("m"), False)
+        gone = mine.filter(mask)
+        if gone.num_rows == 0:
+            continue
+        on_dropped(gone)
+        plan.dropped_rows += gone.num_rows
+        plan.removed.append((rel, int(adds.column("size_bytes")[i].as_py() or 0)))
+        if gone.num_rows < rows.num_rows:
+            plan.kept.append(conform(rows, own).filter(pc.invert(mask)).cast(own))
+    return plan
+
+
+def _dt_fresh(path: str):
+    """The table loaded now, never one a :func:`one_snapshot_each` context holds."""
+    from deltalake import DeltaTable
+
+    return DeltaTable(path, storage_options=delta_options(path))
+
+
+def commit_drop(plan: DropPlan, round_: int | None, note: dict) -> int | None:
+    """Commit ``plan`` as retention round ``round_`` of its table: one commit that removes
+    its files and adds the rows they keep, written again (by delta-rs, in a hidden folder
+    of the table, then moved in), as the transaction ``(RETENTION_APP, round_)`` (none if
+    ``round_`` is None) with ``note`` in its ``commitInfo``. The files are named, not a
+    predicate: rows appended meanwhile are never touched, and the rows dropped are exactly
+    those :func:`plan_drop` handed over. Returns them; None when the commit lost to a
+    concurrent one that removed a file it names (nothing changed: try again later)."""
+    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+    from deltalake.transaction import AddAction, RemoveAction
+
+    if not plan.removed:
+        return 0
+    fs = locate(plan.path).fs
+    actions: list = []
+    moved: list[str] = []
+    if plan.kept:
+        scratch = f"{plan.path}/_retention/{uuid.uuid4().hex}"
+        write_deltalake(scratch, pa.concat_tables(plan.kept),
+                        storage_options=delta_options(plan.path))
+        try:
+            written = [a["add"] for a in (_commit_actions(scratch, 0) or []) if "add" in a]
+            for a in written:
+                fs.move(locate(_data_file(scratch, a["path"])).path,
+                        locate(_data_file(plan.path, a["path"])).path)
+                moved.append(a["path"])
+                actions.append(AddAction(a["path"], a["size"], {}, a["modificationTime"],
+                                         True, a["stats"]))
+        finally:
+            fs.delete_dir(locate(scratch).path)
+    now = int(time.time() * 1000)
+    actions += [RemoveAction(rel, True, now, size, {}) for rel, size in plan.removed]
+    note = {**note, "commit": uuid.uuid4().hex}  # to find the commit in the log after
+    forget(plan.path)
+    try:
+        plan.table.create_write_transaction(
+            actions, "append", plan.table.schema(),
+            commit_properties=CommitProperties(
+                app_transactions=None if round_ is None else [Transaction(RETENTION_APP,
+                                                                          round_)],
+                custom_metadata={"kafka_audit.retention": json.dumps(note)}))
+    except CommitFailedError as exc:
+        for rel in moved:  # written for nothing: no commit names them
+            fs.delete_file(locate(_data_file(plan.path, rel)).path)
+        log.info("retention round %s of %s lost to a concurrent commit, tried again later: "
+                 "%s", round_, plan.path, exc)
+        return None
+    _check_no_race(plan, round_, note["commit"])
+    return plan.dropped_rows
+
+
+def _check_no_race(plan: DropPlan, round_: int | None, commit: str) -> None:
+    """Delta's conflict check does not stop a removal racing a compaction (its removes do
+    not change data): the round's rows would then live on in the compacted file while the
+    rollup counts them. Compaction and retention share one thread of the upkeep, so this
+    is never expected; said loudly if a commit between the round's version and its own
+    removed one of its files."""
+    names = {rel for rel, _size in plan.removed}
+    for v, actions in _commits(plan.path, plan.version + 1, latest_version(plan.path)):
+        if actions is None:
+            continue
+        info = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        if commit in str(info.get("kafka_audit.retention", "")):
+            return  # the round's own commit: those before it raced it
+        hit = [a["remove"]["path"] for a in actions
+               if "remove" in a and a["remove"].get("path") in names]
+        if hit:
+            log.error("retention round %s of %s raced commit %d, which removed %d of its "
+                      "files: the rows the round summed may still be in the table (its "
+                      "totals count them twice)", round_, plan.path, v, len(hit))
 
 
 def read_files(files: list[str], table: str, columns: list[str] | None = None) -> pa.Table:
@@ -672,7 +829,8 @@ def data_changes_since(path: str, version: int, skip_apps: Collection[str] = (),
             return None
         if notes is not None:
             notes.take(v, actions)
-        if skip_apps and any((a.get("txn") or {}).get("appId") in skip_apps for a in actions):
+        apps = {(a.get("txn") or {}).get("appId") for a in actions} - {None}
+        if RETENTION_APP in apps or (skip_apps and apps & set(skip_apps)):
             continue
         for a in actions:
             if (add := a.get("add")) is not None and add.get("dataChange", True):

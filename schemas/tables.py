@@ -21,6 +21,7 @@ table               writer                 one row per
 ``fault_events``    scenario harness       fault injected (never read by the verdict rules)
 ``windows``         windows job (delta-rs) interval a partition's writes were at risk
                                            (rewritten whole: derived from the others)
+``rollups``         retention (delta-rs)   group of rows a retention round dropped, summed
 ==================  =====================  ===================================
 """
 
@@ -45,7 +46,7 @@ LEDGER_NOTES = "kafka_audit.ledger"
 @dataclass(frozen=True)
 class Column:
     name: str
-    type: str  # string | long | int | bool | timestamp | double | int_list
+    type: str  # string | long | int | bool | timestamp | double | int_list | date
     nullable: bool = True
     doc: str = ""
 
@@ -59,6 +60,7 @@ _ARROW = {
     # timezone-aware UTC microseconds: readable and writable by both Delta engines
     "timestamp": pa.timestamp("us", tz="UTC"),
     "int_list": pa.list_(pa.int32()),
+    "date": pa.date32(),
 }
 
 C = Column
@@ -216,6 +218,41 @@ TABLES: dict[str, list[Column]] = {
         C("unexpected_count", "long", True),
         C("details", "string", True),
     ],
+    "rollups": [
+        C("table", "string", False, "the table the rows were dropped from: acks | consumed | "
+                                    "findings"),
+        C("round", "long", False, "the table's retention round that dropped them (the "
+                                  "drop's commit records it as the transaction of "
+                                  "kafka_audit_retention)"),
+        C("day", "date", False, "UTC day of the rows' time: acks last_ack_time, consumed "
+                                "read_time, findings detected_at"),
+        C("topic", "string", False),
+        C("partition", "int", False),
+        C("kind", "string", False, "acks: acked | failed; consumed: the status (record, "
+                                   "absent, truncated, expired); findings: the verdict kind"),
+        C("subkind", "string", True, "findings: the sub-kind"),
+        C("cause", "string", True, "findings: the likely cause"),
+        C("producer_id", "string", True),
+        C("run_id", "string", True),
+        C("error_name", "string", True, "acks: the failed writes' error"),
+        C("acks", "string", True, "acks: the producer's acks setting"),
+        C("idempotence", "bool", True, "acks"),
+        C("retries", "int", True, "acks"),
+        C("max_in_flight", "int", True, "acks"),
+        C("source", "string", True, "consumed: stream | reread"),
+        C("stamped", "bool", True, "consumed"),
+        C("stamp_error", "string", True, "consumed: no stamp, forged, or malformed (the "
+                                         "detail of a malformed one is not kept)"),
+        C("checksum_ok", "bool", True, "consumed"),
+        C("rows", "long", False, "the table's rows summed here"),
+        C("count", "long", False, "the writes (acks, findings) or records (consumed) they "
+                                  "stood for"),
+        C("first_time", "timestamp", True, "acks: earliest ack_time; consumed: earliest "
+                                           "read_time; findings: earliest ack_time"),
+        C("last_time", "timestamp", True, "acks: latest last_ack_time; consumed: latest "
+                                          "read_time; findings: latest ack_time"),
+        C("rolled_at", "timestamp", False, "when the round summed them"),
+    ],
 }
 
 
@@ -234,14 +271,14 @@ def spark_schema(table: str):
     spark_types = {
         "string": T.StringType(), "long": T.LongType(), "int": T.IntegerType(),
         "bool": T.BooleanType(), "double": T.DoubleType(), "timestamp": T.TimestampType(),
-        "int_list": T.ArrayType(T.IntegerType()),
+        "int_list": T.ArrayType(T.IntegerType()), "date": T.DateType(),
     }
     return T.StructType([T.StructField(c.name, spark_types[c.type], c.nullable)
                          for c in TABLES[table]])
 
 
 _PYTHON = {"string": str, "long": int, "int": int, "bool": bool, "double": float,
-           "timestamp": "datetime", "int_list": list[int]}
+           "timestamp": "datetime", "int_list": list[int], "date": "date"}
 
 
 def row_model(table: str, name: str, overrides: dict | None = None,
@@ -249,7 +286,7 @@ def row_model(table: str, name: str, overrides: dict | None = None,
     """A pydantic model of one row of ``table`` (the API's response models): one field per
     declared column, its doc as the field's description; ``overrides`` maps a column to
     ``(type, description)`` where the API shows it otherwise (e.g. parsed JSON)."""
-    from datetime import datetime
+    from datetime import date, datetime
 
     from pydantic import Field, create_model
 
@@ -260,7 +297,8 @@ def row_model(table: str, name: str, overrides: dict | None = None,
         typ, doc = (overrides or {}).get(c.name, (None, c.doc))
         if typ is None:
             typ = _PYTHON[c.type]
-            typ = datetime if typ == "datetime" else typ
+            typ = {"datetime": datetime, "date": date}.get(typ, typ) if isinstance(typ, str) \
+                else typ
             typ = typ | None if c.nullable else typ
         fields[c.name] = (typ, Field(description=doc or None))
     return create_model(name, **fields)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import pyarrow as pa
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
@@ -68,11 +69,14 @@ def producers(reader: ReaderDep, topic: Annotated[str | None, Query(
     if topic is not None and topic not in reader.known_partitions():
         return []  # nothing computed or kept for a topic no table names
 
-    def compute(acks, _findings, _hot):
-        return producer_totals(acks.folds["producer_sums"], committed_findings(reader), topic)
+    def compute(acks, _findings, _hot, _rollups):
+        found, dropped = committed_findings(reader), reader.dropped("findings")
+        if dropped is not None:  # the anomalies retention dropped, summed
+            found = pa.concat_tables([found, dropped.cast(found.schema)])
+        return producer_totals(acks.folds["producer_sums"], found, topic)
 
-    totals = reader.memo(("producer_totals", topic), ("acks", "findings", "audit_hot"),
-                         compute)
+    totals = reader.memo(("producer_totals", topic), ("acks", "findings", "audit_hot",
+                                                      "rollups"), compute)
     return [{**{k: getattr(p, k) for k in ("producer_id", "runs", "topics", "acked", "failed",
                                            "lost", "duplicates", "reordered", "violations",
                                            "settings")},

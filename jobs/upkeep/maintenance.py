@@ -26,6 +26,10 @@ slow down and disk use grows for as long as the service runs. The schedule (sett
   ``hot_log_retention_hours``, 1 h) and before its last checkpoint are deleted
   (:func:`~kafka_audit.store.trim_log`): a table committing every second otherwise
   keeps a file a second for Delta's default 30 days;
+* **retention**, every ``retention.every_seconds`` (1 h): rows older than
+  ``retention.days`` (30; findings other than confirmations ``findings_days``, 365) are
+  dropped, their sums kept in ``rollups`` so totals stay exact, never a write not yet
+  judged (:mod:`~kafka_audit.jobs.upkeep.retention`); the vacuum deletes their files;
 * **great-expectations** over the new acks, every ``quality_every_seconds`` (30 s);
 * **windows** (:mod:`~kafka_audit.jobs.upkeep.windows_job`: when writes were at risk), every
   ``windows_every_seconds`` (10 s) when ``cluster_events``, ``acks`` or the committed
@@ -67,7 +71,8 @@ __all__ = ["COMPACTED", "Plan", "plan", "Upkeep"]
 log = logging.getLogger(__name__)
 
 #: the tables compacted and vacuumed on the schedule (audit_hot has its own)
-COMPACTED = ("acks", "consumed", "cluster_events", "findings", "partition_state", "dq_results")
+COMPACTED = ("acks", "consumed", "cluster_events", "findings", "partition_state", "dq_results",
+             "rollups")
 
 
 @dataclass(frozen=True)
@@ -79,10 +84,11 @@ class Plan:
     hot_checkpoint: bool = False  # audit_hot after a rewrite (loop thread)
     hot_vacuum: bool = False     # audit_hot half-way between rewrites (loop thread)
     windows: bool = False        # the windows table (worker thread)
+    retention: bool = False      # rows aged out dropped, their sums kept (worker thread)
 
     @property
     def background(self) -> bool:
-        return self.compact or self.quality or self.windows
+        return self.compact or self.quality or self.windows or self.retention
 
 
 @dataclass
@@ -93,6 +99,7 @@ class Done:
     compact: float = float("-inf")
     quality: float = float("-inf")
     windows: float = float("-inf")
+    retention: float = float("-inf")
     hot_checkpoint_round: int = -1
     hot_vacuum_round: int = -1
 
@@ -105,6 +112,8 @@ def plan(settings: Settings, pass_id: int, now: float, done: Done) -> Plan:
         compact=now - done.compact >= s.compact_every_seconds,
         quality=now - done.quality >= s.quality_every_seconds,
         windows=now - done.windows >= s.windows_every_seconds,
+        retention=settings.retention.enabled
+        and now - done.retention >= settings.retention.every_seconds,
         # the rewrite is the pass with into == 0; checkpoint at the first chance after it
         hot_checkpoint=round_ > done.hot_checkpoint_round and round_ > 0,
         # its older generations were dropped by that rewrite: delete them half-way on
@@ -175,6 +184,9 @@ class Upkeep:
                 did["dq_results"] = ("quality", round(time.perf_counter() - t, 3))
             except Exception as exc:  # noqa: BLE001 - checked again next round
                 log.warning("quality check failed, tried again later: %s", exc)
+        if p.retention:  # before the windows, which leave out the windows it aged out
+            self.done.retention = self.clock()
+            did["retention"] = self.drop_aged()
         if p.windows:
             self.done.windows = self.clock()
             did["windows"] = self.update_windows()
@@ -186,6 +198,20 @@ class Upkeep:
         self.rounds += 1
         self.last = did
         return did
+
+    def drop_aged(self) -> tuple[str, float]:
+        """One retention round (``retention.py``): what it dropped per table."""
+        from kafka_audit.jobs.upkeep.retention import run_retention
+
+        t = time.perf_counter()
+        try:
+            done = run_retention(self.settings)
+            what = "; ".join(f"{d.table}: {d.rows} rows" if d.rows is not None
+                             else f"{d.table}: {d.why}" for d in done if d.rows or d.why)
+        except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
+            log.warning("retention round failed, tried again later: %s", exc)
+            what = f"failed: {exc}"
+        return what or "nothing aged out", round(time.perf_counter() - t, 3)
 
     def update_windows(self) -> tuple[str, float]:
         """The windows table recomputed, if its sources changed since the last time."""

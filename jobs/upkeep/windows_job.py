@@ -16,7 +16,7 @@ import json
 import logging
 from bisect import bisect_left, bisect_right
 from collections import defaultdict
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -236,9 +236,13 @@ def compute_windows(settings: Settings, now: datetime | None = None,
 
 def update_windows(settings: Settings, now: datetime | None = None,
                    kept: WindowInputs | None = None) -> list[Window]:
-    """Rewrite the ``windows`` table when the windows changed; return them."""
+    """Rewrite the ``windows`` table when the windows changed; return them (those that
+    ended more than ``retention.days`` ago left out)."""
     now = now or datetime.now(UTC)
     windows = compute_windows(settings, now, kept)
+    if settings.retention.enabled:  # a window that ended before the retention is left out
+        aged = now - timedelta(days=settings.retention.days)
+        windows = [w for w in windows if w.end is None or w.end >= aged]
     path = settings.table_path("windows")
     rows = [{"window_id": w.window_id, "kind": w.kind, "topic": w.topic,
              "partition": w.partition, "start": w.start, "end": w.end,

@@ -12,7 +12,8 @@ __all__ = ["layouts"]
 
 #: the SQL type each declared type has in Delta (Spark SQL names; DuckDB reads the same)
 SQL_TYPES = {"string": "STRING", "long": "BIGINT", "int": "INT", "bool": "BOOLEAN",
-             "double": "DOUBLE", "timestamp": "TIMESTAMP (UTC)", "int_list": "ARRAY<INT>"}
+             "double": "DOUBLE", "timestamp": "TIMESTAMP (UTC)", "int_list": "ARRAY<INT>",
+             "date": "DATE"}
 
 
 def layouts() -> str:

@@ -365,3 +365,20 @@ def test_staged_hosts_and_one_committer_lose_and_double_nothing(s3_settings, tmp
     for r in results:
         assert store.transaction_version(acks, r["app_id"]) == r["last"]
     assert store.staged_segments(acks) == {}
+
+
+def test_retention_on_the_object_store_keeps_every_total(s3_settings):
+    """Retention's round (``jobs/upkeep/retention.py``) on the tables of
+    tests/unit/test_retention.py written to the object store: the same rows go, the same
+    totals are served, and a filtered read of the file it wrote again works."""
+    from ..unit import test_retention as t
+
+    t.warehouse(s3_settings)
+    before = t.served(s3_settings)
+    done = {d.table: d.rows for d in t.run_retention(s3_settings, now=t.NOW)}
+    assert (done["acks"], done["consumed"], done["findings"]) == (4, 5, 4)
+    assert t.served(s3_settings) == before
+    found = store.read_table(s3_settings.table_path("findings"), "findings", ["kind"],
+                             where=pc.field("kind") == "rejected")
+    assert found.num_rows == 1
+    assert not Path(s3_settings.home, "warehouse").exists()  # nothing went to the disk

@@ -184,7 +184,7 @@ def test_spark_and_arrow_declarations_agree_column_by_column():
     """Both engines must see the same types: a drift here breaks cross-engine tables."""
     spark_for_arrow = {"string": "string", "int64": "bigint", "int32": "int", "bool": "boolean",
                        "double": "double", "timestamp[us, tz=UTC]": "timestamp",
-                       "list<item: int32>": "array<int>"}
+                       "list<item: int32>": "array<int>", "date32[day]": "date"}
     for name in TABLES:
         arrow = arrow_schema(name)
         spark = spark_schema(name)

@@ -214,15 +214,16 @@ def test_the_schedule():
                  steady={"compact_every_seconds": 600, "quality_every_seconds": 30,
                          "windows_every_seconds": 10})
     first = plan(s, 1, 1000.0, Done())
-    # a fresh loop compacts, checks and computes windows at once
-    assert first == Plan(compact=True, quality=True, windows=True)
-    done = Done(compact=1000.0, quality=1000.0, windows=1000.0)
+    # a fresh loop compacts, checks, drops what aged out and computes windows at once
+    assert first == Plan(compact=True, quality=True, windows=True, retention=True)
+    done = Done(compact=1000.0, quality=1000.0, windows=1000.0, retention=1000.0)
     assert plan(s, 2, 1009.0, done) == Plan()
     assert plan(s, 2, 1010.0, done) == Plan(windows=True)
     done.windows = 1029.0
     assert plan(s, 2, 1029.0, done) == Plan()
     assert plan(s, 3, 1030.0, done) == Plan(quality=True)
     assert plan(s, 4, 1600.0, done) == Plan(compact=True, quality=True, windows=True)
+    assert plan(s, 4, 4600.0, done).retention  # retention.every_seconds: an hour
     # audit_hot: checkpointed after each rewrite (passes 10, 20, ...), vacuumed once
     # half-way to the next
     assert [p for p in range(1, 36) if plan(s, p, 1001.0, done).hot_checkpoint] == \

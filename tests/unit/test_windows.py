@@ -205,8 +205,13 @@ def test_the_audit_loops_upkeep_computes_windows_when_their_sources_change(tmp_p
     assert upkeep.run(Plan(windows=True))["windows"][0] == "unchanged"
     append_rows(s.table_path("cluster_events"), "cluster_events", [
         _event(30, (1, 2, 3), "isr_expand")])
-    assert upkeep.run(Plan(windows=True))["windows"][0] == "2 windows"
-    assert _version(s) == version + 1
+    # the windows closed at 30 s, which is more than retention.days ago: left out
+    assert upkeep.run(Plan(windows=True))["windows"][0] == "0 windows"
+    assert read_table(s.table_path("windows"), "windows").num_rows == 0
+    kept = Upkeep(s.model_copy(update={"retention": s.retention.model_copy(
+        update={"enabled": False})}), clock=lambda: 100.0)
+    assert kept.run(Plan(windows=True))["windows"][0] == "2 windows"
+    assert _version(s) == version + 2
     rows = read_table(s.table_path("windows"), "windows").to_pylist()
     assert sorted((r["kind"], r["end"]) for r in rows) == [("exposure", at(30)),
                                                            ("reduced_redundancy", at(30))]
