@@ -51,7 +51,7 @@ from kafka_audit.status import consume_lag, current_statuses
 from kafka_audit.store import footprint, read_table
 
 TABLES = ("acks", "consumed", "cluster_events", "findings", "audit_hot", "partition_state",
-          "dq_results")
+          "dq_results", "rollups")
 PASS = re.compile(r"audit pass (\d+) at [0-9:]+: .*; ([0-9.]+)s( \[[^]]*\])?$")
 
 
@@ -273,12 +273,14 @@ def main() -> None:
                 wait_until(settled, 900, "every write judged", every=5)
             except Exception as exc:  # noqa: BLE001 - reported below
                 say(str(exc))
+            _, final = timed_summary(api, topic)  # with retention on, rollups added in
     finally:
         cluster_down(cluster)
     findings = read_table(settings.table_path("findings"), "findings").to_pylist()
     lat = loss_latency(findings, topic)
     result = {"topic": topic, "acked": load.producer.acked, "lost_truth": len(truth),
               "lost_rest": len(found), "equal": found == truth, "kills": kills,
+              "summary": final,
               "per_finding_latency": lat.__dict__ if lat else None}
     (home / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
