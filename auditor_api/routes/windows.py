@@ -15,6 +15,7 @@ import json
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Literal
 
+import pyarrow.compute as pc
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field
 
@@ -44,7 +45,14 @@ class WindowRow(BaseModel):
     opened_by: str = Field(description="the event (or ack) that opened it")
     closed_by: str | None = Field(description="the event that closed it (null: open)")
     acks: int = Field(description="successful acks inside the window")
-    losses: int = Field(description="writes acknowledged inside the window and lost")
+    losses: int = Field(description="writes acknowledged inside the window and lost (a write "
+                                    "acknowledged before the window that destroyed it is "
+                                    "not here: see losses_named)")
+    losses_named: int = Field(description="lost writes whose finding names this window "
+                                          "(window_id in /v1/findings): those acknowledged "
+                                          "inside it, and those acknowledged in no window "
+                                          "that it destroyed (an acks=1 fail-over, a clean "
+                                          "hand-over that truncated them)")
     detail: dict | None = Field(description="what else the window knows (leaders, ISR ...)")
 
 
@@ -106,6 +114,25 @@ def window_ids(reader, rows: list[dict]) -> None:
         row["window_id"] = w.window_id if w is not None else None
 
 
+def _named_losses(reader) -> dict[str, int]:
+    """window_id -> the lost writes whose committed finding names it (memoized per
+    version of the windows, the findings and the committed pass)."""
+    from kafka_audit.auditor_api.routes.findings import committed_findings
+
+    def compute(_windows, _findings, _hot):
+        found = committed_findings(reader)
+        rows = found.filter(pc.field("kind").isin(sorted(k.value for k in LOSSES))).select(
+            ["topic", "partition", "kind", "ack_time", "detected_at", "count"]).to_pylist()
+        window_ids(reader, rows)
+        out: dict[str, int] = {}
+        for r in rows:
+            if r["window_id"] is not None:
+                out[r["window_id"]] = out.get(r["window_id"], 0) + (r["count"] or 0)
+        return out
+
+    return reader.memo("windows_named_losses", ("windows", "findings", "audit_hot"), compute)
+
+
 @router.get("/windows", response_model=WindowsPage)
 def list_windows(
     reader: ReaderDep,
@@ -121,7 +148,8 @@ def list_windows(
     """Windows of the partitions, in the order topic, partition, start: when writes were
     at risk (exposure, split brain), refused (rejection) or kept on fewer replicas
     (reduced redundancy), with the events that opened and closed them and the acks and
-    losses inside. Filters: topic, partition, kind, a time range the window overlaps."""
+    losses inside, and the losses whose findings name each. Filters: topic, partition,
+    kind, a time range the window overlaps."""
     if since is not None and until is not None and since >= until:
         raise bad_parameters(("since", "must be before until"),
                              ("until", "must be after since"))
@@ -134,7 +162,8 @@ def list_windows(
              and (since is None or r["end"] is None or _us(r["end"]) >= since)
              and (until is None or _us(r["start"]) < until)
              and (not open_only or r["end"] is None)]
-    return WindowsPage(computed=True, items=[WindowRow(**{k: r.get(k) for k in
-                                                          WindowRow.model_fields})
-                                             for r in items])
+    named = _named_losses(reader)
+    return WindowsPage(computed=True, items=[WindowRow(**{
+        **{k: r.get(k) for k in WindowRow.model_fields},
+        "losses_named": named.get(r["window_id"], 0)}) for r in items])
 

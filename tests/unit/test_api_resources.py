@@ -161,6 +161,10 @@ def test_windows_are_served_filtered_and_each_loss_names_its_window(tmp_path):
     (mine,) = [f for f in items if f["producer_id"] == "p"]
     one = c.get(f"/v1/findings/{mine['finding_id']}").json()
     assert one["window_id"] == exposure["window_id"]
+    # each window says how many lost writes name it, beside those acknowledged inside
+    named = {w["kind"]: w["losses_named"] for w in c.get("/v1/windows").json()["items"]}
+    assert named == {"exposure": mine["count"], "reduced_redundancy": 0, "rejection": 0}
+    assert mine["count"] > 0
 
 
 def test_snapshots_are_kept_between_requests_and_follow_appends(tmp_path):
