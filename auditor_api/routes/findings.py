@@ -101,7 +101,11 @@ class Summary(BaseModel):
     """Totals of the ack ledger and of the verdicts: sum(verdicts) + pending == acked."""
 
     topic: str | None = Field(description="the topic summed (null: every topic)")
-    acked: int = Field(description="writes in the ack ledger, failed deliveries included")
+    acked: int = Field(description="delivery reports in the ack ledger: acknowledged + failed "
+                                 "(each gets a verdict; a failed one is rejected)")
+    acknowledged: int = Field(description="writes the cluster acknowledged: acked - failed (what a "
+                                        "producer counts as sent)")
+    failed: int = Field(description="delivery reports of writes that failed (no ack)")
     verdicts: Verdicts  # type: ignore[valid-type]
     pending: int = Field(description="acked writes no committed pass has judged yet: "
                                      "acked - sum(verdicts)")
@@ -238,7 +242,7 @@ def router(page_size_max: int) -> APIRouter:
         return FindingOut(**row)
 
     @r.get("/summary", response_model=Summary, responses={**problem_responses(404), **example({
-        "topic": "orders", "acked": 543552,
+        "topic": "orders", "acked": 543552, "acknowledged": 543552, "failed": 0,
         "verdicts": {"confirmed": 541039, "lost": 2414, "lost_after_seen": 99,
                      "indeterminate": 0, "rejected": 0, "unverified": 0},
         "pending": 0, "lost": 2513, "unseen": 0,
@@ -401,11 +405,13 @@ def _summary(reader, topic: str | None) -> Summary:
             by_kind[kind] = by_kind.get(kind, 0) + n
     verdicts = {k.value: by_kind.get(k.value, 0) for k in PRIMARY}
     acked = acks.acked.get(topic, 0) if topic is not None else sum(acks.acked.values())
+    failed = acks.failed.get(topic, 0) if topic is not None else sum(acks.failed.values())
     parts = [p for p in latest_partitions(reader, progress.pass_id)
              if topic is None or p.topic == topic]
     topics = {topic} if topic is not None else known_topics(acks, found, stream)
     return Summary(
-        topic=topic, acked=acked, verdicts=Verdicts(**verdicts),
+        topic=topic, acked=acked, acknowledged=acked - failed, failed=failed,
+        verdicts=Verdicts(**verdicts),
         pending=acked - sum(verdicts.values()), lost=sum(verdicts[k.value] for k in LOSSES),
         unseen=sum(p.unseen for p in parts),
         annotations=Annotations(**{k.value: by_kind.get(k.value, 0) for k in ANNOTATIONS}),

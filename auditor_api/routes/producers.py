@@ -38,8 +38,11 @@ class ProducerOut(BaseModel):
     producer_id: str
     runs: int = Field(description="process lifetimes (run_id) in the ledger")
     topics: list[str]
-    acked: int = Field(description="writes in the ledger, failed deliveries included")
-    failed: int
+    acked: int = Field(description="delivery reports in the ack ledger: acknowledged + failed "
+                                 "(each gets a verdict; a failed one is rejected)")
+    acknowledged: int = Field(description="writes the cluster acknowledged: acked - failed (what a "
+                                        "producer counts as sent)")
+    failed: int = Field(description="delivery reports of writes that failed (no ack)")
     lost: int = Field(description="writes lost (lost and lost_after_seen)")
     duplicates: int
     reordered: int
@@ -54,7 +57,8 @@ class ProducerOut(BaseModel):
 
 
 @router.get("/producers", response_model=list[ProducerOut], responses=example([{
-    "producer_id": "demo", "runs": 1, "topics": ["orders"], "acked": 543552, "failed": 0,
+    "producer_id": "demo", "runs": 1, "topics": ["orders"], "acked": 543552,
+    "acknowledged": 543552, "failed": 0,
     "lost": 2513, "duplicates": 0, "reordered": 0, "violations": 0,
     "ack_latency_p50_ms": 3.1, "ack_latency_p99_ms": 41.7,
     "settings": [{"acks": "1", "idempotence": False, "retries": 2, "max_in_flight": 5,
@@ -80,5 +84,6 @@ def producers(reader: ReaderDep, topic: Annotated[str | None, Query(
     return [{**{k: getattr(p, k) for k in ("producer_id", "runs", "topics", "acked", "failed",
                                            "lost", "duplicates", "reordered", "violations",
                                            "settings")},
+             "acknowledged": p.acked - p.failed,
              "ack_latency_p50_ms": p.latency_p50_ms, "ack_latency_p99_ms": p.latency_p99_ms}
             for p in totals.values()]

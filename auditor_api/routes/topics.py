@@ -41,7 +41,10 @@ class TopicOut(BaseModel):
     """One topic: the ledger's writes and the committed verdicts on them."""
 
     topic: str
-    acked: int = Field(description="writes in the ack ledger, failed deliveries included")
+    acked: int = Field(description="delivery reports in the ack ledger: acknowledged + failed "
+                                 "(each gets a verdict; a failed one is rejected)")
+    acknowledged: int = Field(description="writes the cluster acknowledged: acked - failed (what a "
+                                        "producer counts as sent)")
     failed: int = Field(description="of which the delivery failed (no ack)")
     confirmed: int = Field(description="writes confirmed in the log")
     pending: int = Field(description="acked writes not judged yet: acked - sum(verdicts)")
@@ -82,7 +85,8 @@ class TopicDetail(TopicOut):
 
 
 TOPIC_EXAMPLE = {
-    "topic": "orders", "acked": 543552, "failed": 0, "confirmed": 541039, "pending": 0,
+    "topic": "orders", "acked": 543552, "acknowledged": 543552, "failed": 0, "confirmed": 541039,
+    "pending": 0,
     "unseen": 0, "lost": 2513, "loss_ratio": 0.00462, "last_loss": "2026-11-22T07:51:02.6Z",
     "duplicates": 0, "reordered": 0, "unrecorded": 0,
     "verdicts": {"confirmed": 541039, "lost": 2414, "lost_after_seen": 99, "indeterminate": 0,
@@ -107,7 +111,8 @@ def all_topics(reader) -> dict[str, TopicTotals]:
 
 
 def _out(t: TopicTotals) -> dict:
-    return {"topic": t.topic, "acked": t.acked, "failed": t.failed,
+    return {"topic": t.topic, "acked": t.acked, "acknowledged": t.acked - t.failed,
+            "failed": t.failed,
             "confirmed": t.verdicts.get("confirmed", 0), "pending": t.pending,
             "unseen": t.unseen, "lost": t.lost, "loss_ratio": t.loss_ratio,
             "last_loss": t.last_loss, "duplicates": t.annotations.get("duplicate", 0),

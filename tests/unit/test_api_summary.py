@@ -64,6 +64,14 @@ def test_pending_writes_come_from_the_ledger_before_any_pass(s):
                                                ack("orders", 2_000_000, 7, error="_MSG_TIMED_OUT")])
     body = summary(s, topic="orders").json()
     assert body["acked"] == 2_000_007  # failed reports included: each gets a verdict too
+    # what a producer counts as sent, and the failures, named apart
+    assert (body["acknowledged"], body["failed"]) == (2_000_000, 7)
+    c = TestClient(create_app(s), base_url="http://localhost")
+    (producer,) = c.get("/v1/producers").json()
+    assert (producer["acked"], producer["acknowledged"], producer["failed"]) == (
+        2_000_007, 2_000_000, 7)
+    topic = c.get("/v1/topics/orders").json()
+    assert (topic["acked"], topic["acknowledged"], topic["failed"]) == (2_000_007, 2_000_000, 7)
     assert body["pending"] == 2_000_007
     assert body["verdicts"] == dict.fromkeys(PRIMARY, 0)
     assert body["judged_through"] == {"pass_id": 0, "ack_time": None}
