@@ -398,15 +398,43 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
     ``metadata``: keys added to the commit's ``commitInfo``. True if appended."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    done = transaction_version(path, app_id) if known is None else known
-    if done is not None and done >= version:
-        return False
-    forget(path)
-    write_deltalake(path, data, mode="append", storage_options=delta_options(path),
-                    commit_properties=CommitProperties(
-                        custom_metadata=metadata,
-                        app_transactions=[Transaction(app_id, version)]))
-    return True
+    def attempt(again: bool) -> bool:
+        if again:
+            forget(path)
+        done = transaction_version(path, app_id) if known is None or again else known
+        if done is not None and done >= version:
+            return False
+        forget(path)
+        write_deltalake(path, data, mode="append", storage_options=delta_options(path),
+                        commit_properties=CommitProperties(
+                            custom_metadata=metadata,
+                            app_transactions=[Transaction(app_id, version)]))
+        return True
+
+    return _past_removals(path, attempt)
+
+
+#: an append that loaded the table before a concurrent commit removed rows (a retention
+#: round, the audit deleting a dead pass's findings) is refused by delta-rs's conflict
+#: check; it is tried again on the table as it is now, this many times
+_REMOVAL_RETRIES = 3
+
+
+def _past_removals(path: str, attempt):
+    """``attempt(again)`` (one commit; ``again``: after a refusal), tried again while
+    delta-rs refuses it because a concurrent commit removed rows it "read": an append
+    reads nothing, and its rows are the same on the new version."""
+    from deltalake.exceptions import CommitFailedError
+
+    for n in range(_REMOVAL_RETRIES + 1):
+        try:
+            return attempt(n > 0)
+        except CommitFailedError as exc:
+            if n == _REMOVAL_RETRIES or "deleted data this operation read" not in str(exc):
+                raise
+            log.info("%s: an append lost to a concurrent removal of rows, tried again on the "
+                     "new version", path)
+    raise AssertionError("unreachable")
 
 
 def append_once(path: str, table: str, rows: list[dict], app_id: str, version: int) -> bool:
@@ -436,12 +464,19 @@ def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
 
     schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
     data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
-    forget(path)
-    write_deltalake(path if target is None else target, data, mode=mode,
-                    storage_options=delta_options(path) if target is None else None,
-                    configuration=_new_table() if target is None else None,
-                    commit_properties=properties)
-    return data
+
+    def attempt(again: bool) -> pa.Table:
+        forget(path)
+        into = _dt_fresh(path) if again else target
+        write_deltalake(path if into is None else into, data, mode=mode,
+                        storage_options=delta_options(path) if into is None else None,
+                        configuration=_new_table() if into is None else None,
+                        commit_properties=properties)
+        return data
+
+    if target is None or mode != "append":
+        return attempt(False)
+    return _past_removals(path, attempt)
 
 
 # ---- staged appends: producer hosts hand segments over, one committer commits them ----

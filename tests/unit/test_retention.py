@@ -235,6 +235,31 @@ def test_a_round_racing_a_compaction_says_so(s, caplog):
     assert "raced" not in caplog.text
 
 
+def test_an_append_that_loaded_the_table_before_a_drop_goes_through(s):
+    """delta-rs refuses an append whose table was loaded before a commit that removed rows
+    (a retention round's): the ledger, the audit and the watcher would each fail a commit
+    every round; the table layer tries it again on the new version."""
+    from deltalake import CommitProperties, DeltaTable
+
+    from kafka_audit.store import _write, append_arrow_once, commit_drop, plan_drop
+
+    warehouse(s)
+    path = s.table_path("consumed")
+    stale = DeltaTable(path)  # an appender's view from before the drop
+    where, cutoff = predicates(cutoffs(s, NOW, None, None), 3)["consumed"]
+    assert commit_drop(plan_drop(path, "consumed", where.arrow(), "read_time", cutoff,
+                                 lambda _r: None), 1, {}) == 5
+    rows = [at(stream("orders", 7), RECENT, "read_time")]
+    from kafka_audit.store import _arrow
+
+    _write(path, "consumed", stale, [_arrow("consumed", rows)], "append", CommitProperties())
+    assert append_arrow_once(path, "consumed", _arrow("consumed", rows), "app", 1)
+    assert not append_arrow_once(path, "consumed", _arrow("consumed", rows), "app", 1)
+    assert sorted(read_table(path, "consumed", ["count"]).column("count").to_pylist()) == [
+        7, 7, 30]
+    assert DeltaTable(path).version() == stale.version() + 3
+
+
 def test_one_predicate_both_ways():
     when = datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC)
     p = All((Cond("pass_id", "<=", 3), Any_((Cond("detected_at", "<", when),
