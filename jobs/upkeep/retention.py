@@ -40,11 +40,14 @@ the table's own types.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import operator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -102,31 +105,26 @@ class Cond:
 
 
 @dataclass(frozen=True)
-class All:
+class _Joined:
+    """Conditions joined by one word (:class:`All`: AND, :class:`Any_`: OR)."""
+
     parts: tuple
+    word: ClassVar[str] = ""
+    join: ClassVar[Callable] = operator.and_
 
     def sql(self) -> str:
-        return " AND ".join(f"({p.sql()})" for p in self.parts)
+        return f" {self.word} ".join(f"({p.sql()})" for p in self.parts)
 
     def arrow(self) -> pc.Expression:
-        out = self.parts[0].arrow()
-        for p in self.parts[1:]:
-            out = out & p.arrow()
-        return out
+        return functools.reduce(type(self).join, (p.arrow() for p in self.parts))
 
 
-@dataclass(frozen=True)
-class Any_:
-    parts: tuple
+class All(_Joined):
+    word, join = "AND", operator.and_
 
-    def sql(self) -> str:
-        return " OR ".join(f"({p.sql()})" for p in self.parts)
 
-    def arrow(self) -> pc.Expression:
-        out = self.parts[0].arrow()
-        for p in self.parts[1:]:
-            out = out | p.arrow()
-        return out
+class Any_(_Joined):
+    word, join = "OR", operator.or_
 
 
 # ---- cutoffs (pure) ----
