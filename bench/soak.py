@@ -80,6 +80,7 @@ def sample(minute: float, service: Component, cluster: LocalCluster, settings, a
         f = footprint(settings.table_path(t))
         if f is not None:
             tables[t] = {"version": f.version, "live_files": f.live_files,
+                         "live_mb": round(f.live_bytes / 2**20, 3),
                          "data_files": f.data_files, "data_mb": round(f.data_bytes / 2**20, 3),
                          "log_mb": round(f.log_bytes / 2**20, 3)}
     current = current_statuses(settings.home_dir).current
@@ -116,7 +117,8 @@ def lines(samples: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]
     out: dict[str, dict[str, list[tuple[float, float]]]] = {
         "RSS (MB)": {}, "CPU (cores, between samples)": {},
         "audit pass (s, median per minute)": {}, "table versions": {},
-        "table bytes on disk (MB, data + log)": {}, "GET /v1/summary (ms)": {}}
+        "table bytes on disk (MB, data + log)": {}, "table live data (MB)": {},
+        "GET /v1/summary (ms)": {}}
     prev = None
     for s in samples:
         m = s["minute"]
@@ -136,6 +138,8 @@ def lines(samples: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]
             out["table versions"].setdefault(t, []).append((m, f["version"]))
             out["table bytes on disk (MB, data + log)"].setdefault(t, []).append(
                 (m, f["data_mb"] + f["log_mb"]))
+            if "live_mb" in f:  # what the table holds now (replaced files not counted)
+                out["table live data (MB)"].setdefault(t, []).append((m, f["live_mb"]))
         out["GET /v1/summary (ms)"].setdefault("one request", []).append((m, s["summary_ms"]))
     return out
 
