@@ -325,9 +325,8 @@ class Snapshots:
         states = {f.name: f.empty() for f in folds}
         # what retention dropped up to the round this version committed, summed: asked
         # after the table was loaded (a round writes its sums before its drop)
-        seed = self._seed(name, applied) if self._seed is not None and folds else None
+        seed = self._dropped(name, applied) if folds else None
         if seed is not None and seed.num_rows:
-            seed = conform(seed, self._schema(name, None))
             states = {f.name: f.add(states[f.name], seed, version) for f in folds}
         if name in self._unheld:  # folded a batch at a time: never the whole table at once
             batches = dataset.to_batches(columns=self._columns.get(name), filter=keep)
@@ -347,9 +346,12 @@ class Snapshots:
     def dropped(self, name: str, snapshot: Snapshot) -> pa.Table | None:
         """What retention dropped from ``name`` up to the round ``snapshot`` committed,
         summed, as rows of the table (None: nothing, or no seed)."""
-        if self._seed is None or snapshot.retention_round <= 0:
+        return self._dropped(name, snapshot.retention_round)
+
+    def _dropped(self, name: str, round_: int) -> pa.Table | None:
+        if self._seed is None or round_ <= 0:
             return None
-        seed = self._seed(name, snapshot.retention_round)
+        seed = self._seed(name, round_)
         return None if seed is None else conform(seed, self._schema(name, None))
 
     def _keeper(self, name: str) -> Callable[[pa.Table], pa.Table]:

@@ -20,7 +20,14 @@ from kafka_audit.schemas.policy import ALLOWANCES, Durability
 from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, PRIMARY, Kind
 
 __all__ = ["TopicTotals", "ProducerTotals", "topic_totals", "producer_totals",
-           "weighted_percentile"]
+           "weighted_percentile", "ACKED_DOC", "ACKNOWLEDGED_DOC", "FAILED_DOC"]
+
+#: what ``acked``, ``acknowledged`` and ``failed`` count, wherever the API gives them
+ACKED_DOC = ("delivery reports in the ack ledger: acknowledged + failed (each gets a "
+             "verdict; a failed one is rejected)")
+ACKNOWLEDGED_DOC = ("writes the cluster acknowledged: acked - failed (what a producer counts "
+                    "as sent)")
+FAILED_DOC = "delivery reports of writes that failed (no ack)"
 
 LOSS_KINDS = sorted(k.value for k in LOSSES)
 VERDICTS = tuple(k.value for k in PRIMARY)
@@ -58,6 +65,10 @@ class TopicTotals:
     durability: list[dict] = field(default_factory=list)
     unjudged: dict[str, int] = field(default_factory=dict)
     partitions: dict[int, PartitionTotals] = field(default_factory=dict)
+
+    @property
+    def acknowledged(self) -> int:
+        return self.acked - self.failed
 
     @property
     def loss_ratio(self) -> float | None:
@@ -154,6 +165,10 @@ class ProducerTotals:
     latency_p99_ms: float | None = None
     settings: list[dict] = field(default_factory=list)
     violations: int = 0
+
+    @property
+    def acknowledged(self) -> int:
+        return self.acked - self.failed
 
 
 def producer_totals(sums: ProducerSums, findings: pa.Table,

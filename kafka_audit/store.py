@@ -220,7 +220,8 @@ def plan_drop(path: str, table: str, where: pc.Expression, time_column: str, cut
     where ``where`` is null is kept."""
     import pyarrow.dataset as ds
 
-    dt = _dt_fresh(path)
+    forget(path)  # loaded now, not one a one_snapshot_each context holds
+    dt = _dt(path)
     adds = _add_actions(dt)
     plan = DropPlan(path, dt.version(), dt)
     if adds.num_rows == 0:
@@ -248,13 +249,6 @@ def plan_drop(path: str, table: str, where: pc.Expression, time_column: str, cut
         if gone.num_rows < rows.num_rows:
             plan.kept.append(conform(rows, own).filter(pc.invert(mask)).cast(own))
     return plan
-
-
-def _dt_fresh(path: str):
-    """The table loaded now, never one a :func:`one_snapshot_each` context holds."""
-    from deltalake import DeltaTable
-
-    return DeltaTable(path, storage_options=delta_options(path))
 
 
 def commit_drop(plan: DropPlan, round_: int | None, note: dict) -> int | None:
@@ -467,7 +461,7 @@ def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
 
     def attempt(again: bool) -> pa.Table:
         forget(path)
-        into = _dt_fresh(path) if again else target
+        into = _dt(path) if again else target
         write_deltalake(path if into is None else into, data, mode=mode,
                         storage_options=delta_options(path) if into is None else None,
                         configuration=_new_table() if into is None else None,

@@ -34,6 +34,7 @@ from kafka_audit.auditor_api.problems import (
 )
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
 from kafka_audit.auditor_api.routes.windows import window_ids
+from kafka_audit.auditor_api.totals import ACKED_DOC, ACKNOWLEDGED_DOC, FAILED_DOC
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import ANNOTATIONS, LOSSES, PRIMARY, Cause, Kind, Subkind
 
@@ -101,11 +102,9 @@ class Summary(BaseModel):
     """Totals of the ack ledger and of the verdicts: sum(verdicts) + pending == acked."""
 
     topic: str | None = Field(description="the topic summed (null: every topic)")
-    acked: int = Field(description="delivery reports in the ack ledger: acknowledged + failed "
-                                 "(each gets a verdict; a failed one is rejected)")
-    acknowledged: int = Field(description="writes the cluster acknowledged: acked - failed (what a "
-                                        "producer counts as sent)")
-    failed: int = Field(description="delivery reports of writes that failed (no ack)")
+    acked: int = Field(description=ACKED_DOC)
+    acknowledged: int = Field(description=ACKNOWLEDGED_DOC)
+    failed: int = Field(description=FAILED_DOC)
     verdicts: Verdicts  # type: ignore[valid-type]
     pending: int = Field(description="acked writes no committed pass has judged yet: "
                                      "acked - sum(verdicts)")

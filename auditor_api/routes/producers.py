@@ -15,7 +15,12 @@ from pydantic import BaseModel, Field
 
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.routes.findings import committed_findings, example
-from kafka_audit.auditor_api.totals import producer_totals
+from kafka_audit.auditor_api.totals import (
+    ACKED_DOC,
+    ACKNOWLEDGED_DOC,
+    FAILED_DOC,
+    producer_totals,
+)
 
 __all__ = ["router"]
 
@@ -38,11 +43,9 @@ class ProducerOut(BaseModel):
     producer_id: str
     runs: int = Field(description="process lifetimes (run_id) in the ledger")
     topics: list[str]
-    acked: int = Field(description="delivery reports in the ack ledger: acknowledged + failed "
-                                 "(each gets a verdict; a failed one is rejected)")
-    acknowledged: int = Field(description="writes the cluster acknowledged: acked - failed (what a "
-                                        "producer counts as sent)")
-    failed: int = Field(description="delivery reports of writes that failed (no ack)")
+    acked: int = Field(description=ACKED_DOC)
+    acknowledged: int = Field(description=ACKNOWLEDGED_DOC)
+    failed: int = Field(description=FAILED_DOC)
     lost: int = Field(description="writes lost (lost and lost_after_seen)")
     duplicates: int
     reordered: int
@@ -81,9 +84,8 @@ def producers(reader: ReaderDep, topic: Annotated[str | None, Query(
 
     totals = reader.memo(("producer_totals", topic), ("acks", "findings", "audit_hot",
                                                       "rollups"), compute)
-    return [{**{k: getattr(p, k) for k in ("producer_id", "runs", "topics", "acked", "failed",
-                                           "lost", "duplicates", "reordered", "violations",
-                                           "settings")},
-             "acknowledged": p.acked - p.failed,
+    return [{**{k: getattr(p, k) for k in ("producer_id", "runs", "topics", "acked",
+                                           "acknowledged", "failed", "lost", "duplicates",
+                                           "reordered", "violations", "settings")},
              "ack_latency_p50_ms": p.latency_p50_ms, "ack_latency_p99_ms": p.latency_p99_ms}
             for p in totals.values()]

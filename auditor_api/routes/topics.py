@@ -19,7 +19,7 @@ from kafka_audit.auditor_api.folds import known_topics
 from kafka_audit.auditor_api.problems import UNKNOWN_TOPIC, ProblemError, problem_responses
 from kafka_audit.auditor_api.routes.findings import committed_finding_sums, example
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
-from kafka_audit.auditor_api.totals import TopicTotals, topic_totals
+from kafka_audit.auditor_api.totals import ACKED_DOC, ACKNOWLEDGED_DOC, TopicTotals, topic_totals
 
 __all__ = ["router", "all_topics", "TopicOut"]
 
@@ -41,10 +41,8 @@ class TopicOut(BaseModel):
     """One topic: the ledger's writes and the committed verdicts on them."""
 
     topic: str
-    acked: int = Field(description="delivery reports in the ack ledger: acknowledged + failed "
-                                 "(each gets a verdict; a failed one is rejected)")
-    acknowledged: int = Field(description="writes the cluster acknowledged: acked - failed (what a "
-                                        "producer counts as sent)")
+    acked: int = Field(description=ACKED_DOC)
+    acknowledged: int = Field(description=ACKNOWLEDGED_DOC)
     failed: int = Field(description="of which the delivery failed (no ack)")
     confirmed: int = Field(description="writes confirmed in the log")
     pending: int = Field(description="acked writes not judged yet: acked - sum(verdicts)")
@@ -111,7 +109,7 @@ def all_topics(reader) -> dict[str, TopicTotals]:
 
 
 def _out(t: TopicTotals) -> dict:
-    return {"topic": t.topic, "acked": t.acked, "acknowledged": t.acked - t.failed,
+    return {"topic": t.topic, "acked": t.acked, "acknowledged": t.acknowledged,
             "failed": t.failed,
             "confirmed": t.verdicts.get("confirmed", 0), "pending": t.pending,
             "unseen": t.unseen, "lost": t.lost, "loss_ratio": t.loss_ratio,

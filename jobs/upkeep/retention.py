@@ -22,8 +22,8 @@ from each table the rows whose time (``rollups.TIME_COLUMN``) is older than its 
 
 **Exact totals.** The rows a round drops from ``acks``, ``consumed`` and ``findings`` are
 summed into ``rollups`` (``kafka_audit/rollups.py``: per UTC day and every column a total
-groups by), written as round *n* of that table (one commit that replaces any rows of round
-*n* a failed attempt left); then one commit removes the files holding them, adds the rows
+groups by), appended as round *n* of that table once the rows of any attempt at round *n*
+that died before its drop are removed; then one commit removes the files holding them, adds the rows
 those files keep written again, and records round *n* (the transaction
 ``kafka_audit_retention``, version *n*: ``store.commit_drop``). Files are named, not a
 predicate: rows appended meanwhile are never touched, so the rows dropped are exactly the
