@@ -2,8 +2,9 @@
 # The README's two commands:
 #   bash dev.sh demo   set up what is missing, run the demo (acks=1 leader kill, audit, REST)
 #   bash dev.sh test   set up what is missing, run every test (unit + real-cluster integration)
-# Other verbs: setup (install only), lint (ruff and the import contracts: CI runs it before
-# the tests), bench (producer), bench-audit (consume + audit).
+# Other verbs: setup (install only, from requirements.lock), lint (ruff and the import
+# contracts: CI runs it before the tests), lock (requirements.lock from pyproject.toml's
+# ranges), bench (producer), bench-audit (consume + audit).
 set -euo pipefail
 cd "$(dirname "$0")"
 # the checkout keeps its working data (tables, checkpoints, the demo cluster) in var/;
@@ -38,17 +39,29 @@ setup() {
     "$py" -m venv .venv
   fi
   local stamp=.venv/.kafka-audit-installed want
-  want=$(sha256sum pyproject.toml | cut -d' ' -f1)
+  want=$(cat pyproject.toml requirements.lock | sha256sum | cut -d' ' -f1)
   if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
-    log "installing Python dependencies pinned in pyproject.toml (first time: a few minutes)"
+    log "installing the Python dependencies of requirements.lock (first time: a few minutes)"
     .venv/bin/pip install -q --upgrade pip
-    .venv/bin/pip install -q -e ".[all,test,docs]"
+    # the exact set the tests ran on, each file checked against its hash; then the project
+    # itself, editable, with no resolution of its own (its ranges admit what the lock has)
+    .venv/bin/pip install -q --require-hashes -r requirements.lock
+    .venv/bin/pip install -q --no-deps -e .
+    .venv/bin/pip check >/dev/null || { .venv/bin/pip check; exit 1; }
     echo "$want" > "$stamp"
   fi
   log "fetching pinned JVM jars with Maven into the per-user cache (skipped when cached)"
   .venv/bin/kafka-audit setup
   # the tests' S3-compatible server (scenarios/object_store.py): not a deployment's
   .venv/bin/python -c 'from kafka_audit.jars import ensure_jars; ensure_jars(("s3proxy",))'
+}
+
+lock() {  # requirements.lock from pyproject.toml's ranges; pins already in it are kept
+  # (uv's default), `lock --upgrade`: the newest releases the ranges admit, to be tested
+  .venv/bin/uv pip compile pyproject.toml --extra all --extra test --extra docs \
+    --python-version "$(.venv/bin/python -c 'import platform; print(platform.python_version())')" \
+    --python-platform x86_64-manylinux_2_28 --generate-hashes \
+    --custom-compile-command "bash dev.sh lock" -o requirements.lock "$@"
 }
 
 lint() {  # ruff, then the import contracts of [tool.importlinter] in pyproject.toml
@@ -83,6 +96,7 @@ case "${1:-}" in
   demo) setup; shift; exec .venv/bin/kafka-audit demo "$@" ;;
   test) setup; shift; exec .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@" ;;
   lint) setup; lint ;;
+  lock) setup; shift; lock "$@" ;;
   bench) setup; shift; exec .venv/bin/python bench/producer_bench.py "$@" ;;
   bench-audit) setup; shift; exec .venv/bin/python bench/audit_bench.py "$@" ;;
   *) echo "usage: bash dev.sh demo|test|setup|lint|bench|bench-audit" >&2; exit 2 ;;
