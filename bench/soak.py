@@ -95,10 +95,25 @@ def sample(minute: float, service: Component, cluster: LocalCluster, settings, a
         "pass_median_s": statistics.median(times) if times else None,
         "pass_max_s": max(times) if times else None,
         "tables": tables,
+        "home_mb": round(tree_bytes(settings.home_dir) / 2**20, 3),
         "summary_ms": ms,
         "pending": body and body["pending"], "lost": body and body["lost"],
         "lag_offsets": consume_lag(current.get("consume"), current.get("watcher"))["offsets"],
     }, seen
+
+
+def tree_bytes(root: Path) -> int:
+    """Bytes of every file under ``root`` (the whole warehouse: tables, logs, the
+    streams' checkpoints, status files), counted as they are; a file deleted while the
+    walk runs is left out."""
+    total = 0
+    for d, _, files in os.walk(root):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(d, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def slope_per_hour(points: list[tuple[float, float]]) -> float | None:
@@ -140,6 +155,9 @@ def lines(samples: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]
                 (m, f["data_mb"] + f["log_mb"]))
             if "live_mb" in f:  # what the table holds now (replaced files not counted)
                 out["table live data (MB)"].setdefault(t, []).append((m, f["live_mb"]))
+        if "home_mb" in s:
+            out["table bytes on disk (MB, data + log)"].setdefault(
+                "whole home", []).append((m, s["home_mb"]))
         out["GET /v1/summary (ms)"].setdefault("one request", []).append((m, s["summary_ms"]))
     return out
 
@@ -150,7 +168,7 @@ def slopes(samples: list[dict], after: float = 10) -> dict[str, dict[str, float 
             for panel, named in lines(samples).items()}
 
 
-def plot(samples: list[dict], kills: list[float], path: Path) -> None:
+def plot(samples: list[dict], kills: list[float], path: Path, after: float = 10) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -165,28 +183,29 @@ def plot(samples: list[dict], kills: list[float], path: Path) -> None:
                 ax.plot([x for x, _ in pts], [y for _, y in pts], label=name, linewidth=1.2)
         for k in kills:
             ax.axvline(k, color="grey", linestyle=":", linewidth=0.8)
-        ax.axvspan(0, 10, color="0.93")  # the first 10 minutes: not in the slopes
+        ax.axvspan(0, after, color="0.93")  # before ``after``: not in the slopes
         ax.set_title(panel, fontsize=10)
         ax.legend(fontsize=7, loc="upper left", ncol=3)
         ax.grid(alpha=0.3)
-    axes[-1].set_xlabel("minutes (dotted: leader kills; shaded: warm-up, left out of the "
-                        "slopes)")
+    axes[-1].set_xlabel("minutes (dotted: leader kills; shaded: before --slopes-after, left "
+                        "out of the slopes)")
     fig.tight_layout()
     fig.savefig(path, dpi=60)
     plt.close(fig)
 
 
-def report(samples: list[dict], kills: list[float], plot_path: Path | None) -> dict:
-    sl = slopes(samples)
+def report(samples: list[dict], kills: list[float], plot_path: Path | None,
+           after: float = 10) -> dict:
+    sl = slopes(samples, after)
     for panel, named in sl.items():
         print(panel)
         for name, v in named.items():
-            vals = [y for x, y in lines(samples)[panel][name] if y is not None and x >= 10]
+            vals = [y for x, y in lines(samples)[panel][name] if y is not None and x >= after]
             span = f"{min(vals):.1f}..{max(vals):.1f}" if vals else "-"
             print(f"  {name:32s} slope {v if v is None else f'{v:+.2f}'}/h   "
-                  f"(after minute 10: {span})")
+                  f"(after minute {after:g}: {span})")
     if plot_path is not None:
-        plot(samples, kills, plot_path)
+        plot(samples, kills, plot_path, after)
         print(f"plot: {plot_path} ({plot_path.stat().st_size // 1024} KB)")
     return sl
 
@@ -201,6 +220,9 @@ def main() -> None:
     ap.add_argument("--settle", type=float, default=30)
     ap.add_argument("--plot", type=Path, default=Path("bench/soak.png"))
     ap.add_argument("--replot", type=Path, help="a samples.jsonl to plot again")
+    ap.add_argument("--slopes-after", type=float, default=10,
+                    help="the slopes and ranges count samples from this minute on (with "
+                         "retention in minutes, past the vacuum's hour: 70)")
     ap.add_argument("--memory-log", type=float, default=60,
                     help="seconds between the service's memory lines in its log "
                          "(kafka_audit/app/memstats.py; 0: none)")
@@ -208,7 +230,7 @@ def main() -> None:
     if args.replot:
         samples = [json.loads(x) for x in args.replot.read_text().splitlines() if x.strip()]
         meta = json.loads((args.replot.parent / "kills.json").read_text())
-        report(samples, meta, args.plot)
+        report(samples, meta, args.plot, args.slopes_after)
         return
 
     base = bench_settings(args.settle)
@@ -288,7 +310,7 @@ def main() -> None:
               "per_finding_latency": lat.__dict__ if lat else None}
     (home / "result.json").write_text(json.dumps(result, indent=1))
     print(json.dumps(result, indent=1))
-    sl = report(samples, kills, args.plot)
+    sl = report(samples, kills, args.plot, args.slopes_after)
     (home / "slopes.json").write_text(json.dumps(sl, indent=1))
 
 
