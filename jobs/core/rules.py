@@ -433,22 +433,41 @@ class _Intervals:
 
     Only narrows which runs are looked at (a query's answer is exactly the runs a
     full scan would keep), so a pass costs about the number of runs, not its square.
+    The runs are kept in classes of similar length (a power of two apart), each sorted
+    by start: a query looks, in each class, only at the runs starting at most that
+    class's longest length before it, so one long run does not widen every query's scan
+    over the short ones (interleaving producers: a read run per record beside a few
+    long ones).
     """
 
     def __init__(self, runs: Sequence, start, length) -> None:
-        order = sorted(range(len(runs)), key=lambda i: start(runs[i]))
-        self._runs = [runs[i] for i in order]
-        self._index = order
-        self._keys = [start(r) for r in self._runs]
-        self._start, self._length = start, length
-        self._max = max((length(r) for r in runs), default=0)
+        groups: dict[int, list[tuple[int, int, int]]] = {}
+        for i, r in enumerate(runs):
+            s, n = start(r), length(r)
+            groups.setdefault((max(n, 1).bit_length() + 2) // 3, []).append((s, i, s + n))
+        self.runs: list = list(runs)
+        #: per class (lengths up to 8 times apart): the lowest start, the highest end, the
+        #: starts, ends and input positions sorted by start, and the longest length
+        self._classes: list[tuple[int, int, list[int], list[int], list[int], int]] = []
+        for g in groups.values():
+            g.sort()
+            ends = [t[2] for t in g]
+            self._classes.append((g[0][0], max(ends), [t[0] for t in g], ends,
+                                  [t[1] for t in g], max(t[2] - t[0] for t in g)))
 
     def overlapping(self, lo: int, hi: int) -> list:
-        i = bisect_left(self._keys, lo - self._max + 1)
-        j = bisect_left(self._keys, hi)
-        hits = [(self._index[k], r) for k, r in enumerate(self._runs[i:j], i)
-                if self._start(r) + self._length(r) > lo]
-        return [r for _, r in sorted(hits, key=lambda h: h[0])]
+        hits: list[int] = []
+        for first, last, starts, ends, index, longest in self._classes:
+            if first >= hi or last <= lo:
+                continue
+            j = bisect_left(starts, hi)
+            for k in range(bisect_left(starts, lo - longest + 1, 0, j), j):
+                if ends[k] > lo:
+                    hits.append(index[k])
+        if len(hits) > 1:
+            hits.sort()
+        runs = self.runs
+        return [runs[i] for i in hits]
 
 
 def merge_spans(spans: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
@@ -592,12 +611,17 @@ def _suspects(out: Judgement, at_offsets: _Intervals, clock: Clock) -> None:
     record (a foreign one, or another write's stamp): ``out.suspect_end``, and a re-read
     of each (:data:`SUSPECT`) unless one was made after that read. Only the request is
     early: a write is still judged once settled, on the views it has then."""
+    past = _Intervals([r for r in at_offsets.runs if r.end > clock.settled_frontier
+                       and r.source == "stream" and r.status == "record"],
+                      lambda r: r.offset, lambda r: r.count)
+    if not past.runs:  # nothing read past the frontier (a backlog's pending writes)
+        return
     for a in out.acks:
         if not a.placed or a.end <= clock.settled_frontier:
             continue
         lo = max(a.offset, clock.settled_frontier)  # type: ignore[type-var]
         shift = a.seq - a.offset  # type: ignore[operator]
-        for r in at_offsets.overlapping(lo, a.end):
+        for r in past.overlapping(lo, a.end):
             s, e = max(lo, r.offset), min(a.end, r.end)
             if s >= e or r.source != "stream" or r.status != "record" or (
                     r.stamped and (r.producer_id, r.run_id, r.seq - r.offset)  # type: ignore

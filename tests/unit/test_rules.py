@@ -5,10 +5,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from kafka_audit.jobs.core.engine import AuditConfig, InMemoryAuditor
-from kafka_audit.jobs.core.model import ClusterEvent
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent
 from kafka_audit.jobs.core.rules import (
     SUSPECT,
     _Cover,
+    _Intervals,
     likely_cause,
     merge_spans,
     partition_events,
@@ -539,6 +540,36 @@ def test_a_cover_answers_as_the_scan_it_replaces(spans, queries):
     cover = _Cover(spans)
     for lo, hi in queries:
         assert cover.touches(lo, hi) == any(lo < e and hi > s for s, e in spans)
+
+
+@given(st.lists(st.tuples(st.integers(-20, 60), st.integers(0, 40)), max_size=30),
+       st.lists(_span, min_size=1, max_size=12))
+def test_intervals_answer_as_the_scan_they_replace(runs, queries):
+    """Runs of every length (empty ones too, one long run beside short ones), in any
+    order and repeated: each query gives exactly the runs a full scan keeps, in input
+    order (the rules read the first of several views at an offset)."""
+    runs = [(s, n, i) for i, (s, n) in enumerate(runs)]  # distinct objects, same spans
+    index = _Intervals(runs, lambda r: r[0], lambda r: r[1])
+    for lo, hi in queries:
+        assert index.overlapping(lo, hi) == [r for r in runs if r[0] < hi and r[0] + r[1] > lo]
+
+
+def test_a_piece_keeps_every_other_field_of_its_run():
+    """A piece is built field by field (for speed): a field added to AckRun and not
+    copied there fails here."""
+    import dataclasses
+    from datetime import UTC, datetime
+
+    t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
+    values = {"topic": "t", "partition": 2, "producer_id": "p", "run_id": "r", "seq": 10,
+              "count": 5, "offset": 100, "first_ack": t0, "last_ack": t1, "error": "E",
+              "acks": "1", "horizon": 7}
+    fields = [f.name for f in dataclasses.fields(AckRun)]
+    assert sorted(fields) == sorted(values), "a new AckRun field: give it a value here"
+    run = AckRun(**values)
+    piece = run.piece(1, 3)
+    assert piece == dataclasses.replace(run, seq=11, count=2, offset=101)
+    assert AckRun(**{**values, "offset": None}).piece(2, 5).offset is None
 
 
 @given(st.lists(_span, max_size=12), st.lists(_span, min_size=1, max_size=12))
