@@ -228,12 +228,16 @@ def hot_table(topic: str, partition: int, hot: PartitionHot, schema: pa.Schema) 
 
 
 def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_ends,
-           tz: str | None) -> pa.Table:
+           tz: str | None, idle_acks: pa.Table | None = None) -> pa.Table:
     """One :func:`~kafka_audit.jobs.core.engine.step_partition` and its result as rows of
-    :func:`step_arrow_schema` (``tz``: its timestamps' zone, None for naive UTC)."""
+    :func:`step_arrow_schema` (``tz``: its timestamps' zone, None for naive UTC).
+    ``idle_acks``: ack rows :func:`split_idle` passed through (still pending after the
+    step): counted in the status row as the engine counts its own pending runs."""
     topic, partition = key[0], int(key[1])
     res = step_partition(topic, hot, events.get((topic, partition), []), now, cfg,
                          log_ends.get((topic, partition)))
+    if idle_acks is not None and idle_acks.num_rows:
+        _count_idle(res, idle_acks, cfg)
     blocks = _hot_blocks(topic, partition, res.hot, utc=tz is not None)
     found = [_row(f.kind, topic, partition, row="finding", finding_id=f.finding_id,
                   producer_id=f.producer_id, run_id=f.run_id, seq=f.seq, count=f.count,
@@ -250,6 +254,25 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
     schema = step_arrow_schema(tz)
     blocks.append((len(found), {f.name: [r.get(f.name) for r in found] for f in schema}))
     return _table_of(blocks, schema)
+
+
+def _count_idle(res, acks: pa.Table, cfg: AuditConfig) -> None:
+    """Add pending runs the engine did not see to ``res``'s counts, as
+    :func:`~kafka_audit.jobs.core.rules.judge_partition` counts its own: every write
+    pending; those past the stream frontier unseen once their last ack is
+    ``cfg.unseen_after_seconds`` old, and the oldest such first ack."""
+    off, n = _int_array(acks, "offset"), _int_array(acks, "count")
+    res.pending += int(n.sum())
+    unread = off + n - np.maximum(off, res.clock.stream_frontier)
+    late = pc.less(acks.column("last_ack"), pa.scalar(
+        res.clock.now - timedelta(seconds=cfg.unseen_after_seconds),
+        acks.schema.field("last_ack").type)).to_numpy(zero_copy_only=False)
+    unseen = (unread > 0) & late
+    if unseen.any():
+        res.unseen += int(unread[unseen].sum())
+        first = pc.min(acks.filter(pa.array(unseen)).column("first_ack")).as_py()
+        if res.oldest_unseen is None or first < res.oldest_unseen:
+            res.oldest_unseen = first
 
 
 def step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: datetime,
@@ -272,7 +295,8 @@ def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: dateti
 
     def step(key, table: pa.Table) -> pa.Table:
         busy, kept = split_idle(key, table, now, cfg) if idle else (table, None)
-        out = _judge(key, hot_from_arrow(busy), events, now, cfg, log_ends, "UTC")
+        idle_acks = kept.filter(pc.equal(kept.column("kind"), "ack")) if kept else None
+        out = _judge(key, hot_from_arrow(busy), events, now, cfg, log_ends, "UTC", idle_acks)
         return pa.concat_tables([out, kept.cast(out.schema)]) if kept else out
 
     return step
@@ -280,7 +304,8 @@ def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: dateti
 
 #: the columns a passed-through state row of each kind keeps (what :func:`_hot_blocks`
 #: writes for it); the others are null, as in a row the engine wrote
-_KEPT_COLUMNS = {"read": frozenset(("kind", "row") + _READ_RUN),
+_KEPT_COLUMNS = {"ack": frozenset(("kind", "row") + _ACK_RUN),
+                 "read": frozenset(("kind", "row") + _READ_RUN),
                  "judged": frozenset(("kind", "row") + _JUDGED)}
 
 
@@ -308,16 +333,20 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Ta
     the one without this split (``tests/unit/test_hot_state.py``)."""
     kind = t.column("kind")
     reads_at, judged_at = pc.equal(kind, "read"), pc.equal(kind, "judged")
-    if not (pc.any(reads_at).as_py() or pc.any(judged_at).as_py()):
-        return t, t.schema.empty_table()
-    acks = t.filter(pc.equal(kind, "ack"))
+    acks_at = pc.equal(kind, "ack")
+    acks = t.filter(acks_at)
     placed = acks.filter(pc.is_valid(acks.column("offset")))
     reads, judged = t.filter(reads_at), t.filter(judged_at)
+    waiting = _idle_acks(t, acks, reads)
+    idle_a = acks.filter(pa.array(waiting))
+    if not (reads.num_rows or judged.num_rows or idle_a.num_rows):
+        return t, t.schema.empty_table()
     idle_reads = _idle_reads(reads, acks, placed, now - timedelta(seconds=cfg.settle_seconds))
     idle_judged = _idle_judged(judged, placed)
 
     idle_r, idle_j = reads.filter(pa.array(idle_reads)), judged.filter(pa.array(idle_judged))
-    busy = [t.filter(pc.invert(pc.or_(reads_at, judged_at))),
+    busy = [t.filter(pc.invert(pc.or_(pc.or_(reads_at, judged_at), acks_at))),
+            acks.filter(pa.array(~waiting)),
             reads.filter(pa.array(~idle_reads)), judged.filter(pa.array(~idle_judged))]
     stream = idle_r.filter(pc.equal(idle_r.column("source"), "stream"))
     if stream.num_rows:
@@ -331,7 +360,45 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Ta
     kept = [_as_kept(rows.filter(pc.fill_null(pc.greater_equal(rows.column(col), keep), False)),
                      k)
             for rows, k, col in ((idle_r, "read", "read_time"), (idle_j, "judged", "judged_at"))]
-    return pa.concat_tables(busy), pa.concat_tables(kept)
+    return pa.concat_tables(busy), pa.concat_tables([*kept, _as_kept(idle_a, "ack")])
+
+
+def _idle_acks(t: pa.Table, acks: pa.Table, reads: pa.Table) -> np.ndarray:
+    """Which ``acks`` no judgement of this step can touch, so they stay pending as they
+    are: placed at or past every offset the partition's state has read or observed (the
+    settled frontier cannot reach them: no verdict, no suspect, no read kept for them);
+    no stamped read of their producer run touching their seqs (a copy, which the engine
+    would keep for them); and no placed run of their producer run below that frontier
+    ending on a higher seq (one they could hold back from ``confirmed`` while a reorder
+    is possible, ``rules._decide_confirmed``). A catch-up's backlog is mostly such acks:
+    millions acked before the consume job read them."""
+    n = acks.num_rows
+    if not n:
+        return np.zeros(0, dtype=bool)
+    obs = t.filter(pc.equal(t.column("kind"), "observation"))
+    r_end = _int_array(reads, "offset") + _int_array(reads, "count")
+    frontier = max(int(r_end.max()) if len(r_end) else 0,
+                   int(pc.max(obs.column("offset")).as_py() or 0) if obs.num_rows else 0, 0)
+    off, seq = _int_array(acks, "offset"), _int_array(acks, "seq")
+    placed = pc.and_(pc.is_valid(acks.column("offset")),
+                     pc.is_null(acks.column("error_name"))).to_numpy(zero_copy_only=False)
+    idle = placed & (off >= frontier)
+    if not idle.any():
+        return idle
+    last = seq + _int_array(acks, "count") - 1
+    r_seq, r_n = _int_array(reads, "seq"), _int_array(reads, "count")
+    r_stamped = pc.and_(pc.and_(pc.equal(reads.column("status"), "record"),
+                                pc.is_valid(reads.column("producer_id"))),
+                        pc.is_valid(reads.column("seq"))).to_numpy(zero_copy_only=False)
+    for run in _runs(acks.filter(pa.array(idle))):
+        mine = _of_run(acks, run).to_numpy(zero_copy_only=False)
+        below = mine & placed & ~idle
+        if below.any():  # a lower seq than one confirmable below: may hold it
+            idle &= ~(mine & (seq < last[below].max()))
+        theirs = _of_run(reads, run).to_numpy(zero_copy_only=False) & r_stamped
+        if theirs.any():  # a copy of its seqs was read somewhere: judged with the rest
+            idle &= ~(mine & _touching(seq, last, r_seq[theirs], r_seq[theirs] + r_n[theirs]))
+    return idle
 
 
 def _int_array(rows: pa.Table, name: str) -> np.ndarray:
