@@ -311,9 +311,10 @@ _KEPT_COLUMNS = {"ack": frozenset(("kind", "row") + _ACK_RUN),
 
 def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Table, pa.Table]:
     """One partition's rows (:func:`step_arrow_schema`, UTC) as ``(busy, kept)``: what the
-    engine must see, and the ``read`` and ``judged`` rows it cannot use in this step,
-    already as the engine would keep them (within ``cfg.read_retention_seconds``, tagged
-    ``row = hot``).
+    engine must see, and the ``read`` and ``judged`` rows it cannot use in this step and
+    the ``ack`` rows it would only keep pending (:func:`_idle_acks`), already as the engine
+    would keep them (reads and judged runs within ``cfg.read_retention_seconds``, tagged
+    ``row = hot``); the step counts those acks in its status row (:func:`_count_idle`).
 
     At a steady rate the state is mostly runs read or judged minutes ago and kept for the
     read retention (tens of thousands at 5,000 msg/s), and every step turned all of them
