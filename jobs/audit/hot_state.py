@@ -378,8 +378,7 @@ def _idle_acks(t: pa.Table, acks: pa.Table, reads: pa.Table) -> np.ndarray:
         return np.zeros(0, dtype=bool)
     obs = t.filter(pc.equal(t.column("kind"), "observation"))
     r_end = _int_array(reads, "offset") + _int_array(reads, "count")
-    frontier = max(int(r_end.max()) if len(r_end) else 0,
-                   int(pc.max(obs.column("offset")).as_py() or 0) if obs.num_rows else 0, 0)
+    frontier = max(int(r_end.max(initial=0)), pc.max(obs.column("offset")).as_py() or 0)
     off, seq = _int_array(acks, "offset"), _int_array(acks, "seq")
     placed = pc.and_(pc.is_valid(acks.column("offset")),
                      pc.is_null(acks.column("error_name"))).to_numpy(zero_copy_only=False)
@@ -388,9 +387,7 @@ def _idle_acks(t: pa.Table, acks: pa.Table, reads: pa.Table) -> np.ndarray:
         return idle
     last = seq + _int_array(acks, "count") - 1
     r_seq, r_n = _int_array(reads, "seq"), _int_array(reads, "count")
-    r_stamped = pc.and_(pc.and_(pc.equal(reads.column("status"), "record"),
-                                pc.is_valid(reads.column("producer_id"))),
-                        pc.is_valid(reads.column("seq"))).to_numpy(zero_copy_only=False)
+    r_stamped = _stamped(reads)
     for run in _runs(acks.filter(pa.array(idle))):
         mine = _of_run(acks, run).to_numpy(zero_copy_only=False)
         below = mine & placed & ~idle
@@ -400,6 +397,13 @@ def _idle_acks(t: pa.Table, acks: pa.Table, reads: pa.Table) -> np.ndarray:
         if theirs.any():  # a copy of its seqs was read somewhere: judged with the rest
             idle &= ~(mine & _touching(seq, last, r_seq[theirs], r_seq[theirs] + r_n[theirs]))
     return idle
+
+
+def _stamped(reads: pa.Table) -> np.ndarray:
+    """Which ``reads`` are records with a stamp (``ReadRun.stamped``)."""
+    return pc.and_(pc.and_(pc.equal(reads.column("status"), "record"),
+                           pc.is_valid(reads.column("producer_id"))),
+                   pc.is_valid(reads.column("seq"))).to_numpy(zero_copy_only=False)
 
 
 def _int_array(rows: pa.Table, name: str) -> np.ndarray:
@@ -412,9 +416,7 @@ def _idle_reads(reads: pa.Table, acks: pa.Table, placed: pa.Table, settled: date
     """Which ``reads`` touch none of the unjudged runs' offsets, their copies' seqs or those
     copies' offsets (ends included) and were read at or before ``settled``."""
     r_off, r_n, r_seq = (_int_array(reads, c) for c in ("offset", "count", "seq"))
-    r_stamped = pc.and_(pc.and_(pc.equal(reads.column("status"), "record"),
-                                pc.is_valid(reads.column("producer_id"))),
-                        pc.is_valid(reads.column("seq"))).to_numpy(zero_copy_only=False)
+    r_stamped = _stamped(reads)
     p_off = _int_array(placed, "offset")
     spans = [(p_off, p_off + _int_array(placed, "count"))]
     for run in _runs(acks):

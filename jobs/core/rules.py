@@ -433,7 +433,7 @@ class _Intervals:
 
     Only narrows which runs are looked at (a query's answer is exactly the runs a
     full scan would keep), so a pass costs about the number of runs, not its square.
-    The runs are kept in classes of similar length (a power of two apart), each sorted
+    The runs are kept in classes of similar length (up to 8 times apart), each sorted
     by start: a query looks, in each class, only at the runs starting at most that
     class's longest length before it, so one long run does not widen every query's scan
     over the short ones (interleaving producers: a read run per record beside a few
@@ -623,10 +623,10 @@ def _suspects(out: Judgement, at_offsets: _Intervals, clock: Clock) -> None:
         shift = a.seq - a.offset  # type: ignore[operator]
         for r in past.overlapping(lo, a.end):
             s, e = max(lo, r.offset), min(a.end, r.end)
-            if s >= e or r.source != "stream" or r.status != "record" or (
+            if s >= e or (
                     r.stamped and (r.producer_id, r.run_id, r.seq - r.offset)  # type: ignore
                     == (a.producer_id, a.run_id, shift)):
-                continue  # not a record, or a's own writes at their acked offsets
+                continue  # a's own writes at their acked offsets (past: stream records only)
             out.suspect_end = max(out.suspect_end or e, e)
             if not any(q.source == "reread" and q.read_time >= r.read_time
                        for q in at_offsets.overlapping(s, e)):
