@@ -256,6 +256,18 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
     return _table_of(blocks, schema)
 
 
+def _age_us(times: pa.ChunkedArray, now: datetime) -> np.ndarray:
+    """``now - t`` in whole microseconds for each timestamp ``t`` of ``times``."""
+    us = pc.cast(times, pa.timestamp("us", times.type.tz)).cast(pa.int64())
+    return _micros(now) - us.to_numpy(zero_copy_only=False)
+
+
+def _micros(t: datetime) -> int:
+    """``t`` (UTC when naive) in microseconds since the epoch."""
+    aware = t if t.tzinfo else t.replace(tzinfo=UTC)
+    return (aware - _EPOCH) // timedelta(microseconds=1)
+
+
 def _count_idle(res, acks: pa.Table, cfg: AuditConfig) -> None:
     """Add pending runs the engine did not see to ``res``'s counts, as
     :func:`~kafka_audit.jobs.core.rules.judge_partition` counts its own: every write
@@ -264,9 +276,10 @@ def _count_idle(res, acks: pa.Table, cfg: AuditConfig) -> None:
     off, n = _int_array(acks, "offset"), _int_array(acks, "count")
     res.pending += int(n.sum())
     unread = off + n - np.maximum(off, res.clock.stream_frontier)
-    late = pc.less(acks.column("last_ack"), pa.scalar(
-        res.clock.now - timedelta(seconds=cfg.unseen_after_seconds),
-        acks.schema.field("last_ack").type)).to_numpy(zero_copy_only=False)
+    # the engine's test, ``(now - last_ack).total_seconds() > unseen_after_seconds``, on
+    # whole microseconds: a ``timedelta`` of the setting would overflow (inf, huge) or round
+    late = (_age_us(acks.column("last_ack"), res.clock.now) / 1e6
+            > cfg.unseen_after_seconds)
     unseen = (unread > 0) & late
     if unseen.any():
         res.unseen += int(unread[unseen].sum())

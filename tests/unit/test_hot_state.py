@@ -119,11 +119,17 @@ def run_arrow_steps(rows, passes, cfg, idle: bool) -> list[dict]:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(histories(topics=("t", "c", "u")))
-def test_a_step_that_passes_idle_rows_through_equals_one_that_judges_them_all(history):
+@given(histories(topics=("t", "c", "u")),
+       # unseen after: as the reference's, past any history, a timedelta's overflow, below
+       # a microsecond; reads kept 200 s, or 3 s (the frontier then often an observation's)
+       st.sampled_from([20.0, 1e12, float("inf"), 4e-7]), st.sampled_from([200.0, 3.0]))
+def test_a_step_that_passes_idle_rows_through_equals_one_that_judges_them_all(
+        history, unseen_after, read_retention):
     rows, passes = history
-    assert run_arrow_steps(rows, passes, CFG_ALL, idle=True) == run_arrow_steps(
-        rows, passes, CFG_ALL, idle=False)
+    cfg = replace(CFG_ALL, unseen_after_seconds=unseen_after,
+                  read_retention_seconds=read_retention)
+    assert run_arrow_steps(rows, passes, cfg, idle=True) == run_arrow_steps(
+        rows, passes, cfg, idle=False)
 
 
 def test_idle_rows_are_read_and_judged_runs_far_from_every_unjudged_one():
