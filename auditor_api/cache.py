@@ -14,7 +14,9 @@ are sent it. Without that, a commit (which makes every kept answer stale) sent e
 request in flight to compute its own copy, each slowing the others down: under
 ``bench/api_bench.py --churn`` the slow requests came in bursts of half a second after
 each commit. Each computation leaves the map of those in flight when it ends, answered or
-not: the map holds the requests being computed now, nothing more.
+not: the map holds the requests being computed now, nothing more. An answer computed
+from older versions than the one kept (two computations of one request, ending out of
+order) is sent, not kept: the answers to one request never step back.
 
 **Bounded by bytes:** the answers kept weigh at most ``api.response_cache_max_mb`` in all
 (the least recently used go first); one larger than a quarter of that is sent, not kept.
@@ -36,6 +38,12 @@ __all__ = ["ResponseCache"]
 
 #: what an answer kept weighs beside its body (its key, headers and versions), roughly
 ENTRY_OVERHEAD = 512
+
+
+def _at_least(a: tuple, b: tuple) -> bool:
+    """Whether versions ``a`` (warehouse, then each table's) are as new as ``b`` or newer,
+    table by table."""
+    return a[0] == b[0] and all(x >= y for x, y in zip(a[1:], b[1:], strict=True))
 
 
 def _weight(key: tuple, headers: list, body: bytes) -> int:
@@ -131,6 +139,9 @@ class ResponseCache:
         """Keep an answer (replacing the one for older versions), then let the least
         recently used go until the entries weigh at most ``max_bytes``."""
         weight = _weight(key, headers, body)
+        held = self.entries.get(key)
+        if held is not None and held[0] != versions and _at_least(held[0], versions):
+            return  # a computation that began earlier ended later: the newer answer stays
         old = self.entries.pop(key, None)
         if old is not None:
             self.bytes -= old[3]

@@ -206,35 +206,59 @@ def test_a_repeated_request_is_answered_from_memory_until_a_table_changes(tmp_pa
     assert off.get("/v1/topics/orders").json()["acked"] == first["acked"] + 5
 
 
-def test_requests_arriving_while_their_answer_is_computed_wait_for_it_and_share_it(tmp_path):
-    import asyncio
-
-    import httpx
-
+def _cache_of(app):
     from kafka_audit.auditor_api.cache import ResponseCache
 
-    s = warehouse(tmp_path, runs=10)
-    app = create_app(s)
     app.middleware_stack = app.build_middleware_stack()
     stack = app.middleware_stack
     while not isinstance(stack, ResponseCache):
         stack = stack.app
+    return stack
 
-    async def burst(n: int) -> list[httpx.Response]:
+
+def _burst(app, n: int, path: str = "/v1/topics/orders") -> list:
+    """``n`` requests for ``path`` sent at once (each arrives while the first computes)."""
+    import asyncio
+
+    import httpx
+
+    async def burst() -> list[httpx.Response]:
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as c:
-            return await asyncio.gather(*[c.get("/v1/topics/orders") for _ in range(n)])
+            return await asyncio.gather(*[c.get(path) for _ in range(n)])
 
-    answers = asyncio.run(burst(20))
+    return asyncio.run(burst())
+
+
+def test_requests_arriving_while_their_answer_is_computed_wait_for_it_and_share_it(tmp_path):
+    s = warehouse(tmp_path, runs=10)
+    app = create_app(s)
+    stack = _cache_of(app)
+    answers = _burst(app, 20)
     assert {a.status_code for a in answers} == {200}
     assert len({a.content for a in answers}) == 1
     # the first computed it, the 19 that came while it ran were sent its answer
     assert (stack.misses, stack.shared, stack.hits) == (1, 19, 0)
     assert stack.flights == {}
     append_rows(s.table_path("acks"), "acks", [ack(10_000, 5, T, producer="late")])
-    again = asyncio.run(burst(5))
+    again = _burst(app, 5)
     assert {a.json()["acked"] for a in again} == {answers[0].json()["acked"] + 5}
     assert (stack.misses, stack.shared) == (2, 23)
+
+
+def test_an_answer_of_older_versions_computed_late_does_not_replace_a_newer_one(tmp_path):
+    s = warehouse(tmp_path, runs=10)
+    app = create_app(s)
+    stack = _cache_of(app)
+    _burst(app, 1)
+    key = next(iter(stack.entries))
+    kept = stack.entries[key]
+    older = (kept[0][0], *(v - 1 for v in kept[0][1:]))
+    stack._keep(key, older, [], b"old")
+    assert stack.entries[key][2] == kept[2]
+    newer = (kept[0][0], *(v + 1 for v in kept[0][1:]))
+    stack._keep(key, newer, [], b"new")
+    assert stack.entries[key][2] == b"new"
 
 
 def test_the_dashboard_and_its_charting_library_are_served_by_the_app(tmp_path):
