@@ -1189,8 +1189,17 @@ class Progress:
 def committed_progress(settings) -> Progress:
     """The audit's commit point: each pass appends its state and its progress row to
     ``audit_hot`` in one commit, so the latest progress row names the committed pass."""
-    t = read_table(settings.table_path("audit_hot"), "audit_hot", ["progress", "pass_id"],
-                   where=pc.field("kind") == "progress")
+    path = settings.table_path("audit_hot")
+    progress = pc.field("kind") == "progress"
+    try:  # the newest generation's files alone, by their statistics (no other file read)
+        top = max_in_files(path, "pass_id")
+    except LookupError:
+        top = None
+    t = read_table(path, "audit_hot", ["progress", "pass_id"],
+                   where=progress if top is None
+                   else progress & (pc.field("pass_id") == pa.scalar(top, pa.int64())))
+    if t.num_rows == 0 and top is not None:  # not where expected: every file
+        t = read_table(path, "audit_hot", ["progress", "pass_id"], where=progress)
     if t.num_rows == 0:
         return Progress()
     rows = [(json.loads(p), g) for p, g in zip(t.column("progress").to_pylist(),

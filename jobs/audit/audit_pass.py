@@ -317,14 +317,16 @@ class _Broadcast(dict):
         return super().get(key, self.everywhere if self.everywhere else default)
 
 
-def _partitions(settings: Settings, progress: Progress,
-                new: dict[str, pa.Table]) -> dict[tuple[str, int], bool]:
+def _partitions(settings: Settings, progress: Progress, new: dict[str, pa.Table],
+                state: pa.Table | None = None) -> dict[tuple[str, int], bool]:
     """Every partition the pass judges, and whether it holds a failed write without a
     horizon yet (its log end is needed). Read on the driver from the key columns of the
-    committed state and of the new rows: no Spark job for a handful of columns."""
-    hot = read_table(settings.table_path("audit_hot"), "audit_hot",
-                     ["kind", "topic", "partition", "offset", "horizon"],
-                     where=_generation(progress) & (pc.field("kind") != "progress"))
+    committed state (``state`` when the judge read it already) and of the new rows: no
+    Spark job for a handful of columns."""
+    columns = ["kind", "topic", "partition", "offset", "horizon"]
+    hot = state.select(columns) if state is not None else read_table(
+        settings.table_path("audit_hot"), "audit_hot", columns,
+        where=_generation(progress) & (pc.field("kind") != "progress"))
     tables = [hot]
     if "acks" in new:
         acks = new["acks"].select(_KEY_COLUMNS["acks"])
@@ -446,7 +448,7 @@ def _judge_and_commit_once(spark, settings: Settings, now: datetime, lookups: Cl
     if judge.empty:
         return AuditSummary(now, progress.pass_id, {}, 0, 0, 0, 0, 0)
     clock.mark("prepare")
-    keys = _partitions(settings, progress, judge.new)
+    keys = _partitions(settings, progress, judge.new, judge.state)
     cfg = audit_config(settings, *lookups.policies({t for t, _ in keys}))
     log_ends = lookups.log_ends([k for k, unplaced in keys.items() if unplaced])
     events = warm.events.refresh(settings)
@@ -614,6 +616,8 @@ class _Backend:
 
     empty: bool
     new: dict[str, pa.Table]
+    #: the committed state's rows when read on the driver (None: Spark scans them)
+    state: pa.Table | None = None
     first: object  # the rows of the first judgement
 
     def judge(self, events, now, cfg, log_ends) -> None: ...
@@ -631,11 +635,13 @@ class _Driver(_Backend):
     def __init__(self, settings: Settings, progress: Progress,
                  sources: dict[str, _Source]) -> None:
         self.new = {}
+        self.state = None  # the committed state, read once (its keys serve _partitions)
         parts = []
         if progress.generation is not None:
-            state = read_table(settings.table_path("audit_hot"), "audit_hot",
-                               where=_generation(progress) & (pc.field("kind") != "progress"))
-            parts.append(widen(state))
+            self.state = read_table(
+                settings.table_path("audit_hot"), "audit_hot",
+                where=_generation(progress) & (pc.field("kind") != "progress"))
+            parts.append(widen(self.state))
         for table, src in sources.items():
             if src.files:
                 self.new[table] = read_files(src.files, table)
