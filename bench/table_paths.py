@@ -8,6 +8,9 @@ table of ``--commits`` appends, on disk and in a bucket of the tests' S3-compati
 (s3proxy over a local folder, started here): the median of ``--rounds`` calls each.
 
     .venv/bin/python bench/table_paths.py [--commits 200] [--rounds 50] [--where local s3]
+
+It also times the audit's commit point read (``committed_progress``) over ``audit_hot`` of 10
+generations, the table's snapshot loaded once as inside a pass.
 """
 
 from __future__ import annotations
@@ -32,6 +35,33 @@ def _timed(fn, rounds: int) -> float:
     return statistics.median(took)
 
 
+def _loaded(fn, rounds: int) -> float:
+    """:func:`_timed` with each table's snapshot loaded once, as inside an audit pass."""
+    from kafka_audit import store
+
+    with store.one_snapshot_each():
+        fn()
+        return _timed(fn, rounds)
+
+
+def _generations(settings, n: int, rows: int = 2000) -> None:
+    """``n`` generations of ``audit_hot`` as passes append them: ``rows`` state rows and
+    the progress row each."""
+    import pyarrow as pa
+
+    from kafka_audit import store
+    from kafka_audit.schemas.tables import arrow_schema
+
+    for g in range(1, n + 1):
+        t = pa.Table.from_pylist(
+            [{"kind": "ack", "topic": "t", "partition": r % 6, "offset": r, "pass_id": g}
+             for r in range(rows)]
+            + [{"kind": "progress", "topic": "", "partition": -1, "pass_id": g, "progress":
+                f'{{"pass_id": {g}, "acks_version": 1, "consumed_version": 2}}'}],
+            schema=arrow_schema("audit_hot"))
+        store.write_arrow(settings.table_path("audit_hot"), "audit_hot", t)
+
+
 def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
     from kafka_audit import store
     from kafka_audit.settings import Settings
@@ -52,6 +82,7 @@ def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
         for v in range(commits):
             store.append_once(path, "acks", [ledger_row(v)], "bench", v)
         last = store.latest_version(path)
+        _generations(s, 10)
         near, far = max(0, last - 5), max(0, last - 30)
         return {
             "latest_version (from the last checkpoint)": _timed(
@@ -68,6 +99,8 @@ def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
                 lambda: store.files_added_since(path, far), rounds),
             "commit_time (one version)": _timed(lambda: store.commit_time(path, last), rounds),
             "table_exists": _timed(lambda: store.table_exists(path), rounds),
+            "committed_progress (audit_hot of 10 generations, loaded)": _loaded(
+                lambda: store.committed_progress(s), rounds),
         }
     finally:
         if server is not None:
