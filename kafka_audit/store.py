@@ -324,18 +324,48 @@ def _check_no_race(plan: DropPlan, round_: int | None, commit: str) -> None:
                       "totals count them twice)", round_, plan.path, v, len(hit))
 
 
-def read_files(files: list[str], table: str, columns: list[str] | None = None) -> pa.Table:
+def read_files(files: list[str], table: str, columns: list[str] | None = None,
+               where: pc.Expression | None = None) -> pa.Table:
     """The rows of some data files of ``table`` (those :func:`files_added_since` named), in
     one threaded scan typed by the declared schema (a column an older file lacks reads as
-    null)."""
+    null), under ``where`` if given."""
     import pyarrow.dataset as ds
 
     if not files:
-        return arrow_schema(table).empty_table().select(columns or arrow_schema(table).names)
-    where = locate(files[0])
+        found = arrow_schema(table).empty_table()
+        found = found.filter(where) if where is not None else found
+        return found.select(columns or arrow_schema(table).names)
+    at = locate(files[0])
     return ds.dataset([locate(f).path for f in files], format="parquet",
-                      schema=arrow_schema(table), filesystem=where.fs).to_table(
-        columns=columns)
+                      schema=arrow_schema(table), filesystem=at.fs).to_table(
+        columns=columns, filter=where)
+
+
+def read_admitting(path: str, table: str, column: str, value: int,
+                   columns: list[str] | None = None,
+                   where: pc.Expression | None = None) -> pa.Table:
+    """The rows of the table at ``path`` whose numeric ``column`` equals ``value`` (and
+    ``where``), read from the live files whose statistics admit ``value`` alone: those are
+    picked from the Delta log, then scanned (the dataset :func:`read_table` builds carries
+    every file's statistics of every column as expressions, tens of milliseconds over a
+    few files of a wide table). Raises ``LookupError`` where only :func:`read_table` is
+    exact: a file without the statistic, or a file with a deletion vector."""
+    if not table_exists(path):
+        return read_table(path, table, columns, where)
+    adds = live_files(path)
+    lo, hi = f"min.{column}", f"max.{column}"
+    if adds.num_rows and (lo not in adds.column_names or adds.column(lo).null_count
+                          or adds.column(hi).null_count):
+        raise LookupError(f"{path}: no {column} statistics in some files")
+    if any(c.startswith("deletionVector") and adds.column(c).null_count < adds.num_rows
+           for c in adds.column_names):
+        raise LookupError(f"{path}: deletion vectors")
+    admit = pc.and_(pc.less_equal(adds.column(lo), value),
+                    pc.greater_equal(adds.column(hi), value)) if adds.num_rows else None
+    files = [] if admit is None else [
+        _data_file(path, f) for f in adds.column("path").filter(admit).to_pylist()]
+    match = pc.field(column) == pa.scalar(value, arrow_schema(table).field(column).type)
+    return read_files(files, table, columns, match if where is None else match & where)
 
 
 def read_file(file: str, columns: list[str] | None = None,
@@ -610,8 +640,13 @@ def commit_metadata(path: str) -> Iterator[str]:
 
 
 def _add_actions(dt) -> pa.Table:
-    """The live files of a loaded ``DeltaTable`` with their statistics, one row each."""
-    return pa.table(dt.get_add_actions(flatten=True))  # delta-rs hands arro3: to pyarrow
+    """The live files of a loaded ``DeltaTable`` with their statistics, one row each (kept
+    with the loaded table: a pass asks its tables' statistics several times)."""
+    adds = getattr(dt, "_kafka_audit_adds", None)
+    if adds is None:
+        adds = pa.table(dt.get_add_actions(flatten=True))  # delta-rs hands arro3: to pyarrow
+        dt._kafka_audit_adds = adds  # a DeltaTable is never moved to another version here
+    return adds
 
 
 def live_files(path: str) -> pa.Table:
@@ -1193,12 +1228,11 @@ def committed_progress(settings) -> Progress:
     progress = pc.field("kind") == "progress"
     try:  # the newest generation's files alone, by their statistics (no other file read)
         top = max_in_files(path, "pass_id")
+        t = None if top is None else read_admitting(path, "audit_hot", "pass_id", top,
+                                                    ["progress", "pass_id"], progress)
     except LookupError:
-        top = None
-    t = read_table(path, "audit_hot", ["progress", "pass_id"],
-                   where=progress if top is None
-                   else progress & (pc.field("pass_id") == pa.scalar(top, pa.int64())))
-    if t.num_rows == 0 and top is not None:  # not where expected: every file
+        t = None
+    if t is None or t.num_rows == 0:  # not where expected: every file
         t = read_table(path, "audit_hot", ["progress", "pass_id"], where=progress)
     if t.num_rows == 0:
         return Progress()

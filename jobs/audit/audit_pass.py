@@ -77,6 +77,7 @@ from kafka_audit.store import (
     max_in_files,
     one_snapshot_each,
     partition_slices,
+    read_admitting,
     read_files,
     read_table,
     rows_in_files,
@@ -324,9 +325,8 @@ def _partitions(settings: Settings, progress: Progress, new: dict[str, pa.Table]
     committed state (``state`` when the judge read it already) and of the new rows: no
     Spark job for a handful of columns."""
     columns = ["kind", "topic", "partition", "offset", "horizon"]
-    hot = state.select(columns) if state is not None else read_table(
-        settings.table_path("audit_hot"), "audit_hot", columns,
-        where=_generation(progress) & (pc.field("kind") != "progress"))
+    hot = state.select(columns) if state is not None else _committed_state(
+        settings.table_path("audit_hot"), progress, columns)
     tables = [hot]
     if "acks" in new:
         acks = new["acks"].select(_KEY_COLUMNS["acks"])
@@ -346,6 +346,20 @@ def _partitions(settings: Settings, progress: Progress, new: dict[str, pa.Table]
         for topic, partition, u in zip(cols["topic"], cols["partition"], unplaced, strict=True):
             out[(topic, partition)] = out.get((topic, partition), False) or u
     return out
+
+
+def _committed_state(path: str, progress: Progress,
+                     columns: list[str] | None = None) -> pa.Table:
+    """The committed state's rows of ``audit_hot``: its generation's files alone when the
+    log's statistics name them, else a scan of the table (none before the first pass)."""
+    if progress.generation is None:
+        return read_files([], "audit_hot", columns)
+    try:
+        return read_admitting(path, "audit_hot", "pass_id", progress.generation, columns,
+                              pc.field("kind") != "progress")
+    except LookupError:
+        return read_table(path, "audit_hot", columns,
+                          where=_generation(progress) & (pc.field("kind") != "progress"))
 
 
 def _generation(progress: Progress) -> pc.Expression:
@@ -638,9 +652,7 @@ class _Driver(_Backend):
         self.state = None  # the committed state, read once (its keys serve _partitions)
         parts = []
         if progress.generation is not None:
-            self.state = read_table(
-                settings.table_path("audit_hot"), "audit_hot",
-                where=_generation(progress) & (pc.field("kind") != "progress"))
+            self.state = _committed_state(settings.table_path("audit_hot"), progress)
             parts.append(widen(self.state))
         for table, src in sources.items():
             if src.files:

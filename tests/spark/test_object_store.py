@@ -100,6 +100,8 @@ def _history(path: str) -> dict:
             "commit_time": store.commit_time(path, latest) is not None,
             "max_seq": store.max_in_files(path, "seq"),
             "rows_at_seq_3": store.rows_in_files(path, "seq", 3),
+            "read_at_seq_3": store.read_admitting(path, "acks", "seq", 3, ["seq"])
+            .column("seq").to_pylist(),
             "seqs": sorted(store.read_table(path, "acks", ["seq"]).column("seq").to_pylist())}
 
 
@@ -117,7 +119,7 @@ def test_the_table_layer_answers_alike_on_disk_and_on_the_object_store(where, s3
         "exists": True, "latest": 3, "probe": 3, "probe_known": 3,
         "added_since_0": (3, 3, 6), "rows_of_added": 6,
         "appends": [(1, 1), (2, 1), (3, 1)], "changes": 3, "commit_time": True,
-        "max_seq": 7, "rows_at_seq_3": 2, "seqs": list(range(8))}
+        "max_seq": 7, "rows_at_seq_3": 2, "read_at_seq_3": [3], "seqs": list(range(8))}
     metrics = store.compact(path)
     assert metrics["numFilesRemoved"] == 4 and metrics["numFilesAdded"] == 1
     # a compaction (version 4) changes no row: nothing appended since, the rows read alike

@@ -1,6 +1,7 @@
 """The table layer: tables of another version are refused clearly; the committed pass."""
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 from deltalake import write_deltalake
 
@@ -14,6 +15,8 @@ from kafka_audit.store import (
     check_table,
     committed_pass,
     committed_progress,
+    one_snapshot_each,
+    read_admitting,
     read_table,
 )
 
@@ -48,6 +51,42 @@ def test_the_latest_progress_row_names_the_committed_pass(tmp_path):
     append_rows(path, "audit_hot", [progress(5)])  # the next pass appends its generation
     assert committed_progress(settings).generation == 5 and committed_pass(settings) == 5
     check_table(path, "audit_hot")  # written by this version: accepted
+
+
+def test_rows_of_one_value_are_read_from_the_files_admitting_it_alone(tmp_path):
+    """``read_admitting`` equals a scan of the whole table under the same filter, with a
+    file whose statistics span several generations (a compaction's), none without, and
+    reads no file the statistics rule out (one is removed from under the table)."""
+    path = str(tmp_path / "audit_hot")
+
+    def rows(g, n):
+        return [{"kind": "ack" if i else "progress", "topic": "t", "partition": i % 3,
+                 "offset": 100 * g + i, "pass_id": g} for i in range(n)]
+
+    append_rows(path, "audit_hot", rows(1, 4) + rows(2, 3))  # one file, generations 1-2
+    for g in (3, 4):
+        append_rows(path, "audit_hot", rows(g, 5))
+    not_progress = pc.field("kind") != "progress"
+    for g in (1, 2, 3, 4, 7):
+        for where, columns in ((None, None), (not_progress, ["offset", "partition"])):
+            match = pc.field("pass_id") == pa.scalar(g, pa.int64())
+            whole = read_table(path, "audit_hot", columns,
+                               match if where is None else match & where)
+            with one_snapshot_each():
+                assert read_admitting(path, "audit_hot", "pass_id", g, columns, where) \
+                    .equals(whole)
+    assert read_admitting(str(tmp_path / "absent"), "audit_hot", "pass_id", 1).num_rows == 0
+    # generation 3's file gone: generation 4 is still read, alone
+    from kafka_audit.store import live_files
+    files = live_files(path)
+    g3 = files.filter(pc.equal(files.column("max.pass_id"), 3)).column("path")[0].as_py()
+    (tmp_path / "audit_hot" / g3).unlink()
+    assert read_admitting(path, "audit_hot", "pass_id", 4).num_rows == 5
+    # no statistic for the column: the caller must scan
+    write_deltalake(str(tmp_path / "bare"), pa.table({"pass_id": pa.array([1], pa.int64())}),
+                    configuration={"delta.dataSkippingNumIndexedCols": "0"})
+    with pytest.raises(LookupError):
+        read_admitting(str(tmp_path / "bare"), "audit_hot", "pass_id", 1)
 
 
 def test_an_idempotent_append_writes_each_version_once(tmp_path):
