@@ -645,7 +645,9 @@ def _add_actions(dt) -> pa.Table:
     adds = getattr(dt, "_kafka_audit_adds", None)
     if adds is None:
         adds = pa.table(dt.get_add_actions(flatten=True))  # delta-rs hands arro3: to pyarrow
-        dt._kafka_audit_adds = adds  # a DeltaTable is never moved to another version here
+        # safe while no caller reads statistics from a table it wrote through: a write
+        # forgets the cached table, and a table moved to a new version is not asked again
+        dt._kafka_audit_adds = adds
     return adds
 
 
@@ -1224,6 +1226,9 @@ class Progress:
 def committed_progress(settings) -> Progress:
     """The audit's commit point: each pass appends its state and its progress row to
     ``audit_hot`` in one commit, so the latest progress row names the committed pass."""
+    if _SNAPSHOTS.get() is None:  # one load of the log for the questions below
+        with one_snapshot_each():
+            return committed_progress(settings)
     path = settings.table_path("audit_hot")
     progress = pc.field("kind") == "progress"
     try:  # the newest generation's files alone, by their statistics (no other file read)

@@ -706,7 +706,7 @@ class _Driver(_Backend):
         write_arrow(path, "audit_hot", t, mode)
 
     def release(self) -> None:
-        self.out = self.first = None
+        self.out = self.first = self.state = None
 
 
 def judge_on_driver(t: pa.Table, step) -> pa.Table:
