@@ -9,8 +9,9 @@ table of ``--commits`` appends, on disk and in a bucket of the tests' S3-compati
 
     .venv/bin/python bench/table_paths.py [--commits 200] [--rounds 50] [--where local s3]
 
-It also times the audit's commit point read (``committed_progress``) over ``audit_hot`` of 10
-generations, the table's snapshot loaded once as inside a pass.
+It also times the audit's commit point read (``committed_progress``) and the two ways to read
+one generation's state over ``audit_hot`` of 10 generations, the table's snapshot loaded once
+as inside a pass.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+import pyarrow.compute as pc
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -83,6 +86,8 @@ def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
             store.append_once(path, "acks", [ledger_row(v)], "bench", v)
         last = store.latest_version(path)
         _generations(s, 10)
+        hot = s.table_path("audit_hot")
+        one, state = pc.field("pass_id") == 10, pc.field("kind") != "progress"
         near, far = max(0, last - 5), max(0, last - 30)
         return {
             "latest_version (from the last checkpoint)": _timed(
@@ -101,6 +106,11 @@ def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
             "table_exists": _timed(lambda: store.table_exists(path), rounds),
             "committed_progress (audit_hot of 10 generations, loaded)": _loaded(
                 lambda: store.committed_progress(s), rounds),
+            "one generation's state: delta-rs's dataset (read_table)": _loaded(
+                lambda: store.read_table(hot, "audit_hot", where=one & state), rounds),
+            "one generation's state: its own files (read_admitting)": _loaded(
+                lambda: store.read_admitting(hot, "audit_hot", "pass_id", 10, None, state),
+                rounds),
         }
     finally:
         if server is not None:

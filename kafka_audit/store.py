@@ -99,8 +99,9 @@ def _new_table() -> dict[str, str]:
             "delta.deletedFileRetentionDuration": tombstone_retention()}
 
 
-#: the tables loaded in this context's :func:`one_snapshot_each` (None: outside one)
-_SNAPSHOTS: ContextVar[dict[str, Any] | None] = ContextVar("kafka_audit_snapshots",
+#: the tables loaded in this context's :func:`one_snapshot_each` by path, and their live
+#: files by ``(path, "adds")`` (None: outside one)
+_SNAPSHOTS: ContextVar[dict[Any, Any] | None] = ContextVar("kafka_audit_snapshots",
                                                            default=None)
 
 
@@ -111,7 +112,11 @@ def one_snapshot_each() -> Iterator[None]:
     ``findings``, ``partition_state``) several small questions, and on an object store each
     load lists the Delta log and reads its checkpoint. Readers in other threads or
     processes are not affected (a context variable: a thread pool's threads start
-    outside it). Only for tables nobody else changes meanwhile but by appending."""
+    outside it). Only for tables nobody else changes meanwhile but by appending. Inside
+    another, it is that one."""
+    if _SNAPSHOTS.get() is not None:
+        yield
+        return
     token = _SNAPSHOTS.set({})
     try:
         yield
@@ -124,6 +129,7 @@ def forget(path: str) -> None:
     cache = _SNAPSHOTS.get()
     if cache is not None:
         cache.pop(path, None)
+        cache.pop((path, "adds"), None)
 
 
 def _dt(path: str, version: int | None = None):
@@ -332,9 +338,7 @@ def read_files(files: list[str], table: str, columns: list[str] | None = None,
     import pyarrow.dataset as ds
 
     if not files:
-        found = arrow_schema(table).empty_table()
-        found = found.filter(where) if where is not None else found
-        return found.select(columns or arrow_schema(table).names)
+        return arrow_schema(table).empty_table().select(columns or arrow_schema(table).names)
     at = locate(files[0])
     return ds.dataset([locate(f).path for f in files], format="parquet",
                       schema=arrow_schema(table), filesystem=at.fs).to_table(
@@ -353,17 +357,11 @@ def read_admitting(path: str, table: str, column: str, value: int,
     if not table_exists(path):
         return read_table(path, table, columns, where)
     adds = live_files(path)
-    lo, hi = f"min.{column}", f"max.{column}"
-    if adds.num_rows and (lo not in adds.column_names or adds.column(lo).null_count
-                          or adds.column(hi).null_count):
-        raise LookupError(f"{path}: no {column} statistics in some files")
     if any(c.startswith("deletionVector") and adds.column(c).null_count < adds.num_rows
            for c in adds.column_names):
         raise LookupError(f"{path}: deletion vectors")
-    admit = pc.and_(pc.less_equal(adds.column(lo), value),
-                    pc.greater_equal(adds.column(hi), value)) if adds.num_rows else None
-    files = [] if admit is None else [
-        _data_file(path, f) for f in adds.column("path").filter(admit).to_pylist()]
+    files = [_data_file(path, f) for f in adds.column("path").filter(
+        _admitting(adds, path, column, value)).to_pylist()] if adds.num_rows else []
     match = pc.field(column) == pa.scalar(value, arrow_schema(table).field(column).type)
     return read_files(files, table, columns, match if where is None else match & where)
 
@@ -640,22 +638,21 @@ def commit_metadata(path: str) -> Iterator[str]:
 
 
 def _add_actions(dt) -> pa.Table:
-    """The live files of a loaded ``DeltaTable`` with their statistics, one row each (kept
-    with the loaded table: a pass asks its tables' statistics several times)."""
-    adds = getattr(dt, "_kafka_audit_adds", None)
-    if adds is None:
-        adds = pa.table(dt.get_add_actions(flatten=True))  # delta-rs hands arro3: to pyarrow
-        # safe while no caller reads statistics from a table it wrote through: a write
-        # forgets the cached table, and a table moved to a new version is not asked again
-        dt._kafka_audit_adds = adds
-    return adds
+    """The live files of a loaded ``DeltaTable`` with their statistics, one row each."""
+    return pa.table(dt.get_add_actions(flatten=True))  # delta-rs hands arro3: to pyarrow
 
 
 def live_files(path: str) -> pa.Table:
     """The live files of the table at ``path`` with their statistics (``path``,
     ``num_records``, ``min.<column>``, ``max.<column>``, ...), one row each, from the Delta
-    log (no data read; the table must exist)."""
-    return _add_actions(_dt(path))
+    log (no data read; the table must exist); inside :func:`one_snapshot_each` found once
+    per loaded version (a pass asks its tables' statistics several times)."""
+    cache = _SNAPSHOTS.get()
+    if cache is None:
+        return _add_actions(_dt(path))
+    if (path, "adds") not in cache:
+        cache[(path, "adds")] = _add_actions(_dt(path))
+    return cache[(path, "adds")]
 
 
 def max_in_files(path: str, column: str) -> int | None:
@@ -680,15 +677,21 @@ def rows_in_files(path: str, column: str, value: int) -> int:
     if not table_exists(path):
         return 0
     adds = live_files(path)
-    lo, hi = f"min.{column}", f"max.{column}"
     if adds.num_rows == 0:
         return 0
-    if lo not in adds.column_names or adds.column(lo).null_count \
-            or adds.column("num_records").null_count:
+    if adds.column("num_records").null_count:
+        raise LookupError(f"{path}: no row counts in some files")
+    return int(pc.sum(adds.column("num_records").filter(
+        _admitting(adds, path, column, value))).as_py() or 0)
+
+
+def _admitting(adds: pa.Table, path: str, column: str, value: int) -> pa.Array:
+    """Which live files (``adds``, at least one) may hold ``column == value``, by their
+    statistics; ``LookupError`` if some file carries none for it."""
+    lo, hi = f"min.{column}", f"max.{column}"
+    if lo not in adds.column_names or adds.column(lo).null_count or adds.column(hi).null_count:
         raise LookupError(f"{path}: no {column} statistics in some files")
-    admit = pc.and_(pc.less_equal(adds.column(lo), value),
-                    pc.greater_equal(adds.column(hi), value))
-    return int(pc.sum(adds.column("num_records").filter(admit)).as_py() or 0)
+    return pc.and_(pc.less_equal(adds.column(lo), value), pc.greater_equal(adds.column(hi), value))
 
 
 # ---- the Delta log and data files, through pyarrow.fs: a folder or an object store ----
@@ -1226,19 +1229,17 @@ class Progress:
 def committed_progress(settings) -> Progress:
     """The audit's commit point: each pass appends its state and its progress row to
     ``audit_hot`` in one commit, so the latest progress row names the committed pass."""
-    if _SNAPSHOTS.get() is None:  # one load of the log for the questions below
-        with one_snapshot_each():
-            return committed_progress(settings)
     path = settings.table_path("audit_hot")
     progress = pc.field("kind") == "progress"
-    try:  # the newest generation's files alone, by their statistics (no other file read)
-        top = max_in_files(path, "pass_id")
-        t = None if top is None else read_admitting(path, "audit_hot", "pass_id", top,
-                                                    ["progress", "pass_id"], progress)
-    except LookupError:
-        t = None
-    if t is None or t.num_rows == 0:  # not where expected: every file
-        t = read_table(path, "audit_hot", ["progress", "pass_id"], where=progress)
+    with one_snapshot_each():  # the log loaded once for the questions below
+        try:  # the newest generation's files alone, by their statistics
+            top = max_in_files(path, "pass_id")
+            t = None if top is None else read_admitting(path, "audit_hot", "pass_id", top,
+                                                        ["progress", "pass_id"], progress)
+        except LookupError:
+            t = None
+        if t is None or t.num_rows == 0:  # not where expected: every file
+            t = read_table(path, "audit_hot", ["progress", "pass_id"], where=progress)
     if t.num_rows == 0:
         return Progress()
     rows = [(json.loads(p), g) for p, g in zip(t.column("progress").to_pylist(),
