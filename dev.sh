@@ -94,7 +94,7 @@ PY
 case "${1:-}" in
   setup) setup ;;
   demo) setup; shift; exec .venv/bin/kafka-audit demo "$@" ;;
-  test) setup; shift; exec .venv/bin/python -m pytest -q -p no:cacheprovider tests "$@" ;;
+  test) setup; shift; exec .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 tests "$@" ;;
   lint) setup; lint ;;
   lock) setup; shift; lock "$@" ;;
   bench) setup; shift; exec .venv/bin/python bench/producer_bench.py "$@" ;;

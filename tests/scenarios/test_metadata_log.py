@@ -7,7 +7,7 @@ import json
 import uuid
 from datetime import UTC, datetime
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from kafka_audit.errors import ClusterError
@@ -33,18 +33,27 @@ def test_a_leader_kill_at_the_controllers_times(cluster, settings):
         seen_at = datetime.now(UTC)  # a client sees the new leader; the old one restarts
         cluster.start(leader)
         wait_until(lambda: len(cluster.partitions(topic)[0].isr) == 3, 120, "the ISR full")
-        admin = cluster.admin()
+        admin = [cluster.admin()]
 
         def latest():  # retriable: a broker behind on metadata answers UNKNOWN_LEADER_EPOCH
-            answer = admin.list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()},
-                                        request_timeout=5)
-            return next(iter(answer.values())).result(10)
+            answer = admin[0].list_offsets({TopicPartition(topic, 0): OffsetSpec.latest()},
+                                           request_timeout=5)
+            try:
+                return next(iter(answer.values())).result(10)
+            except KafkaException as exc:
+                # the preferred leader's return (leader.imbalance.check.interval.seconds)
+                # leaves this client's cached epoch behind: the broker answers
+                # FENCED_LEADER_EPOCH until a client asks with fresh metadata
+                if exc.args[0].code() == KafkaError.FENCED_LEADER_EPOCH:
+                    admin[0] = cluster.admin()
+                raise
 
         seen: dict[str, object] = {}
 
         def caught_up() -> tuple[list[dict], int] | None:
             # Kafka's epoch now: the controller's periodic preferred-leader election
-            # (auto.leader.rebalance.enable, every 300 s) may move the leader back meanwhile
+            # (auto.leader.rebalance.enable; every 5 s in conf/defaults.yaml) may move the
+            # leader back meanwhile
             epoch = latest().leader_epoch
             rows = sorted((r for r in read_table(settings.table_path("cluster_events"),
                                                  "cluster_events").to_pylist()
