@@ -255,8 +255,8 @@ def update_windows(settings: Settings, now: datetime | None = None,
         key = lambda r: r["window_id"]  # noqa: E731
         if sorted(have, key=key) == sorted(_normal(rows), key=key):
             return windows
-    elif not rows:
-        return windows
+    # else created, empty when there is no window: a run with no fault has computed none,
+    # which readers (the API's ``computed``) tell apart from windows not computed yet
     data = pa.Table.from_pylist([{**r, "computed_at": now} for r in rows],
                                 schema=arrow_schema("windows"))
     write_arrow(path, "windows", data, mode="overwrite")

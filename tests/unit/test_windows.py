@@ -191,6 +191,27 @@ def test_the_windows_job_rewrites_the_table_only_when_windows_change(tmp_path):
                                                            ("reduced_redundancy", at(30))]
 
 
+def test_a_run_with_no_fault_computes_an_empty_windows_table(tmp_path):
+    """No window is a result: the table is created empty, and the API says computed."""
+    from fastapi.testclient import TestClient
+
+    from kafka_audit.auditor_api.main import create_app
+    from kafka_audit.jobs.upkeep.windows_job import update_windows
+
+    s = Settings(home=tmp_path)
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _event(0, (1, 2, 3), "first_seen")])
+    c = TestClient(create_app(s), base_url="http://localhost")
+    assert c.get("/v1/windows").json() == {"computed": False, "items": []}
+    assert update_windows(s, now=at(60)) == []
+    assert read_table(s.table_path("windows"), "windows").num_rows == 0
+    version = _version(s)
+    update_windows(s, now=at(61))  # still none: nothing written
+    assert _version(s) == version
+    c = TestClient(create_app(s), base_url="http://localhost")
+    assert c.get("/v1/windows").json() == {"computed": True, "items": []}
+
+
 def test_the_audit_loops_upkeep_computes_windows_when_their_sources_change(tmp_path):
     from kafka_audit.jobs.upkeep.maintenance import Plan, Upkeep
 
