@@ -153,17 +153,46 @@ def table_exists(path: str) -> bool:
 
 def check_table(path: str, table: str) -> None:
     """Raise :class:`TableError` if the table at ``path`` exists with other columns than the
-    declared ``table`` (written by an older version of this project); once per process."""
+    declared ``table`` (written by another version of this project); once per process.
+
+    A table an older version wrote, whose columns are the declared ones' beginning and
+    whose missing ones are all nullable, is grown in place (one metadata commit, Delta's
+    ``ADD COLUMNS``): its older files read those columns as null, so a warehouse outlives
+    an upgrade that adds a column. Anything else (a column dropped, renamed, retyped, or
+    one this version does not know) is refused."""
     if path in _CHECKED or not table_exists(path):
         return
-    have = [f.name for f in _dt(path).schema().fields]
-    want = arrow_schema(table).names
-    if have != want:
-        raise TableError(
-            f"table {table} at {path} has columns {sorted(set(have) ^ set(want))} that differ "
-            f"from this version's; it was written by another version of kafka-audit: move the "
-            f"warehouse away (or point `home` elsewhere) and audit again")
+    for attempt in range(3):
+        have = [(f.name, f.type) for f in _dt(path).schema().fields]
+        want = arrow_schema(table)
+        if [n for n, _ in have] == want.names:
+            break
+        missing = want.names[len(have):]
+        grows = ([n for n, _ in have] == want.names[:len(have)]
+                 and all(want.field(n).nullable for n in missing))
+        if not grows:
+            raise TableError(
+                f"table {table} at {path} has columns "
+                f"{sorted(set(n for n, _ in have) ^ set(want.names))} that differ from this "
+                f"version's; it was written by another version of kafka-audit: move the "
+                f"warehouse away (or point `home` elsewhere) and audit again")
+        try:
+            _grow(path, pa.schema([want.field(n) for n in missing]))
+        except Exception as exc:  # noqa: BLE001 - another process grew it first: check again
+            if attempt == 2:
+                raise TableError(f"table {table} at {path}: could not add the columns "
+                                 f"{missing} this version declares: {exc}") from exc
+        forget(path)
     _CHECKED.add(path)
+
+
+def _grow(path: str, fields: pa.Schema) -> None:
+    """Add the nullable ``fields`` to the table at ``path`` (a metadata commit)."""
+    from deltalake import DeltaTable, Schema
+
+    DeltaTable(path, storage_options=delta_options(path)).alter.add_columns(
+        Schema.from_arrow(fields).fields)
+    log.info("%s: columns %s added (declared by this version, nullable)", path, fields.names)
 
 
 def read_table(path: str, table: str, columns: list[str] | None = None,
@@ -369,11 +398,16 @@ def read_admitting(path: str, table: str, column: str, value: int,
 def read_file(file: str, columns: list[str] | None = None,
               where: pc.Expression | None = None) -> pa.Table:
     """The rows of one data file of a table (a path :func:`appends_by_commit` or
-    :func:`files_added_since` named) under ``where``, in the file's own types."""
-    import pyarrow.parquet as pq
+    :func:`files_added_since` named) under ``where``, in the file's own types; of
+    ``columns``, those the file has (one written before a column was added lacks it:
+    :func:`conform` makes it null)."""
+    import pyarrow.dataset as ds
 
     at = locate(file)
-    return pq.read_table(at.path, columns=columns, filters=where, filesystem=at.fs)
+    data = ds.dataset(at.path, format="parquet", filesystem=at.fs)
+    if columns is not None:
+        columns = [c for c in columns if c in data.schema.names]
+    return data.to_table(columns=columns, filter=where)
 
 
 def partition_slices(t: pa.Table) -> Iterator[tuple[tuple[str, int], pa.Table]]:
@@ -478,6 +512,20 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
                             if user_metadata is not None else None))
 
 
+def _filled(part: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``part`` in ``schema``'s columns; a nullable one it lacks as nulls (rows an older
+    version spooled before an upgrade added the column), any other missing one an error."""
+    cols = []
+    for f in schema:
+        if f.name in part.column_names:
+            cols.append(part.column(f.name))
+        elif f.nullable:
+            cols.append(pa.nulls(part.num_rows, f.type))
+        else:
+            raise KeyError(f"column {f.name!r} is missing and may not be null")
+    return pa.Table.from_arrays(cols, names=schema.names)
+
+
 def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
            properties) -> pa.Table:
     """One delta-rs commit of ``parts`` into ``target`` (the table at ``path``, loaded;
@@ -485,7 +533,7 @@ def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
     from deltalake import write_deltalake
 
     schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
-    data = pa.concat_tables([p.select(schema.names).cast(schema) for p in parts])
+    data = pa.concat_tables([_filled(p, schema).cast(schema) for p in parts])
 
     def attempt(again: bool) -> pa.Table:
         forget(path)

@@ -226,7 +226,9 @@ class SpoolCommitter:
                 # the plugin's drops) go to the commit
                 carried = segment_notes(parts)
                 tables = [p.replace_schema_metadata(None) for p in parts]
-                table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
+                # segments an older version spooled lack the columns added since: nulls
+                table = (pa.concat_tables(tables, promote_options="default")
+                         if len(tables) > 1 else tables[0])
                 version = int(run[-1].stem)
                 append_arrow_once(self.table_path, "acks", table, self.app_id, version,
                                   known=committed, metadata=self._metadata(carried))
@@ -636,6 +638,9 @@ class AckLedger:
             "idempotence": pa.repeat(pa.scalar(idem, pa.bool_()), m),
             "retries": pa.repeat(pa.scalar(retries, pa.int32()), m),
             "max_in_flight": pa.repeat(pa.scalar(inflight, pa.int32()), m),
+            # librdkafka gives a produced message no leader epoch (consumers only), and
+            # confluent-kafka's reports do not name the broker
             "leader_epoch": pa.nulls(m, pa.int32()),
+            "broker": pa.nulls(m, pa.int32()),
         }
         return pa.Table.from_pydict(cols, schema=_SCHEMA)

@@ -59,17 +59,25 @@ from kafka_audit.schemas.policy import Durability
 from kafka_audit.schemas.tables import LEDGER_NOTES, arrow_schema
 from kafka_audit.store import check_table
 
-__all__ = ["RECORD", "SEGMENT_HEADER", "Meta", "Cursor", "SpoolError", "read_meta",
-           "read_topics", "read_segment", "closed_prefix", "runs_to_table", "FolderShipper",
-           "NativeShipper", "ShipReport", "ship_spools"]
+__all__ = ["RECORD", "RECORD_V1", "FORMS", "SEGMENT_HEADER", "Meta", "Cursor", "SpoolError",
+           "read_meta", "read_topics", "read_segment", "closed_prefix", "runs_to_table",
+           "FolderShipper", "NativeShipper", "ShipReport", "ship_spools"]
 
 log = logging.getLogger(__name__)
 _SCHEMA = arrow_schema("acks")
 
-#: one run record of a segment (``struct krec`` in kaudit.c), little-endian
-RECORD = np.dtype([("kind", "<u2"), ("flags", "<u2"), ("topic", "<i4"), ("partition", "<i4"),
-                   ("err", "<i4"), ("seq", "<i8"), ("offset", "<i8"), ("count", "<i8"),
-                   ("first_ack_us", "<i8"), ("last_ack_us", "<i8"), ("send_min_us", "<i8")])
+#: one run record of a segment of the first form (``KAUDSEG1``: plugins before the broker
+#: and the leader epoch were recorded), 64 bytes, little-endian; still shipped
+RECORD_V1 = np.dtype([("kind", "<u2"), ("flags", "<u2"), ("topic", "<i4"),
+                      ("partition", "<i4"), ("err", "<i4"), ("seq", "<i8"), ("offset", "<i8"),
+                      ("count", "<i8"), ("first_ack_us", "<i8"), ("last_ack_us", "<i8"),
+                      ("send_min_us", "<i8")])
+#: one run record (``struct krec`` in kaudit.c, ``KAUDSEG2``): the first form, then the
+#: broker that acknowledged the run and its leader epoch (-1: not known), 80 bytes
+RECORD = np.dtype(RECORD_V1.descr + [("broker", "<i4"), ("leader_epoch", "<i4"),
+                                     ("reserved", "<i8")])
+#: each segment form's magic and its record
+FORMS = {b"KAUDSEG1": RECORD_V1, b"KAUDSEG2": RECORD}
 #: a segment's header (``struct kseg``): 64 bytes
 SEGMENT_HEADER = np.dtype([("magic", "S8"), ("rec_size", "<u4"), ("capacity", "<u4"),
                            ("segno", "<u4"), ("used", "<u4"), ("sealed", "<u4"),
@@ -155,11 +163,19 @@ def read_segment(path: Path) -> tuple[np.void, np.ndarray]:
         if len(head) < SEGMENT_HEADER.itemsize:
             raise SpoolError(f"{path}: truncated segment header")
         header = np.frombuffer(head, SEGMENT_HEADER)[0]
-        if header["magic"] != b"KAUDSEG1" or header["rec_size"] != RECORD.itemsize:
+        form = FORMS.get(bytes(header["magic"]))
+        if form is None or header["rec_size"] != form.itemsize:
             raise SpoolError(f"{path}: not a kaudit segment")
         used = int(header["used"])
-        body = f.read(used * RECORD.itemsize)
-    return header, np.frombuffer(body, RECORD, len(body) // RECORD.itemsize)
+        body = f.read(used * form.itemsize)
+    records = np.frombuffer(body, form, len(body) // form.itemsize)
+    if form is RECORD:
+        return header, records
+    newer = np.zeros(len(records), RECORD)  # the first form: broker and epoch unknown
+    for name in RECORD_V1.names:
+        newer[name] = records[name]
+    newer["broker"] = newer["leader_epoch"] = -1
+    return header, newer
 
 
 def closed_prefix(records: np.ndarray, start: int, final: bool) -> int:
@@ -202,7 +218,9 @@ def runs_to_table(records: np.ndarray, topics: dict[int, str], meta: Meta) -> pa
         "idempotence": pa.repeat(pa.scalar(idem, pa.bool_()), m),
         "retries": pa.repeat(pa.scalar(min(retries, 2**31 - 1), pa.int32()), m),
         "max_in_flight": pa.repeat(pa.scalar(min(inflight, 2**31 - 1), pa.int32()), m),
-        "leader_epoch": pa.nulls(m, pa.int32()),
+        "leader_epoch": pa.array(records["leader_epoch"], pa.int32(),
+                                 mask=records["leader_epoch"] < 0),
+        "broker": pa.array(records["broker"], pa.int32(), mask=records["broker"] < 0),
     }
     return pa.Table.from_pydict(cols, schema=_SCHEMA)
 

@@ -83,7 +83,11 @@ TABLES: dict[str, list[Column]] = {
         C("idempotence", "bool", False),
         C("retries", "int", False),
         C("max_in_flight", "int", False),
-        C("leader_epoch", "int", True, "leader epoch if the client exposes it"),
+        C("leader_epoch", "int", True, "leader epoch if the client exposes it (librdkafka "
+                                       "does not for produced messages)"),
+        C("broker", "int", True, "the broker that acknowledged the run, where the client "
+                                 "exposes it (librdkafka through the kaudit plugin; null "
+                                 "from confluent-kafka's Python reports)"),
     ],
     "consumed": [
         C("topic", "string", False),

@@ -48,7 +48,9 @@
  *   meta           key=value lines: ids (hex), durability, versions; written once, fsynced
  *   state          4 KiB, mapped: counters, the shipper's close request and its answer
  *   topics         "index<TAB>name" lines, appended when a topic is first acknowledged
- *   NNNNNNNN.seg   64-byte header + 64-byte run records, mapped (see struct kseg, krec)
+ *   NNNNNNNN.seg   64-byte header + 80-byte run records, mapped (see struct kseg, krec);
+ *                  "KAUDSEG2" (plugins before version 2 wrote "KAUDSEG1": 64-byte records
+ *                  without the broker and the leader epoch; the shipper reads both)
  *
  * Stamping in on_send(): librdkafka documents the message as immutable there. The plugin
  * relies on what librdkafka 2.0.2 and 2.16.0 do (docs/plugin.md, "The stamp path"), and
@@ -90,7 +92,7 @@
 #error "the kaudit spool holds native little-endian integers"
 #endif
 
-#define PLUGIN_VERSION 1
+#define PLUGIN_VERSION 2 /* 2: run records carry the acknowledging broker and leader epoch */
 #define STAMP_VERSION 2
 #define STAMP_FIXED 19 /* version, seq, XXH64, the two id lengths */
 #define XXH64_SEED 42
@@ -115,7 +117,8 @@ static const int tested_versions[] = {KAUDIT_TESTED};
 #define KIND_RUN 1
 #define FLAG_CLOSED 1
 
-/* One run of delivery reports: 64 bytes, little-endian. `kf` is published last. */
+/* One run of delivery reports: 80 bytes, little-endian. `kf` is published last. A run is
+ * one broker's acknowledgements: a report from another broker starts a new one. */
 struct krec {
         _Atomic uint32_t kf; /* kind (low 16 bits) | flags << 16 */
         int32_t topic;       /* index into the topics file */
@@ -127,10 +130,27 @@ struct krec {
         int64_t first_ack_us; /* wall clock, microseconds */
         int64_t last_ack_us;
         int64_t send_min_us; /* earliest produce() call of the run */
+#ifndef KAUDIT_SPOOL_FORM_1
+        int32_t broker;      /* the broker that acknowledged the run, -1: not known */
+        int32_t leader_epoch; /* its leader epoch, -1: not known (librdkafka gives a
+                               * produced message none: for clients that do) */
+        int64_t reserved;
+#endif
 };
+#ifdef KAUDIT_SPOOL_FORM_1 /* for the tests: the first form, as plugins before version 2 */
+#define SEG_MAGIC "KAUDSEG1"
+#define REC_SIZE 64
+#define SAME_SOURCE(r, b, e) ((void)(b), (void)(e), 1)
+#define SET_SOURCE(r, b, e) ((void)(b), (void)(e))
+#else
+#define SEG_MAGIC "KAUDSEG2"
+#define REC_SIZE 80
+#define SAME_SOURCE(r, b, e) ((r)->broker == (b) && (r)->leader_epoch == (e))
+#define SET_SOURCE(r, b, e) ((r)->broker = (b), (r)->leader_epoch = (e), (r)->reserved = 0)
+#endif
 
 struct kseg {
-        char magic[8]; /* "KAUDSEG1" */
+        char magic[8]; /* "KAUDSEG2" */
         uint32_t rec_size;
         uint32_t capacity; /* records after the header */
         uint32_t segno;
@@ -176,7 +196,7 @@ struct kstate {
         struct kdrop drops[KDROPS]; /* 96: what was dropped, per topic and partition */
 };
 
-_Static_assert(sizeof(struct krec) == 64, "krec is 64 bytes");
+_Static_assert(sizeof(struct krec) == REC_SIZE, "krec is 80 bytes (64 in the first form)");
 _Static_assert(sizeof(struct kseg) == 64, "kseg header is 64 bytes");
 _Static_assert(sizeof(struct kdrop) == 176, "kdrop is 176 bytes");
 _Static_assert(offsetof(struct kstate, drops) == 96, "the drop spans start at byte 96");
@@ -677,7 +697,7 @@ static int open_segment(struct kinst *in, uint32_t segno, char *errstr, size_t s
         in->seg       = m;
         in->seg_fd    = fd;
         in->seg_bytes = bytes;
-        memcpy(in->seg->magic, "KAUDSEG1", 8);
+        memcpy(in->seg->magic, SEG_MAGIC, 8);
         in->seg->rec_size = sizeof(struct krec);
         in->seg->capacity = (uint32_t)cap;
         in->seg->segno    = segno;
@@ -944,7 +964,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         const uint8_t *v;
         size_t sz;
         int64_t seq, offset, t, latency, sent;
-        int32_t topic, slot;
+        int32_t topic, slot, broker, epoch;
         struct kpart *kp;
         struct krec *r;
         int ok = !m->err;
@@ -960,6 +980,8 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         t       = ack_time_us();
         latency = rd_kafka_message_latency(m);
         sent    = latency >= 0 ? t - latency : t;
+        broker  = ok ? rd_kafka_message_broker_id(m) : -1;
+        epoch   = -1; /* librdkafka answers rd_kafka_message_leader_epoch for consumers only */
 
         pthread_mutex_lock(&in->lock);
         reopen_segment(in);
@@ -976,6 +998,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
                 int64_t n = atomic_load_explicit(&r->count, memory_order_relaxed);
                 if (r->seq + n == seq &&
                     (ok ? (offset < 0 ? r->offset < 0 : r->offset >= 0 && r->offset + n == offset)
+                              && SAME_SOURCE(r, broker, epoch)
                         : r->err == m->err)) {
                         r->last_ack_us = t;
                         if (sent < r->send_min_us)
@@ -1003,6 +1026,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         r->first_ack_us = t;
         r->last_ack_us  = t;
         r->send_min_us  = sent;
+        SET_SOURCE(r, broker, epoch);
         atomic_store_explicit(&r->count, 1, memory_order_relaxed);
         atomic_store_explicit(&r->kf, KIND_RUN, memory_order_release);
         atomic_store_explicit(&in->seg->used, (uint32_t)slot + 1, memory_order_release);

@@ -21,7 +21,7 @@ from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import cut_port
 from kafka_audit.schemas.stamp import HEADER
 
-from ..support.native_checks import ledger_reports, read_log
+from ..support.native_checks import ledger_reports, ledger_sources, read_log
 
 N = 3000
 
@@ -75,6 +75,14 @@ def test_the_same_traffic_both_ways_gives_equivalent_ledgers(cluster, settings, 
                                                             version, True)
     assert len(log) == 2 * N
     assert not any(native_spool_root(settings).iterdir())  # shipped, folder removed
+    # who acknowledged each write: the plugin names the partition's leader; confluent-kafka's
+    # Python reports name no broker, and librdkafka gives a produced message no epoch
+    leaders = {info.partition: info.leader for info in cluster.partitions(topic)}
+    for native, p in producers.items():
+        sources = ledger_sources(settings, p.producer_id)
+        assert len(sources) == N
+        assert {(part, b, e) for (part, _o), (b, e) in sources.items()} == {
+            (part, leaders[part] if native else None, None) for part in leaders}
 
 
 def check_stamped_log(cluster, settings, topic, p, *, duplicates_ok=False):
@@ -334,3 +342,54 @@ def test_the_plugin_loads_into_the_wheels_librdkafka():
 
     assert libversion()[0] == "2.16.0"  # the version the plugin's tested list names
     assert load_plugin().is_file()
+
+
+FIRST_FORM = """
+import sys
+from confluent_kafka import Producer
+from kafka_audit.producers.native import load_plugin, plugin_properties
+from pathlib import Path
+load_plugin()  # librdkafka's symbols in the global scope, for the plugin given below
+p = Producer({"bootstrap.servers": sys.argv[1], "acks": "all", "linger.ms": 5,
+              **plugin_properties(Path(sys.argv[2]), Path(sys.argv[3]), "first-form", "r1")})
+def told(err, msg):
+    print(msg.partition(), msg.offset(), err is None, flush=True)
+for i in range(int(sys.argv[5])):
+    p.produce(sys.argv[4], b"v%d" % i, partition=i % 3, on_delivery=told)
+    if i % 100 == 0:
+        p.poll(0)
+assert p.flush(60) == 0
+"""
+
+
+def test_a_spool_an_older_plugin_wrote_ships_beside_the_current_ones(cluster, settings,
+                                                                      topic):
+    """Upgraded in place: what an older plugin (64-byte run records, no broker or epoch)
+    left in the spool ships with the current shipper, next to a current producer's."""
+    old = plugin_library(quiet=True, defines=("KAUDIT_SPOOL_FORM_1",),
+                         folder=settings.home_dir / "first-form")
+    root = native_spool_root(settings)
+    n = 900
+    proc = subprocess.run([sys.executable, "-c", FIRST_FORM, cluster.bootstrap, str(old),
+                           str(root), topic, str(n)], capture_output=True, text=True,
+                          timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    told = sorted((int(a), int(b)) for a, b, ok in (line.split() for line in
+                                                    proc.stdout.splitlines()) if ok == "True")
+    assert len(told) == n
+    folder = root / spool_folder_name("first-form", "r1")
+    assert (folder / "00000001.seg").read_bytes()[:8] == b"KAUDSEG1"
+    p = AuditedProducer({"bootstrap.servers": cluster.bootstrap, "acks": "all"}, "current",
+                        settings, native=True)
+    for i in range(n):
+        p.produce(topic, b"w%d" % i, partition=i % 3)
+    p.close()
+    report = ship_spools(root, settings.table_path("acks"))
+    assert report.failed == 0
+    older = ledger_sources(settings, "first-form")
+    assert sorted(older) == told and set(older.values()) == {(None, None)}
+    leaders = {info.partition: info.leader for info in cluster.partitions(topic)}
+    current = ledger_sources(settings, "current")
+    assert len(current) == n
+    assert {(part, b) for (part, _o), (b, _e) in current.items()} == set(leaders.items())
+    assert not folder.exists()  # shipped whole, removed

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from kafka_audit.schemas.stamp import Stamp, StampError, checksum_ok, stamp_of_headers
 from kafka_audit.store import read_table
 
-__all__ = ["Record", "read_log", "ledger_reports", "leader_kill"]
+__all__ = ["Record", "read_log", "ledger_reports", "ledger_sources", "leader_kill"]
 
 
 @dataclass(frozen=True)
@@ -19,6 +19,7 @@ class Record:
     checksum_ok: bool | None
     value: bytes | None
     headers: tuple
+    leader_epoch: int | None = None  # of the leader that appended it, as the reader saw
 
 
 def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool = True,
@@ -51,7 +52,7 @@ def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool =
                     s, bad = None, True
                 out[(m.partition(), m.offset())] = Record(
                     s, bad, None if s is None or not checksums else checksum_ok(s, m.value()),
-                    m.value(), tuple(m.headers() or ()))
+                    m.value(), tuple(m.headers() or ()), m.leader_epoch())
             at = c.position([TopicPartition(topic, p) for p in remaining])
             remaining = {tp.partition for tp in at if tp.offset < ends[tp.partition]}
         return out
@@ -67,6 +68,15 @@ def ledger_reports(settings, producer_id: str, run_id: str | None = None) -> lis
     return sorted((r["seq"] + k, r["topic"], r["partition"],
                    None if r["offset"] is None else r["offset"] + k, r["error_name"])
                   for r in rows for k in range(r["count"]))
+
+
+def ledger_sources(settings, producer_id: str) -> dict[tuple[int, int], tuple]:
+    """(partition, offset) -> (broker, leader_epoch) the ``acks`` table holds for each
+    acknowledged report of a producer (None where the client did not tell)."""
+    rows = [r for r in read_table(settings.table_path("acks"), "acks").to_pylist()
+            if r["producer_id"] == producer_id and r["offset"] is not None]
+    return {(r["partition"], r["offset"] + k): (r["broker"], r["leader_epoch"])
+            for r in rows for k in range(r["count"])}
 
 
 def leader_kill(cluster, topic: str, lag_seconds: float = 0.5, progress=print) -> int:

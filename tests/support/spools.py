@@ -12,30 +12,35 @@ from pathlib import Path
 import numpy as np
 
 from kafka_audit.producers.native import spool_folder_name
-from kafka_audit.producers.shipper import RECORD, SEGMENT_HEADER
+from kafka_audit.producers.shipper import FORMS, SEGMENT_HEADER
 
 __all__ = ["run", "make_folder", "write_segment", "hold_lock"]
 
 
 def run(seq: int, count: int, offset: int = -1, partition: int = 0, err: int = 0,
-        topic: int = 0, closed: bool = True, ack_us: int = 1_700_000_000_000_000) -> tuple:
-    """One run record: ``count`` reports from ``seq`` (at ``offset``..)."""
+        topic: int = 0, closed: bool = True, ack_us: int = 1_700_000_000_000_000,
+        broker: int = -1, leader_epoch: int = -1) -> tuple:
+    """One run record: ``count`` reports from ``seq`` (at ``offset``..), acknowledged by
+    ``broker`` at ``leader_epoch`` (-1: not known)."""
     return (1, 1 if closed else 0, topic, partition, err, seq, offset, count, ack_us,
-            ack_us + count, ack_us - 1000)
+            ack_us + count, ack_us - 1000, broker, leader_epoch, 0)
 
 
 def write_segment(folder: Path, segno: int, runs: list[tuple], sealed: bool = False,
-                  capacity: int = 64) -> Path:
+                  capacity: int = 64, magic: bytes = b"KAUDSEG2") -> Path:
+    """A segment file; ``magic`` ``KAUDSEG1``: the first form (64-byte records, no broker
+    or epoch: what plugins before them left)."""
+    form = FORMS[magic]
     header = np.zeros(1, SEGMENT_HEADER)
-    header["magic"] = b"KAUDSEG1"
-    header["rec_size"] = RECORD.itemsize
+    header["magic"] = magic
+    header["rec_size"] = form.itemsize
     header["capacity"] = capacity
     header["segno"] = segno
     header["used"] = len(runs)
     header["sealed"] = int(sealed)
-    body = np.zeros(capacity, RECORD)
+    body = np.zeros(capacity, form)
     if runs:
-        body[:len(runs)] = np.array(runs, RECORD)
+        body[:len(runs)] = np.array([r[:len(form.names)] for r in runs], form)
     path = Path(folder) / f"{segno:08d}.seg"
     path.write_bytes(header.tobytes() + body.tobytes())
     return path

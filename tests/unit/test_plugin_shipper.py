@@ -114,6 +114,24 @@ def test_a_dead_producers_folder_ships_once_and_goes(tmp_path):
                                            (6, 5)]]
 
 
+def test_a_spool_of_the_first_form_still_ships_beside_the_newer_one(tmp_path):
+    """An upgraded shipper meets spools an older plugin left (64-byte records, no broker
+    or epoch): they ship, those columns null; the newer form's broker and epoch land."""
+    folder = make_folder(tmp_path / "spool")
+    write_segment(folder, 1, [run(0, 4, 0, broker=2, leader_epoch=7)], sealed=True,
+                  magic=b"KAUDSEG1")
+    write_segment(folder, 2, [run(4, 2, 4, broker=3, leader_epoch=8)], sealed=True)
+    header, old = read_segment(folder / "00000001.seg")
+    assert header["rec_size"] == 64 and (old["broker"], old["leader_epoch"]) == (-1, -1)
+    s = shipper(folder, tmp_path)
+    assert s.ship() == 2
+    s.release()
+    rows = sorted(DeltaTable(str(tmp_path / "acks")).to_pyarrow_table().to_pylist(),
+                  key=lambda r: r["seq"])
+    assert [(r["seq"], r["count"], r["offset"], r["broker"], r["leader_epoch"])
+            for r in rows] == [(0, 4, 0, None, None), (4, 2, 4, 3, 8)]
+
+
 def test_a_live_producers_open_runs_wait_for_their_close(tmp_path):
     folder = make_folder(tmp_path / "spool", segments=[
         ([run(0, 4, 0), run(4, 1, 4, closed=False), run(5, 1, 20)], False)])

@@ -1,5 +1,7 @@
 """The table layer: tables of another version are refused clearly; the committed pass."""
 
+from datetime import UTC, datetime
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
@@ -18,6 +20,7 @@ from kafka_audit.store import (
     one_snapshot_each,
     read_admitting,
     read_table,
+    write_arrow,
 )
 
 
@@ -99,3 +102,55 @@ def test_an_idempotent_append_writes_each_version_once(tmp_path):
     assert append_once(path, "dq_results", [row], "app", 4)
     assert not append_once(path, "dq_results", [], "app", 5)
     assert read_table(path, "dq_results").num_rows == 2
+
+
+def test_a_table_an_older_version_wrote_grows_the_nullable_columns_added_since(tmp_path):
+    """An upgrade that adds a nullable column keeps the warehouse: the table is grown in
+    place, its older rows read the column as null, and rows spooled by the older version
+    (without the column) still append."""
+    from deltalake import DeltaTable
+
+    from kafka_audit import store
+
+    path = str(tmp_path / "acks")
+    full = arrow_schema("acks")
+    assert full.names[-1] == "broker"
+    old = pa.schema(list(full)[:-1])
+    row = {"run_id": "r", "producer_id": "p", "seq": 0, "count": 3, "topic": "t",
+           "partition": 0, "offset": 10, "send_time": datetime(2026, 1, 1, tzinfo=UTC),
+           "ack_time": datetime(2026, 1, 1, tzinfo=UTC),
+           "last_ack_time": datetime(2026, 1, 1, tzinfo=UTC), "error_code": None,
+           "error_name": None, "acks": "all", "idempotence": True, "retries": 2,
+           "max_in_flight": 5, "leader_epoch": 4}
+    write_deltalake(path, pa.Table.from_pylist([row], schema=old))
+    version = DeltaTable(path).version()
+    check_table(path, "acks")
+    assert [f.name for f in DeltaTable(path).schema().fields] == full.names
+    assert DeltaTable(path).version() == version + 1
+    check_table(path, "acks")  # once per process, and nothing more to add
+    store._CHECKED.discard(path)
+    check_table(path, "acks")
+    assert DeltaTable(path).version() == version + 1
+    # a part in the older form (spooled before the upgrade) and one in the new
+    write_arrow(path, "acks", pa.Table.from_pylist([{**row, "seq": 3}], schema=old))
+    append_rows(path, "acks", [{**row, "seq": 6, "broker": 2}])
+    got = sorted(read_table(path, "acks", columns=["seq", "broker", "leader_epoch"]
+                            ).to_pylist(), key=lambda r: r["seq"])
+    assert got == [{"seq": 0, "broker": None, "leader_epoch": 4},
+                   {"seq": 3, "broker": None, "leader_epoch": 4},
+                   {"seq": 6, "broker": 2, "leader_epoch": 4}]
+
+
+def test_a_table_missing_a_column_that_may_not_be_null_is_refused_not_grown(tmp_path):
+    from deltalake import DeltaTable
+
+    path = str(tmp_path / "acks")
+    full = arrow_schema("acks")
+    old = pa.schema([f for f in full if f.name not in ("max_in_flight", "leader_epoch",
+                                                       "broker")])
+    write_deltalake(path, old.empty_table())
+    with pytest.raises(TableError, match="another version"):
+        check_table(path, "acks")
+    assert [f.name for f in DeltaTable(path).schema().fields] == old.names
+    with pytest.raises(KeyError, match="max_in_flight"):
+        write_arrow(str(tmp_path / "other"), "acks", old.empty_table())
