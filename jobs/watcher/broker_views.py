@@ -8,12 +8,13 @@ still reach it still get acknowledgements. Asking every broker separately shows 
 two brokers each naming itself leader of one partition is a split brain, observed.
 
 This module speaks Kafka's Metadata API (key 3, version 8: the last before the
-flexible encoding; brokers from 4.0 on accept 4 and up) over one connection per
-broker: :func:`encode_request` and :func:`decode_response` are pure, :func:`ask` does
-one round trip. Over the profile's security (:class:`Security`): TLS with the
-profile's CA, client certificate and host-name check (Python's ``ssl``), then SASL
-(``SaslHandshake`` v1 and ``SaslAuthenticate`` v1, keys 17 and 36): PLAIN, or
-SCRAM-SHA-256/512 with the ``scramp`` library's client. A connection per question: the
+flexible encoding; brokers from 4.0 on accept 4 and up) and OffsetForLeaderEpoch (key
+23, version 3: where a leader epoch ends in a broker's log, the answer a follower
+truncates by) over one connection per question: the encoders and decoders are pure,
+:func:`ask` and :func:`epoch_ends` do one round trip each. Over the profile's security
+(:class:`Security`): TLS with the profile's CA, client certificate and host-name check
+(Python's ``ssl``), then SASL (``SaslHandshake`` v1 and ``SaslAuthenticate`` v1, keys
+17 and 36): PLAIN, or SCRAM-SHA-256/512 with the ``scramp`` library's client. The
 watcher asks each broker once a poll, within its lookup budget.
 """
 
@@ -25,11 +26,15 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["BrokerView", "Security", "security_for", "encode_request", "decode_response",
-           "ask", "freshest", "claimants", "encode_sasl_handshake", "decode_sasl_handshake",
+           "ask", "EpochEnd", "encode_epoch_ends", "decode_epoch_ends", "epoch_ends",
+           "freshest", "claimants", "encode_sasl_handshake", "decode_sasl_handshake",
            "encode_sasl_authenticate", "decode_sasl_authenticate"]
 
 API_METADATA = 3
 VERSION = 8
+#: OffsetForLeaderEpoch (KIP-101, KIP-320): version 3, the last before the flexible encoding
+#: (Kafka 4.0 dropped 0 and 1: KIP-896)
+API_EPOCH_END, EPOCH_END_VERSION = 23, 3
 API_SASL_HANDSHAKE, API_SASL_AUTHENTICATE = 17, 36
 CLIENT_ID = "kafka-audit-watcher"
 
@@ -97,6 +102,57 @@ def encode_request(correlation_id: int, client_id: str, topics: list[str] | None
         body = struct.pack(">i", len(topics)) + b"".join(_string(t) for t in topics)
     body += struct.pack(">bbb", 0, 0, 0)  # no auto-creation, no authorized operations
     return _framed(API_METADATA, VERSION, correlation_id, client_id, body)
+
+
+@dataclass(frozen=True)
+class EpochEnd:
+    """A leader's answer to "where does epoch E end in your log" (OffsetForLeaderEpoch):
+    the largest epoch at or below E that its log has, and the offset where that epoch ends
+    (the next epoch's first offset, or the log end if it is the newest); ``error`` a Kafka
+    error code (0: none; 6: not the leader)."""
+
+    error: int
+    leader_epoch: int
+    end_offset: int
+
+
+def encode_epoch_ends(correlation_id: int, client_id: str,
+                      wanted: dict[tuple[str, int], int]) -> bytes:
+    """A size-framed OffsetForLeaderEpoch v3 request: for each (topic, partition), the end
+    of ``wanted``'s epoch in the log of the broker asked (no fencing on its current epoch)."""
+    topics: dict[str, list[tuple[int, int]]] = {}
+    for (topic, partition), epoch in sorted(wanted.items()):
+        topics.setdefault(topic, []).append((partition, epoch))
+    body = struct.pack(">ii", -1, len(topics))  # replica id -1: not a follower
+    for topic, parts in topics.items():
+        body += _string(topic) + struct.pack(">i", len(parts))
+        body += b"".join(struct.pack(">iii", p, -1, e) for p, e in parts)
+    return _framed(API_EPOCH_END, EPOCH_END_VERSION, correlation_id, client_id, body)
+
+
+def decode_epoch_ends(data: bytes, correlation_id: int) -> dict[tuple[str, int], EpochEnd]:
+    """(topic, partition) -> :class:`EpochEnd` of an OffsetForLeaderEpoch v3 response body."""
+    r = _Reader(data)
+    if r.take(">i") != correlation_id:
+        raise ValueError("epoch end response to another request")
+    r.take(">i")  # throttle_time_ms
+    out = {}
+    for _ in range(max(r.take(">i"), 0)):
+        topic = r.string() or ""
+        for _ in range(max(r.take(">i"), 0)):
+            error, partition, epoch, end = r.take(">hiiq")
+            out[(topic, partition)] = EpochEnd(error, epoch, end)
+    return out
+
+
+def epoch_ends(host: str, port: int, wanted: dict[tuple[str, int], int], timeout: float,
+               correlation_id: int = 1, security: Security | None = None
+               ) -> dict[tuple[str, int], EpochEnd]:
+    """Ask one broker (the partitions' leader: another answers error 6) where each wanted
+    epoch ends in its log, in ``timeout`` seconds or an ``OSError``."""
+    return _round_trip(host, port, encode_epoch_ends(correlation_id, CLIENT_ID, wanted),
+                       lambda data: decode_epoch_ends(data, correlation_id), timeout,
+                       security)
 
 
 def encode_sasl_handshake(correlation_id: int, client_id: str, mechanism: str) -> bytes:
@@ -191,6 +247,14 @@ def ask(host: str, port: int, topics: list[str] | None, timeout: float,
         ) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], BrokerView]]:
     """One broker's metadata for ``topics``, in ``timeout`` seconds or an ``OSError``
     (``PermissionError`` when SASL is refused), over ``security`` (None: plain TCP)."""
+    return _round_trip(host, port, encode_request(correlation_id, CLIENT_ID, topics),
+                       lambda data: decode_response(data, correlation_id), timeout, security)
+
+
+def _round_trip(host: str, port: int, request: bytes, decode, timeout: float,
+                security: Security | None):
+    """One request on a fresh connection (TLS and SASL as ``security`` says), its answer
+    decoded."""
     security = security or Security()
     with socket.create_connection((host, port), timeout=timeout) as raw:
         raw.settimeout(timeout)
@@ -198,8 +262,8 @@ def ask(host: str, port: int, topics: list[str] | None, timeout: float,
         try:
             if security.sasl is not None:
                 _authenticate(s, *security.sasl)
-            s.sendall(encode_request(correlation_id, CLIENT_ID, topics))
-            return decode_response(_answer(s), correlation_id)
+            s.sendall(request)
+            return decode(_answer(s))
         finally:
             if s is not raw:
                 s.close()
