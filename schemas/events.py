@@ -20,7 +20,7 @@ __all__ = ["EVENTS", "EVENT_KINDS", "WINDOWS", "WINDOW_KINDS", "LEADER_CHANGES",
            "ISR_SHRINK", "ISR_EXPAND", "UNDER_MIN_ISR_ENTER", "UNDER_MIN_ISR_EXIT",
            "ISR_ALONE_ENTER", "ISR_ALONE_EXIT", "BLIND", "LOG_END_DROP", "TOPIC_CONFIG",
            "TOPIC_CONFIG_CHANGE", "BROKER_FENCED", "BROKER_UNFENCED", "CONTROLLER_CHANGE",
-           "SPLIT_BRAIN", "SPLIT_BRAIN_END",
+           "SPLIT_BRAIN", "SPLIT_BRAIN_END", "EPOCH_END",
            "EXPOSURE", "REDUCED_REDUNDANCY", "REJECTION", "SPLIT_BRAIN_WINDOW",
            "LEADER_CHANGE_WINDOW", "kinds_doc"]
 
@@ -49,6 +49,9 @@ CONTROLLER_CHANGE = "controller_change"
 #: two brokers each named themselves leader of the partition (the watcher's per-broker
 #: views, ``jobs/watcher/broker_views.py``), from ``SPLIT_BRAIN`` to ``SPLIT_BRAIN_END``
 SPLIT_BRAIN, SPLIT_BRAIN_END = "split_brain_enter", "split_brain_exit"
+#: where the old leader's epoch ends in the new leader's log (``jobs/watcher/epoch_ends.py``):
+#: what the old leader acknowledged in that epoch at or above it is truncated
+EPOCH_END = "epoch_end"
 
 #: every kind of cluster event, with what it says (the ``cluster_events`` table's docs)
 EVENTS: dict[str, str] = {
@@ -74,6 +77,9 @@ EVENTS: dict[str, str] = {
     SPLIT_BRAIN: "two brokers each named themselves leader: leader the newer, "
                  "previous_leader the older",
     SPLIT_BRAIN_END: "no longer two leaders",
+    EPOCH_END: "after a leader change, where the old leader's epoch (leader_epoch, led by "
+               "previous_leader) ends in the log of the broker asked (leader): log_end; "
+               "the old leader's writes of that epoch at or above it are truncated",
 }
 EVENT_KINDS = tuple(EVENTS)
 

@@ -17,6 +17,11 @@ Besides, each poll asks every broker ever registered for its own view
 still names itself leader while another does at a newer epoch. Two such claims in
 two polls in a row write ``split_brain_enter``; ``split_brain_exit`` when they end.
 
+At each leader change it sees (from the metadata log or a poll), the watcher asks the
+partition's leader where the old leader's epoch ends in its log (OffsetForLeaderEpoch,
+``jobs/watcher/epoch_ends.py``) and writes the answer as an ``epoch_end`` row: the old
+leader's writes of that epoch at or above it are truncated, certain before any read.
+
 Outages: a poll that fails (metadata timeouts, every broker unreachable,
 authentication refused) is retried with a capped doubling wait; one log line
 says when polls start failing and one when they work again. What the watcher
@@ -55,6 +60,7 @@ from pathlib import Path
 
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.errors import ClusterError
+from kafka_audit.jobs.watcher.epoch_ends import EpochEnds
 from kafka_audit.jobs.watcher.metadata_log import DURABILITY as _DURABILITY
 from kafka_audit.schemas.events import (
     BLIND,
@@ -259,6 +265,8 @@ class ClusterWatcher:
         self._metadata_started = False
         self.exact = False  # the last poll took partition events from the metadata log
         self._security = None  # how each broker is asked (the profile's TLS and SASL)
+        #: the leader changes' questions: where does the old leader's epoch end
+        self.epoch_ends = EpochEnds()
         self._pool = None
         self.outage = Outage("watcher", StatusWriter(settings.home_dir, "watcher"), log,
                              settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
@@ -322,6 +330,7 @@ class ClusterWatcher:
         if exact_rows:  # written even if this poll fails: the files were read
             append_rows(self.table, "cluster_events", exact_rows)
             self.events_written += len(exact_rows)
+            self.epoch_ends.follow(exact_rows)
             if any(r["kind"] == TOPIC_CONFIG_CHANGE for r in exact_rows):
                 self._next_config = datetime.min.replace(tzinfo=UTC)  # effective ones now
         views = self._ask_brokers()
@@ -350,6 +359,8 @@ class ClusterWatcher:
             if None not in (epoch, before and before.epoch):  # a staler answer never lowers it
                 epoch = max(epoch, before.epoch)  # type: ignore[type-var,union-attr]
             view = PartitionView(p.leader, tuple(sorted(p.isr)), tuple(p.replicas), epoch)
+            if before is None:
+                self.epoch_ends.seed(key, view.leader, view.epoch)
             for kind in diff_partition(before, view, self.min_isr.get(key[0])):
                 changed.append(key)
                 if self.exact:
@@ -382,6 +393,8 @@ class ClusterWatcher:
                 self._next_log_end = now + timedelta(
                     seconds=self.settings.watch.log_end_seconds)
                 self.log_ends_at = now
+        self.epoch_ends.follow(rows)  # the polled changes (epochs filled in above)
+        rows += self._epoch_ends({k: v.leader for k, v in parts.items()}, now)
         # a broker the cluster no longer lists, or that no longer answers, is said once;
         # when no broker answered its own request the metadata came from one client
         # (or the profile's brokers are not asked one by one): no verdict on reachability
@@ -452,6 +465,21 @@ class ClusterWatcher:
             except (KeyError, TypeError, ValueError):
                 pass
         return rows
+
+    def _epoch_ends(self, leaders: dict[tuple[str, int], int], now: datetime) -> list[dict]:
+        """The ``epoch_end`` rows of the leader changes' questions answered now
+        (``epoch_ends.py``): each asked of the partition's leader."""
+        if not self.epoch_ends.pending:
+            return []
+        from functools import partial
+
+        from kafka_audit.jobs.watcher.broker_views import epoch_ends, security_for
+
+        if self._security is None:
+            self._security = security_for(self.settings.profile)
+        return self.epoch_ends.ask(self.known_brokers, leaders, now,
+                                   partial(epoch_ends, security=self._security),
+                                   LOOKUP_BUDGET_SECONDS)
 
     def _ask_brokers(self) -> dict[int, dict]:
         """Every known broker's own view of every topic (``broker_views.py``), asked all at

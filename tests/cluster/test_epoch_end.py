@@ -9,9 +9,12 @@ import contextlib
 from datetime import UTC, datetime
 
 from kafka_audit.jobs.watcher.broker_views import ask, epoch_ends
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import produce_with_leader_kill
 from kafka_audit.store import read_table
+
+from ..support.leader_kill import watching
 
 
 def _views(cluster, topic):
@@ -30,14 +33,28 @@ def test_the_old_epochs_end_on_the_new_leader_names_the_truncated_writes(cluster
         yield
         seen["replaced"] = datetime.now(UTC)  # a new leader; the killed one not restarted
 
-    p, killed = produce_with_leader_kill(settings, cluster, topic, acks="1", rate=5000,
-                                         before_kill=3, after_kill=3, progress=print,
-                                         during_fault=around_the_fault)
+    with watching(settings) as watcher:
+        wait_until(lambda: watcher.epoch_ends.leaders.get((topic, 0)), 60,
+                   "the watcher to know the partition's leader")
+        p, killed = produce_with_leader_kill(settings, cluster, topic, acks="1", rate=5000,
+                                             before_kill=3, after_kill=3, progress=print,
+                                             during_fault=around_the_fault)
+
+        def answered():
+            return [r for r in read_table(settings.table_path("cluster_events"),
+                                          "cluster_events").to_pylist()
+                    if r["topic"] == topic and r["kind"] == "epoch_end"
+                    and r["leader_epoch"] == seen["epoch"]]
+
+        rows = wait_until(answered, 60, "the watcher's epoch_end row of the kill")
     assert seen["leader"] == killed
     brokers, views = _views(cluster, topic)
     leader = views[(topic, 0)].leader
     end = epoch_ends(*brokers[leader], {(topic, 0): seen["epoch"]}, timeout=10)[(topic, 0)]
     assert end.error == 0 and end.leader_epoch == seen["epoch"], end
+    # the watcher asked the same at the change, of the new leader
+    assert [(r["partition"], r["previous_leader"], r["log_end"]) for r in rows] == [
+        (0, killed, end.end_offset)]
     # asked of a broker that does not lead it: Kafka's NOT_LEADER_OR_FOLLOWER
     other = next(b for b in brokers if b != leader)
     assert epoch_ends(*brokers[other], {(topic, 0): seen["epoch"]},

@@ -1,0 +1,76 @@
+"""The watcher's questions at leader changes (``jobs/watcher/epoch_ends.py``): which rows
+raise one, whom it is asked of, and the rows of the answers."""
+
+import json
+from datetime import UTC, datetime, timedelta
+
+from kafka_audit.jobs.watcher.broker_views import EpochEnd
+from kafka_audit.jobs.watcher.epoch_ends import GIVE_UP_SECONDS, EpochEnds, question_of
+
+T = datetime(2026, 11, 29, tzinfo=UTC)
+
+
+def row(kind, leader, epoch, sec=0, partition=0):
+    return {"event_time": T + timedelta(seconds=sec), "topic": "t", "partition": partition,
+            "kind": kind, "leader": leader, "leader_epoch": epoch}
+
+
+def test_only_another_leader_at_a_newer_epoch_raises_a_question():
+    assert question_of(row("leader_change", 2, 5), (1, 4)).epoch == 4
+    assert question_of(row("leader_change", 2, 5), (1, 4)).old_leader == 1
+    assert question_of(row("leader_change", 2, 5), None) is None  # the old one not known
+    assert question_of(row("leader_reelected", 1, 5), (1, 4)) is None  # its own log
+    assert question_of(row("offline", -1, 5), (1, 4)) is None  # nobody to ask yet
+    assert question_of(row("leader_change", 2, 4), (1, 4)) is None  # not newer
+    assert question_of(row("leader_change", 2, None), (1, 4)) is None
+    assert question_of(row("isr_shrink", 2, 5), (1, 4)) is None
+
+
+def test_a_leader_back_after_an_offline_spell_is_asked_about_the_last_broker_led_epoch():
+    e = EpochEnds()
+    e.seed(("t", 0), 1, 3)
+    e.follow([row("offline", -1, 4, 1), row("leader_change", 2, 5, 2),
+              row("leader_change", 3, 6, 3, partition=0)])
+    assert [(q.old_leader, q.epoch, q.new_leader, q.new_epoch) for q in e.pending] == [
+        (1, 3, 2, 5), (2, 5, 3, 6)]
+    e.seed(("t", 0), 9, 99)  # known already: the seed does not overwrite
+    assert e.leaders[("t", 0)] == (3, 6)
+
+
+def test_answers_become_rows_and_an_unanswered_question_waits_then_is_given_up():
+    e = EpochEnds()
+    e.seed(("t", 0), 1, 3)
+    e.seed(("t", 1), 1, 7)
+    e.follow([row("leader_change", 2, 4, 0), row("leader_change", 3, 8, 0, partition=1)])
+    asked = []
+
+    def ask_one(host, port, wanted, timeout):
+        asked.append((port, wanted))
+        if port == 9002:
+            return {("t", 0): EpochEnd(0, 3, 1200)}
+        return {("t", 1): EpochEnd(6, -1, -1)}  # not the leader (yet)
+
+    brokers = {2: ("h", 9002), 3: ("h", 9003)}
+    rows = e.ask(brokers, {("t", 0): 2, ("t", 1): 3}, T + timedelta(seconds=1), ask_one, 1.0)
+    assert sorted(asked) == [(9002, {("t", 0): 3}), (9003, {("t", 1): 7})]
+    assert [(r["kind"], r["partition"], r["leader"], r["previous_leader"], r["leader_epoch"],
+             r["log_end"]) for r in rows] == [("epoch_end", 0, 2, 1, 3, 1200)]
+    assert json.loads(rows[0]["detail"]) == {"answered_epoch": 3, "new_leader": 2,
+                                             "new_epoch": 4, "changed_at": T.isoformat()}
+    assert [q.partition for q in e.pending] == [1]
+    later = T + timedelta(seconds=GIVE_UP_SECONDS + 1)
+    assert e.ask(brokers, {("t", 1): 3}, later, ask_one, 1.0) == []
+    assert (e.pending, e.answered, e.given_up) == ([], 1, 1)
+
+
+def test_a_broker_that_does_not_answer_keeps_the_question():
+    e = EpochEnds()
+    e.seed(("t", 0), 1, 3)
+    e.follow([row("leader_change", 2, 4)])
+
+    def down(*_args):
+        raise ConnectionRefusedError("down")
+
+    assert e.ask({2: ("h", 1)}, {}, T, down, 1.0) == []
+    assert len(e.pending) == 1
+    assert e.ask({}, {}, T, down, 1.0) == [] and len(e.pending) == 1  # address not known
