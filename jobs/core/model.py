@@ -39,6 +39,8 @@ class AckRun:
     #: first audit pass after the report. Every record appended before the report lies
     #: below it, so once the settled frontier passes it, absence is a verdict.
     horizon: int | None = None
+    #: the broker that acknowledged the run, where the client said (the kaudit plugin)
+    broker: int | None = None
 
     @property
     def placed(self) -> bool:
@@ -58,7 +60,8 @@ class AckRun:
         return AckRun(self.topic, self.partition, self.producer_id, self.run_id,
                       self.seq + start, stop - start,
                       None if self.offset is None else self.offset + start,
-                      self.first_ack, self.last_ack, self.error, self.acks, self.horizon)
+                      self.first_ack, self.last_ack, self.error, self.acks, self.horizon,
+                      self.broker)
 
 
 @dataclass(frozen=True)
