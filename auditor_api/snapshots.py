@@ -319,7 +319,7 @@ class Snapshots:
 
     def _read_whole(self, name: str, path: str, folds: tuple[Fold, ...]) -> Snapshot:
         if name in TABLES:
-            check_table(path, name)  # a table of another version of the project: refused
+            check_table(path, name, grow=False)  # another version's: refused (never grown)
         version, dataset, applied = table_state(path)
         keep = self._keep.get(name)
         states = {f.name: f.empty() for f in folds}

@@ -151,33 +151,37 @@ def table_exists(path: str) -> bool:
     return _is_dir(_log_name(path))
 
 
-def check_table(path: str, table: str) -> None:
+def check_table(path: str, table: str, grow: bool = True) -> None:
     """Raise :class:`TableError` if the table at ``path`` exists with other columns than the
     declared ``table`` (written by another version of this project); once per process.
 
     A table an older version wrote, whose columns are the declared ones' beginning and
     whose missing ones are all nullable, is grown in place (one metadata commit, Delta's
     ``ADD COLUMNS``): its older files read those columns as null, so a warehouse outlives
-    an upgrade that adds a column. Anything else (a column dropped, renamed, retyped, or
-    one this version does not know) is refused."""
+    an upgrade that adds a column. A reader (``grow`` False) takes such a table as it is
+    and writes nothing. Anything else (a column dropped, renamed, or one this version
+    does not know) is refused. Upgrade every writer of a table together: a process of
+    the older version cannot append to the grown table (its spool keeps what it could
+    not write; the upgraded version commits it)."""
     if path in _CHECKED or not table_exists(path):
         return
     for attempt in range(3):
-        have = [(f.name, f.type) for f in _dt(path).schema().fields]
+        have = [f.name for f in _dt(path).schema().fields]
         want = arrow_schema(table)
-        if [n for n, _ in have] == want.names:
+        if have == want.names:
             break
         missing = want.names[len(have):]
-        grows = ([n for n, _ in have] == want.names[:len(have)]
-                 and all(want.field(n).nullable for n in missing))
-        if not grows:
+        if not (have == want.names[:len(have)]
+                and all(want.field(n).nullable for n in missing)):
             raise TableError(
-                f"table {table} at {path} has columns "
-                f"{sorted(set(n for n, _ in have) ^ set(want.names))} that differ from this "
-                f"version's; it was written by another version of kafka-audit: move the "
-                f"warehouse away (or point `home` elsewhere) and audit again")
+                f"table {table} at {path} has columns {sorted(set(have) ^ set(want.names))} "
+                f"that differ from this version's; it was written by another version of "
+                f"kafka-audit: move the warehouse away (or point `home` elsewhere) and audit "
+                f"again")
+        if not grow:
+            return  # read as it is (the missing columns are not there to read); not kept
         try:
-            _grow(path, pa.schema([want.field(n) for n in missing]))
+            _grow(path, table)
         except Exception as exc:  # noqa: BLE001 - another process grew it first: check again
             if attempt == 2:
                 raise TableError(f"table {table} at {path}: could not add the columns "
@@ -186,12 +190,17 @@ def check_table(path: str, table: str) -> None:
     _CHECKED.add(path)
 
 
-def _grow(path: str, fields: pa.Schema) -> None:
-    """Add the nullable ``fields`` to the table at ``path`` (a metadata commit)."""
+def _grow(path: str, table: str) -> None:
+    """Add the declared nullable columns the table at ``path`` lacks (a metadata commit;
+    nothing when another process added them since it was read)."""
     from deltalake import DeltaTable, Schema
 
-    DeltaTable(path, storage_options=delta_options(path)).alter.add_columns(
-        Schema.from_arrow(fields).fields)
+    dt = DeltaTable(path, storage_options=delta_options(path))
+    have = {f.name for f in dt.schema().fields}
+    fields = pa.schema([f for f in arrow_schema(table) if f.name not in have])
+    if not fields.names:
+        return
+    dt.alter.add_columns(Schema.from_arrow(fields).fields)
     log.info("%s: columns %s added (declared by this version, nullable)", path, fields.names)
 
 
@@ -454,6 +463,10 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
     ``metadata``: keys added to the commit's ``commitInfo``. True if appended."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
+    declared = arrow_schema(table)
+    # rows an older version spooled before an upgrade added a column: that column null
+    whole = data if data.schema.names == declared.names else _filled(data, declared)
+
     def attempt(again: bool) -> bool:
         if again:
             forget(path)
@@ -461,7 +474,7 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
         if done is not None and done >= version:
             return False
         forget(path)
-        write_deltalake(path, data, mode="append", storage_options=delta_options(path),
+        write_deltalake(path, whole, mode="append", storage_options=delta_options(path),
                         commit_properties=CommitProperties(
                             custom_metadata=metadata,
                             app_transactions=[Transaction(app_id, version)]))
@@ -471,9 +484,11 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
 
 
 #: an append that loaded the table before a concurrent commit removed rows (a retention
-#: round, the audit deleting a dead pass's findings) is refused by delta-rs's conflict
-#: check; it is tried again on the table as it is now, this many times
+#: round, the audit deleting a dead pass's findings) or added columns (an upgraded
+#: process growing it: :func:`check_table`) is refused by delta-rs's conflict check; it
+#: is tried again on the table as it is now, this many times
 _REMOVAL_RETRIES = 3
+_RETRIED = ("deleted data this operation read", "Metadata changed since last commit")
 
 
 def _past_removals(path: str, attempt):
@@ -486,10 +501,10 @@ def _past_removals(path: str, attempt):
         try:
             return attempt(n > 0)
         except CommitFailedError as exc:
-            if n == _REMOVAL_RETRIES or "deleted data this operation read" not in str(exc):
+            if n == _REMOVAL_RETRIES or not any(why in str(exc) for why in _RETRIED):
                 raise
-            log.info("%s: an append lost to a concurrent removal of rows, tried again on the "
-                     "new version", path)
+            log.info("%s: an append lost to a concurrent removal of rows or change of "
+                     "columns, tried again on the new version", path)
     raise AssertionError("unreachable")
 
 
@@ -617,6 +632,7 @@ def commit_staged(path: str, table: str, max_segments: int = 10_000) -> StagedCo
     staged = staged_segments(path)
     if not staged:
         return StagedCommit(None, 0, 0, 0, 0)
+    check_table(path, table)  # hosts may not grow it (they write _staged/ alone): here
     target = _dt(path) if table_exists(path) else None
     fs = locate(path).fs
     txns, done, stale = [], [], []

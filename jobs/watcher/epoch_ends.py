@@ -102,38 +102,54 @@ class EpochEnds:
                     key not in self.leaders or epoch >= self.leaders[key][1]):
                 self.leaders[key] = (leader, epoch)
 
-    def ask(self, brokers: dict[int, tuple[str, int]], leaders: dict[tuple[str, int], int],
-            now: datetime, ask_one, budget: float) -> list[dict]:
-        """Ask each pending question of its partition's leader now (``leaders``; the new
-        leader if not known) with ``ask_one(host, port, wanted, timeout)``; the rows of the
-        answers. Unanswered questions stay pending until ``GIVE_UP_SECONDS``."""
+    def ask(self, brokers: dict[int, tuple[str, int]],
+            leaders: dict[tuple[str, int], tuple[int, int]], now: datetime, ask_one,
+            budget: float) -> list[dict]:
+        """Ask the pending questions now with ``ask_one(host, port, wanted, timeout)``; the
+        rows of the answers. Each is asked of the partition's leader as the polls see it
+        (``leaders``: partition -> (leader, epoch)) when that view is at the change's epoch
+        or newer, else of the change's new leader; never of the old leader at the old
+        epoch (it would answer with its own log). One question per partition a round (the
+        request names a partition once). Unanswered questions stay pending until
+        ``GIVE_UP_SECONDS``."""
         if not self.pending:
             return []
         by_broker: dict[int, list[Question]] = {}
+        asked: set[tuple[str, int]] = set()
         for q in self.pending:
-            b = leaders.get((q.topic, q.partition), q.new_leader)
-            by_broker.setdefault(b if b is not None and b >= 0 else q.new_leader, []).append(q)
-        rows, left = [], []
+            key = (q.topic, q.partition)
+            if key in asked:
+                continue  # the next round: a request names each partition once
+            asked.add(key)
+            leader, epoch = leaders.get(key, (-1, -1))
+            b = leader if leader >= 0 and epoch >= q.new_epoch else q.new_leader
+            by_broker.setdefault(b, []).append(q)
+        rows, answered = [], set()
         for b, questions in sorted(by_broker.items()):
             answers = {}
             if b in brokers:
                 try:
                     answers = ask_one(*brokers[b], {(q.topic, q.partition): q.epoch
                                                     for q in questions}, budget)
-                except OSError as exc:
+                except Exception as exc:  # noqa: BLE001 - not answered: asked again
                     log.debug("epoch end: broker %s did not answer: %s", b, exc)
             for q in questions:
                 a = answers.get((q.topic, q.partition))
-                if a is not None and a.error == 0 and a.end_offset >= 0:
+                if a is not None and a.error == 0 and 0 <= a.leader_epoch <= q.epoch \
+                        and a.end_offset >= 0:
                     rows.append(_row(q, b, a, now))
+                    answered.add(q)
                     self.answered += 1
-                elif (now - q.changed_at).total_seconds() > GIVE_UP_SECONDS:
-                    self.given_up += 1
-                    log.warning("epoch end of %s-%d epoch %d not answered in %.0f s (last: %s)",
-                                q.topic, q.partition, q.epoch, GIVE_UP_SECONDS,
-                                f"error {a.error}" if a is not None else "no answer")
-                else:
-                    left.append(q)
+        left = []
+        for q in self.pending:
+            if q in answered:
+                continue
+            if (now - q.changed_at).total_seconds() > GIVE_UP_SECONDS:
+                self.given_up += 1
+                log.warning("epoch end of %s-%d epoch %d not answered in %.0f s", q.topic,
+                            q.partition, q.epoch, GIVE_UP_SECONDS)
+            else:
+                left.append(q)
         self.pending = left
         return rows
 

@@ -394,7 +394,8 @@ class ClusterWatcher:
                     seconds=self.settings.watch.log_end_seconds)
                 self.log_ends_at = now
         self.epoch_ends.follow(rows)  # the polled changes (epochs filled in above)
-        rows += self._epoch_ends({k: v.leader for k, v in parts.items()}, now)
+        rows += self._epoch_ends({k: (v.leader, v.leader_epoch) for k, v in parts.items()},
+                                 now)
         # a broker the cluster no longer lists, or that no longer answers, is said once;
         # when no broker answered its own request the metadata came from one client
         # (or the profile's brokers are not asked one by one): no verdict on reachability
@@ -466,7 +467,8 @@ class ClusterWatcher:
                 pass
         return rows
 
-    def _epoch_ends(self, leaders: dict[tuple[str, int], int], now: datetime) -> list[dict]:
+    def _epoch_ends(self, leaders: dict[tuple[str, int], tuple[int, int]], now: datetime
+                    ) -> list[dict]:
         """The ``epoch_end`` rows of the leader changes' questions answered now
         (``epoch_ends.py``): each asked of the partition's leader."""
         if not self.epoch_ends.pending:

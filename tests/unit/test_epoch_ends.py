@@ -51,7 +51,8 @@ def test_answers_become_rows_and_an_unanswered_question_waits_then_is_given_up()
         return {("t", 1): EpochEnd(6, -1, -1)}  # not the leader (yet)
 
     brokers = {2: ("h", 9002), 3: ("h", 9003)}
-    rows = e.ask(brokers, {("t", 0): 2, ("t", 1): 3}, T + timedelta(seconds=1), ask_one, 1.0)
+    rows = e.ask(brokers, {("t", 0): (2, 4), ("t", 1): (3, 8)}, T + timedelta(seconds=1),
+                 ask_one, 1.0)
     assert sorted(asked) == [(9002, {("t", 0): 3}), (9003, {("t", 1): 7})]
     assert [(r["kind"], r["partition"], r["leader"], r["previous_leader"], r["leader_epoch"],
              r["log_end"]) for r in rows] == [("epoch_end", 0, 2, 1, 3, 1200)]
@@ -59,7 +60,7 @@ def test_answers_become_rows_and_an_unanswered_question_waits_then_is_given_up()
                                              "new_epoch": 4, "changed_at": T.isoformat()}
     assert [q.partition for q in e.pending] == [1]
     later = T + timedelta(seconds=GIVE_UP_SECONDS + 1)
-    assert e.ask(brokers, {("t", 1): 3}, later, ask_one, 1.0) == []
+    assert e.ask(brokers, {("t", 1): (3, 8)}, later, ask_one, 1.0) == []
     assert (e.pending, e.answered, e.given_up) == ([], 1, 1)
 
 
@@ -71,6 +72,53 @@ def test_a_broker_that_does_not_answer_keeps_the_question():
     def down(*_args):
         raise ConnectionRefusedError("down")
 
+    def garbled(*_args):
+        raise ValueError("epoch end response ends early")
+
     assert e.ask({2: ("h", 1)}, {}, T, down, 1.0) == []
     assert len(e.pending) == 1
+    assert e.ask({2: ("h", 1)}, {}, T, garbled, 1.0) == [] and len(e.pending) == 1
     assert e.ask({}, {}, T, down, 1.0) == [] and len(e.pending) == 1  # address not known
+
+
+def test_two_questions_of_one_partition_are_asked_in_turn_each_answered_for_its_epoch():
+    e = EpochEnds()
+    e.seed(("t", 0), 1, 3)
+    e.follow([row("leader_change", 2, 5, 1), row("leader_change", 3, 6, 2)])
+    asked = []
+    ends = {3: 100, 5: 150}
+
+    def ask_one(host, port, wanted, timeout):
+        asked.append(dict(wanted))
+        return {k: EpochEnd(0, epoch, ends[epoch]) for k, epoch in wanted.items()}
+
+    brokers = {3: ("h", 9003)}
+    first = e.ask(brokers, {("t", 0): (3, 6)}, T, ask_one, 1.0)
+    second = e.ask(brokers, {("t", 0): (3, 6)}, T, ask_one, 1.0)
+    assert asked == [{("t", 0): 3}, {("t", 0): 5}]
+    assert [(r["leader_epoch"], r["log_end"]) for r in first + second] == [(3, 100), (5, 150)]
+    assert e.pending == []
+
+
+def test_the_old_leader_is_not_asked_while_the_polls_still_see_it_lead():
+    """The metadata log is ahead of the brokers' answers: the view still names the old
+    leader at the old epoch, which would answer with its own (untruncated) log."""
+    e = EpochEnds()
+    e.seed(("t", 0), 1, 3)
+    e.follow([row("leader_change", 2, 4)])
+    asked = []
+
+    def ask_one(host, port, wanted, timeout):
+        asked.append(port)
+        return {("t", 0): EpochEnd(0, 3, 80)}
+
+    e.ask({1: ("h", 9001), 2: ("h", 9002)}, {("t", 0): (1, 3)}, T, ask_one, 1.0)
+    assert asked == [9002]
+
+
+def test_an_answer_for_a_newer_epoch_than_asked_is_not_taken():
+    e = EpochEnds()
+    e.seed(("t", 0), 1, 3)
+    e.follow([row("leader_change", 2, 4)])
+    rows = e.ask({2: ("h", 1)}, {}, T, lambda *_a: {("t", 0): EpochEnd(0, 4, 90)}, 1.0)
+    assert rows == [] and len(e.pending) == 1

@@ -154,3 +154,40 @@ def test_a_table_missing_a_column_that_may_not_be_null_is_refused_not_grown(tmp_
     assert [f.name for f in DeltaTable(path).schema().fields] == old.names
     with pytest.raises(KeyError, match="max_in_flight"):
         write_arrow(str(tmp_path / "other"), "acks", old.empty_table())
+
+
+def test_batches_an_older_version_spooled_commit_once_the_table_grew_or_create_it_whole(
+        tmp_path):
+    """The ledger's and the shipper's commit path (append_arrow_once) with batches in the
+    older form: alone, and creating the table."""
+    from deltalake import DeltaTable
+
+    from kafka_audit.store import append_arrow_once
+
+    full = arrow_schema("acks")
+    old = pa.schema(list(full)[:-1])
+    row = {"run_id": "r", "producer_id": "p", "seq": 0, "count": 1, "topic": "t",
+           "partition": 0, "offset": 0, "send_time": datetime(2026, 1, 1, tzinfo=UTC),
+           "ack_time": datetime(2026, 1, 1, tzinfo=UTC),
+           "last_ack_time": datetime(2026, 1, 1, tzinfo=UTC), "acks": "1",
+           "idempotence": False, "retries": 2, "max_in_flight": 5}
+    fresh = str(tmp_path / "fresh")
+    assert append_arrow_once(fresh, "acks", pa.Table.from_pylist([row], schema=old), "a", 1)
+    assert [f.name for f in DeltaTable(fresh).schema().fields] == full.names
+    grown = str(tmp_path / "grown")
+    write_deltalake(grown, pa.Table.from_pylist([row], schema=old))
+    check_table(grown, "acks")
+    assert append_arrow_once(grown, "acks", pa.Table.from_pylist([{**row, "seq": 1}],
+                                                                 schema=old), "a", 1)
+    assert sorted(read_table(grown, "acks", columns=["seq", "broker"]).to_pylist(),
+                  key=lambda r: r["seq"]) == [{"seq": 0, "broker": None},
+                                              {"seq": 1, "broker": None}]
+
+
+def test_a_reader_takes_an_older_table_as_it_is_and_grows_nothing(tmp_path):
+    from deltalake import DeltaTable
+
+    path = str(tmp_path / "acks")
+    write_deltalake(path, pa.schema(list(arrow_schema("acks"))[:-1]).empty_table())
+    check_table(path, "acks", grow=False)
+    assert DeltaTable(path).version() == 0
