@@ -132,10 +132,7 @@ def encode_epoch_ends(correlation_id: int, client_id: str,
 
 def decode_epoch_ends(data: bytes, correlation_id: int) -> dict[tuple[str, int], EpochEnd]:
     """(topic, partition) -> :class:`EpochEnd` of an OffsetForLeaderEpoch v3 response body."""
-    r = _Reader(data)
-    if r.take(">i") != correlation_id:
-        raise ValueError("epoch end response to another request")
-    r.take(">i")  # throttle_time_ms
+    r = _Reader.answer(data, correlation_id, "epoch end")
     out = {}
     for _ in range(max(r.take(">i"), 0)):
         topic = r.string() or ""
@@ -191,6 +188,16 @@ class _Reader:
     def __init__(self, data: bytes) -> None:
         self.data, self.at = data, 0
 
+    @classmethod
+    def answer(cls, data: bytes, correlation_id: int, what: str) -> _Reader:
+        """A reader of a response body past its correlation id (which must be
+        ``correlation_id``) and its throttle time."""
+        r = cls(data)
+        if r.take(">i") != correlation_id:
+            raise ValueError(f"{what} response to another request")
+        r.take(">i")  # throttle_time_ms
+        return r
+
     def take(self, fmt: str):
         size = struct.calcsize(fmt)
         if self.at + size > len(self.data):
@@ -216,10 +223,7 @@ def decode_response(data: bytes, correlation_id: int
                     ) -> tuple[dict[int, tuple[str, int]], dict[tuple[str, int], BrokerView]]:
     """(brokers: id -> (host, port), partitions: (topic, partition) -> view) of a Metadata
     v8 response body (after its size); a ``ValueError`` if it is not the answer asked for."""
-    r = _Reader(data)
-    if r.take(">i") != correlation_id:
-        raise ValueError("metadata response to another request")
-    r.take(">i")  # throttle_time_ms
+    r = _Reader.answer(data, correlation_id, "metadata")
     brokers = {}
     for _ in range(max(r.take(">i"), 0)):
         node, host, port = r.take(">i"), r.string(), r.take(">i")
