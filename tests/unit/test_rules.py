@@ -563,7 +563,7 @@ def test_a_piece_keeps_every_other_field_of_its_run():
     t0, t1 = datetime(2026, 1, 1, tzinfo=UTC), datetime(2026, 1, 2, tzinfo=UTC)
     values = {"topic": "t", "partition": 2, "producer_id": "p", "run_id": "r", "seq": 10,
               "count": 5, "offset": 100, "first_ack": t0, "last_ack": t1, "error": "E",
-              "acks": "1", "horizon": 7}
+              "acks": "1", "horizon": 7, "broker": 3}
     fields = [f.name for f in dataclasses.fields(AckRun)]
     assert sorted(fields) == sorted(values), "a new AckRun field: give it a value here"
     run = AckRun(**values)
