@@ -193,9 +193,10 @@ def check_table(path: str, table: str, grow: bool = True) -> None:
 def _grow(path: str, table: str) -> None:
     """Add the declared nullable columns the table at ``path`` lacks (a metadata commit;
     nothing when another process added them since it was read)."""
-    from deltalake import DeltaTable, Schema
+    from deltalake import Schema
 
-    dt = DeltaTable(path, storage_options=delta_options(path))
+    forget(path)  # as it is now: another process may have grown it
+    dt = _dt(path)
     have = {f.name for f in dt.schema().fields}
     fields = pa.schema([f for f in arrow_schema(table) if f.name not in have])
     if not fields.names:
@@ -528,17 +529,13 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
 
 
 def _filled(part: pa.Table, schema: pa.Schema) -> pa.Table:
-    """``part`` in ``schema``'s columns; a nullable one it lacks as nulls (rows an older
-    version spooled before an upgrade added the column), any other missing one an error."""
-    cols = []
+    """``part`` in ``schema`` (:func:`conform`, then its nullability); a nullable column it
+    lacks as nulls (rows an older version spooled before an upgrade added the column), any
+    other missing one an error."""
     for f in schema:
-        if f.name in part.column_names:
-            cols.append(part.column(f.name))
-        elif f.nullable:
-            cols.append(pa.nulls(part.num_rows, f.type))
-        else:
+        if not f.nullable and f.name not in part.column_names:
             raise KeyError(f"column {f.name!r} is missing and may not be null")
-    return pa.Table.from_arrays(cols, names=schema.names)
+    return conform(part, schema).cast(schema)
 
 
 def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
@@ -548,7 +545,7 @@ def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
     from deltalake import write_deltalake
 
     schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
-    data = pa.concat_tables([_filled(p, schema).cast(schema) for p in parts])
+    data = pa.concat_tables([_filled(p, schema) for p in parts])
 
     def attempt(again: bool) -> pa.Table:
         forget(path)

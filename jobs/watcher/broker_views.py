@@ -26,7 +26,7 @@ import struct
 from dataclasses import dataclass
 
 __all__ = ["BrokerView", "Security", "security_for", "encode_request", "decode_response",
-           "ask", "EpochEnd", "encode_epoch_ends", "decode_epoch_ends", "epoch_ends",
+           "ask", "EpochEndAnswer", "encode_epoch_ends", "decode_epoch_ends", "epoch_ends",
            "freshest", "claimants", "encode_sasl_handshake", "decode_sasl_handshake",
            "encode_sasl_authenticate", "decode_sasl_authenticate"]
 
@@ -105,7 +105,7 @@ def encode_request(correlation_id: int, client_id: str, topics: list[str] | None
 
 
 @dataclass(frozen=True)
-class EpochEnd:
+class EpochEndAnswer:
     """A leader's answer to "where does epoch E end in your log" (OffsetForLeaderEpoch):
     the largest epoch at or below E that its log has, and the offset where that epoch ends
     (the next epoch's first offset, or the log end if it is the newest); ``error`` a Kafka
@@ -130,21 +130,22 @@ def encode_epoch_ends(correlation_id: int, client_id: str,
     return _framed(API_EPOCH_END, EPOCH_END_VERSION, correlation_id, client_id, body)
 
 
-def decode_epoch_ends(data: bytes, correlation_id: int) -> dict[tuple[str, int], EpochEnd]:
-    """(topic, partition) -> :class:`EpochEnd` of an OffsetForLeaderEpoch v3 response body."""
+def decode_epoch_ends(data: bytes, correlation_id: int
+                      ) -> dict[tuple[str, int], EpochEndAnswer]:
+    """(topic, partition) -> :class:`EpochEndAnswer` of an OffsetForLeaderEpoch v3 response body."""
     r = _Reader.answer(data, correlation_id, "epoch end")
     out = {}
     for _ in range(max(r.take(">i"), 0)):
         topic = r.string() or ""
         for _ in range(max(r.take(">i"), 0)):
             error, partition, epoch, end = r.take(">hiiq")
-            out[(topic, partition)] = EpochEnd(error, epoch, end)
+            out[(topic, partition)] = EpochEndAnswer(error, epoch, end)
     return out
 
 
 def epoch_ends(host: str, port: int, wanted: dict[tuple[str, int], int], timeout: float,
                correlation_id: int = 1, security: Security | None = None
-               ) -> dict[tuple[str, int], EpochEnd]:
+               ) -> dict[tuple[str, int], EpochEndAnswer]:
     """Ask one broker (the partitions' leader: another answers error 6) where each wanted
     epoch ends in its log, in ``timeout`` seconds or an ``OSError``."""
     return _round_trip(host, port, encode_epoch_ends(correlation_id, CLIENT_ID, wanted),

@@ -31,14 +31,12 @@ from datetime import datetime
 
 from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES
 
-__all__ = ["Question", "question_of", "EpochEnds", "GIVE_UP_SECONDS", "NOT_LEADER"]
+__all__ = ["Question", "question_of", "EpochEnds", "GIVE_UP_SECONDS"]
 
 log = logging.getLogger(__name__)
 
 #: a question not answered by then is given up (said once); the read still judges
 GIVE_UP_SECONDS = 120.0
-#: Kafka's NOT_LEADER_OR_FOLLOWER: the broker asked does not lead the partition (yet)
-NOT_LEADER = 6
 
 
 @dataclass(frozen=True)

@@ -394,8 +394,8 @@ class ClusterWatcher:
                     seconds=self.settings.watch.log_end_seconds)
                 self.log_ends_at = now
         self.epoch_ends.follow(rows)  # the polled changes (epochs filled in above)
-        rows += self._epoch_ends({k: (v.leader, v.leader_epoch) for k, v in parts.items()},
-                                 now)
+        if self.epoch_ends.pending:
+            rows += self._epoch_ends(parts, now)
         # a broker the cluster no longer lists, or that no longer answers, is said once;
         # when no broker answered its own request the metadata came from one client
         # (or the profile's brokers are not asked one by one): no verdict on reachability
@@ -467,21 +467,25 @@ class ClusterWatcher:
                 pass
         return rows
 
-    def _epoch_ends(self, leaders: dict[tuple[str, int], tuple[int, int]], now: datetime
-                    ) -> list[dict]:
+    def _epoch_ends(self, parts: dict, now: datetime) -> list[dict]:
         """The ``epoch_end`` rows of the leader changes' questions answered now
-        (``epoch_ends.py``): each asked of the partition's leader."""
-        if not self.epoch_ends.pending:
-            return []
+        (``epoch_ends.py``): each asked of the partition's leader in this poll's ``parts``."""
         from functools import partial
 
-        from kafka_audit.jobs.watcher.broker_views import epoch_ends, security_for
+        from kafka_audit.jobs.watcher.broker_views import epoch_ends
 
-        if self._security is None:
-            self._security = security_for(self.settings.profile)
+        leaders = {k: (v.leader, v.leader_epoch) for k, v in parts.items()}
         return self.epoch_ends.ask(self.known_brokers, leaders, now,
-                                   partial(epoch_ends, security=self._security),
+                                   partial(epoch_ends, security=self._broker_security()),
                                    LOOKUP_BUDGET_SECONDS)
+
+    def _broker_security(self):
+        """How each broker is asked one by one (the profile's TLS and SASL), read once."""
+        if self._security is None:
+            from kafka_audit.jobs.watcher.broker_views import security_for
+
+            self._security = security_for(self.settings.profile)
+        return self._security
 
     def _ask_brokers(self) -> dict[int, dict]:
         """Every known broker's own view of every topic (``broker_views.py``), asked all at
@@ -493,13 +497,13 @@ class ClusterWatcher:
             return {}
         from concurrent.futures import ThreadPoolExecutor
 
-        from kafka_audit.jobs.watcher.broker_views import ask, security_for
+        from kafka_audit.jobs.watcher.broker_views import ask
 
         if self._pool is None:
             self._pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="broker-view")
-            self._security = security_for(self.settings.profile)
+        security = self._broker_security()
         futures = {b: self._pool.submit(ask, host, port, None, LOOKUP_BUDGET_SECONDS,
-                                        security=self._security)
+                                        security=security)
                    for b, (host, port) in sorted(self.known_brokers.items())}
         views = {}
         for b, (brokers, answer) in answered(futures).items():

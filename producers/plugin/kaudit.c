@@ -144,13 +144,14 @@ struct krec {
 #ifdef KAUDIT_SPOOL_FORM_1 /* for the tests: the first form, as plugins before version 2 */
 #define SEG_MAGIC "KAUDSEG1"
 #define REC_SIZE 64
-#define SAME_SOURCE(r, b, e) ((void)(b), (void)(e), 1)
-#define SET_SOURCE(r, b, e) ((void)(b), (void)(e))
+#define SAME_SOURCE(r, b) ((void)(b), 1)
+#define SET_SOURCE(r, b) ((void)(b))
 #else
 #define SEG_MAGIC "KAUDSEG2"
 #define REC_SIZE 80
-#define SAME_SOURCE(r, b, e) ((r)->broker == (b) && (r)->leader_epoch == (e))
-#define SET_SOURCE(r, b, e) ((r)->broker = (b), (r)->leader_epoch = (e), (r)->reserved = 0)
+#define SAME_SOURCE(r, b) ((r)->broker == (b))
+/* librdkafka answers rd_kafka_message_leader_epoch for consumers only: no epoch here */
+#define SET_SOURCE(r, b) ((r)->broker = (b), (r)->leader_epoch = -1, (r)->reserved = 0)
 #endif
 
 struct kseg {
@@ -968,7 +969,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         const uint8_t *v;
         size_t sz;
         int64_t seq, offset, t, latency, sent;
-        int32_t topic, slot, broker, epoch;
+        int32_t topic, slot, broker;
         struct kpart *kp;
         struct krec *r;
         int ok = !m->err;
@@ -985,7 +986,6 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         latency = rd_kafka_message_latency(m);
         sent    = latency >= 0 ? t - latency : t;
         broker  = ok ? rd_kafka_message_broker_id(m) : -1;
-        epoch   = -1; /* librdkafka answers rd_kafka_message_leader_epoch for consumers only */
 
         pthread_mutex_lock(&in->lock);
         reopen_segment(in);
@@ -1002,7 +1002,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
                 int64_t n = atomic_load_explicit(&r->count, memory_order_relaxed);
                 if (r->seq + n == seq &&
                     (ok ? (offset < 0 ? r->offset < 0 : r->offset >= 0 && r->offset + n == offset)
-                              && SAME_SOURCE(r, broker, epoch)
+                              && SAME_SOURCE(r, broker)
                         : r->err == m->err)) {
                         r->last_ack_us = t;
                         if (sent < r->send_min_us)
@@ -1030,7 +1030,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         r->first_ack_us = t;
         r->last_ack_us  = t;
         r->send_min_us  = sent;
-        SET_SOURCE(r, broker, epoch);
+        SET_SOURCE(r, broker);
         atomic_store_explicit(&r->count, 1, memory_order_relaxed);
         atomic_store_explicit(&r->kf, KIND_RUN, memory_order_release);
         atomic_store_explicit(&in->seg->used, (uint32_t)slot + 1, memory_order_release);

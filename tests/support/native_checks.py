@@ -19,7 +19,6 @@ class Record:
     checksum_ok: bool | None
     value: bytes | None
     headers: tuple
-    leader_epoch: int | None = None  # of the leader that appended it, as the reader saw
 
 
 def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool = True,
@@ -52,7 +51,7 @@ def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool =
                     s, bad = None, True
                 out[(m.partition(), m.offset())] = Record(
                     s, bad, None if s is None or not checksums else checksum_ok(s, m.value()),
-                    m.value(), tuple(m.headers() or ()), m.leader_epoch())
+                    m.value(), tuple(m.headers() or ()))
             at = c.position([TopicPartition(topic, p) for p in remaining])
             remaining = {tp.partition for tp in at if tp.offset < ends[tp.partition]}
         return out

@@ -5,7 +5,7 @@ import struct
 import pytest
 
 from kafka_audit.jobs.watcher.broker_views import (
-    EpochEnd,
+    EpochEndAnswer,
     decode_epoch_ends,
     encode_epoch_ends,
 )
@@ -29,8 +29,8 @@ def test_the_request_asks_each_partition_for_its_epoch_unfenced():
 def test_the_answer_gives_each_partitions_epoch_end_or_its_error():
     body = (struct.pack(">iii", 9, 0, 1) + _s("t") + struct.pack(">i", 2)
             + struct.pack(">hiiq", 0, 0, 7, 1234) + struct.pack(">hiiq", 6, 1, -1, -1))
-    assert decode_epoch_ends(body, 9) == {("t", 0): EpochEnd(0, 7, 1234),
-                                          ("t", 1): EpochEnd(6, -1, -1)}
+    assert decode_epoch_ends(body, 9) == {("t", 0): EpochEndAnswer(0, 7, 1234),
+                                          ("t", 1): EpochEndAnswer(6, -1, -1)}
     with pytest.raises(ValueError, match="another request"):
         decode_epoch_ends(body, 8)
     with pytest.raises(ValueError, match="ends early"):

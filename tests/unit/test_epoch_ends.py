@@ -4,7 +4,7 @@ raise one, whom it is asked of, and the rows of the answers."""
 import json
 from datetime import UTC, datetime, timedelta
 
-from kafka_audit.jobs.watcher.broker_views import EpochEnd
+from kafka_audit.jobs.watcher.broker_views import EpochEndAnswer
 from kafka_audit.jobs.watcher.epoch_ends import GIVE_UP_SECONDS, EpochEnds, question_of
 
 T = datetime(2026, 11, 29, tzinfo=UTC)
@@ -47,8 +47,8 @@ def test_answers_become_rows_and_an_unanswered_question_waits_then_is_given_up()
     def ask_one(host, port, wanted, timeout):
         asked.append((port, wanted))
         if port == 9002:
-            return {("t", 0): EpochEnd(0, 3, 1200)}
-        return {("t", 1): EpochEnd(6, -1, -1)}  # not the leader (yet)
+            return {("t", 0): EpochEndAnswer(0, 3, 1200)}
+        return {("t", 1): EpochEndAnswer(6, -1, -1)}  # not the leader (yet)
 
     brokers = {2: ("h", 9002), 3: ("h", 9003)}
     rows = e.ask(brokers, {("t", 0): (2, 4), ("t", 1): (3, 8)}, T + timedelta(seconds=1),
@@ -90,7 +90,7 @@ def test_two_questions_of_one_partition_are_asked_in_turn_each_answered_for_its_
 
     def ask_one(host, port, wanted, timeout):
         asked.append(dict(wanted))
-        return {k: EpochEnd(0, epoch, ends[epoch]) for k, epoch in wanted.items()}
+        return {k: EpochEndAnswer(0, epoch, ends[epoch]) for k, epoch in wanted.items()}
 
     brokers = {3: ("h", 9003)}
     first = e.ask(brokers, {("t", 0): (3, 6)}, T, ask_one, 1.0)
@@ -110,7 +110,7 @@ def test_the_old_leader_is_not_asked_while_the_polls_still_see_it_lead():
 
     def ask_one(host, port, wanted, timeout):
         asked.append(port)
-        return {("t", 0): EpochEnd(0, 3, 80)}
+        return {("t", 0): EpochEndAnswer(0, 3, 80)}
 
     e.ask({1: ("h", 9001), 2: ("h", 9002)}, {("t", 0): (1, 3)}, T, ask_one, 1.0)
     assert asked == [9002]
@@ -120,5 +120,5 @@ def test_an_answer_for_a_newer_epoch_than_asked_is_not_taken():
     e = EpochEnds()
     e.seed(("t", 0), 1, 3)
     e.follow([row("leader_change", 2, 4)])
-    rows = e.ask({2: ("h", 1)}, {}, T, lambda *_a: {("t", 0): EpochEnd(0, 4, 90)}, 1.0)
+    rows = e.ask({2: ("h", 1)}, {}, T, lambda *_a: {("t", 0): EpochEndAnswer(0, 4, 90)}, 1.0)
     assert rows == [] and len(e.pending) == 1
