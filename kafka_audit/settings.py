@@ -254,6 +254,16 @@ class AuditSettings(_Section):
                                           "range gives up after this long")
     hot_rewrite_passes: int = Field(10, gt=0, description="each pass appends its state as a "
                                     "generation; every this many passes it rewrites the table")
+    suspect_seconds: float = Field(
+        0.5, gt=0, description="`kafka-audit run` looks this often for the writes a leader "
+        "change truncated (the watcher's epoch_end rows), to mark them suspected")
+    suspect_follow_seconds: float = Field(
+        60, ge=0, description="a leader change's suspected writes are looked for this long "
+        "after it: the ledger commits a report up to a flush after it, and an old leader "
+        "paused past its session may go on acknowledging when it resumes")
+    suspect_lookback_seconds: float = Field(
+        300, gt=0, description="writes acknowledged longer than this before a leader change "
+        "are not suspected by it (the read after settle judges them as always)")
 
 
 class WatchSettings(_Section):

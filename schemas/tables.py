@@ -22,6 +22,8 @@ table               writer                 one row per
 ``windows``         windows job (delta-rs) interval a partition's writes were at risk
                                            (rewritten whole: derived from the others)
 ``rollups``         retention (delta-rs)   group of rows a retention round dropped, summed
+``suspicions``      suspicion marker       writes a leader change truncated, suspected at
+                    (delta-rs)             the fail-over (a state, not a verdict)
 ==================  =====================  ===================================
 """
 
@@ -203,6 +205,30 @@ TABLES: dict[str, list[Column]] = {
         C("losses", "long", False, "writes acknowledged inside it and lost"),
         C("detail", "string", True, "JSON: what the kind adds (refused writes, ...)"),
         C("computed_at", "timestamp", False),
+    ],
+    "suspicions": [
+        C("topic", "string", False),
+        C("partition", "int", False),
+        C("producer_id", "string", False),
+        C("run_id", "string", False),
+        C("seq", "long", False, "first seq of the suspected writes: seq..seq+count-1"),
+        C("count", "long", False),
+        C("offset", "long", False, "the offset the old leader acknowledged the first at"),
+        C("ack_time", "timestamp", False, "first delivery report of their run"),
+        C("last_ack_time", "timestamp", False, "last delivery report of their run"),
+        C("broker", "int", True, "the broker that acknowledged them (null: the ledger does "
+                                 "not name it)"),
+        C("basis", "string", False, "broker: acknowledged by the old leader (the ledger names "
+                                    "it); ack_time: acknowledged within the old epoch's time"),
+        C("old_leader", "int", False, "the leader at the epoch that ends"),
+        C("leader_epoch", "int", False, "the old leader's epoch"),
+        C("end_offset", "long", False, "where that epoch ends in the new leader's log "
+                                       "(OffsetForLeaderEpoch): writes at or above it are "
+                                       "not in it"),
+        C("new_leader", "int", True),
+        C("new_epoch", "int", True),
+        C("changed_at", "timestamp", False, "when the leader changed"),
+        C("suspected_at", "timestamp", False, "when the marker wrote the row"),
     ],
     "fault_events": [
         C("at", "timestamp", False, "when the harness did it"),

@@ -21,18 +21,29 @@ Which writes the old leader acknowledged in that epoch:
 
 A run is cut at the end offset: only its part at or above it is suspected. A write is
 suspected once, by the first change that names it.
+
+Settled as usual (:func:`kafka_audit.schemas.suspicions.settle`): once the read after
+settle judged the suspected writes, the suspicion is *confirmed* (judged lost),
+*withdrawn* (judged otherwise: found in the log, or not judged lost) or *partly*
+confirmed; until then it stays *suspected*. The state is derived where it is read, so no
+row is ever rewritten.
+
+The rows in and out (``cluster_events``, ``acks``, ``suspicions``) are plain dicts here:
+:func:`epoch_end_of`, :func:`leadership_of`, :func:`ack_run_of`, :func:`suspicion_row`.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 
 from kafka_audit.jobs.core.model import AckRun
+from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES
+from kafka_audit.schemas.suspicions import BY_BROKER, BY_TIME
 
-__all__ = ["EpochEnd", "Leadership", "Suspicion", "BY_BROKER", "BY_TIME", "suspect"]
-
-BY_BROKER, BY_TIME = "broker", "ack_time"
+__all__ = ["EpochEnd", "Leadership", "Suspicion", "BY_BROKER", "BY_TIME", "suspect",
+           "epoch_end_of", "leadership_of", "ack_run_of", "suspicion_row"]
 
 
 @dataclass(frozen=True)
@@ -85,12 +96,16 @@ def _window(change: EpochEnd, leaders: list[Leadership]
     return start, again
 
 
-def suspect(acks: list[AckRun], changes: list[EpochEnd], leaders: list[Leadership]
+def suspect(acks: list[AckRun], changes: list[EpochEnd], leaders: list[Leadership],
+            taken: dict[tuple[str, str], list[tuple[int, int]]] | None = None
             ) -> list[Suspicion]:
     """The suspected pieces of one partition's acknowledged runs (``acks``), by each
-    ``epoch_end`` change (in order of ``changed_at``) and the partition's leaderships."""
+    ``epoch_end`` change (in order of ``changed_at``) and the partition's leaderships.
+
+    ``taken``: the seqs already suspected, per ``(producer_id, run_id)``, as half-open
+    spans (those are not suspected again); the new pieces' spans are added to it."""
     out: list[Suspicion] = []
-    taken: dict[tuple[str, str], list[tuple[int, int]]] = {}  # seqs suspected, per run
+    taken = {} if taken is None else taken
     for change in sorted(changes, key=lambda c: (c.changed_at, c.epoch)):
         start, again = _window(change, leaders)
         for a in acks:
@@ -122,3 +137,51 @@ def _uncovered(lo: int, hi: int, spans: list[tuple[int, int]]) -> list[tuple[int
         parts = [p for a, b in parts
                  for p in ((a, min(b, s_lo)), (max(a, s_hi), b)) if p[0] < p[1]]
     return parts
+
+
+def _utc(t: datetime) -> datetime:
+    return t.astimezone(UTC) if t.tzinfo is not None else t.replace(tzinfo=UTC)
+
+
+def epoch_end_of(row: dict) -> EpochEnd | None:
+    """The change an ``epoch_end`` row of ``cluster_events`` tells (None: another kind, or
+    a row lacking what the rule needs)."""
+    if row.get("kind") != EPOCH_END or None in (row.get("previous_leader"),
+                                                  row.get("leader_epoch"), row.get("log_end")):
+        return None
+    try:
+        detail = json.loads(row.get("detail") or "{}")
+        changed_at = _utc(datetime.fromisoformat(detail["changed_at"]))
+    except (ValueError, TypeError, KeyError):
+        return None
+    return EpochEnd(row["topic"], row["partition"], row["previous_leader"], row["leader_epoch"],
+                    row["log_end"], changed_at, detail.get("new_leader"),
+                    detail.get("new_epoch"))
+
+
+def leadership_of(row: dict) -> Leadership | None:
+    """The leadership a leader change (or first sight) of ``cluster_events`` tells (None:
+    another kind, no leader, or no epoch)."""
+    if (row.get("kind") not in (*LEADER_CHANGES, FIRST_SEEN) or row.get("leader") is None
+            or row["leader"] < 0 or row.get("leader_epoch") is None):
+        return None
+    return Leadership(_utc(row["event_time"]), row["leader"], row["leader_epoch"])
+
+
+def ack_run_of(row: dict) -> AckRun:
+    """An ``acks`` row as the rule's run."""
+    return AckRun(row["topic"], row["partition"], row["producer_id"], row["run_id"],
+                  row["seq"], row["count"], row["offset"], _utc(row["ack_time"]),
+                  _utc(row["last_ack_time"]), row["error_name"], row["acks"],
+                  broker=row.get("broker"))
+
+
+def suspicion_row(s: Suspicion, now: datetime) -> dict:
+    """A ``suspicions`` row of ``s``, marked at ``now``."""
+    r, c = s.run, s.change
+    return {"topic": r.topic, "partition": r.partition, "producer_id": r.producer_id,
+            "run_id": r.run_id, "seq": r.seq, "count": r.count, "offset": r.offset,
+            "ack_time": r.first_ack, "last_ack_time": r.last_ack, "broker": r.broker,
+            "basis": s.basis, "old_leader": c.old_leader, "leader_epoch": c.epoch,
+            "end_offset": c.end_offset, "new_leader": c.new_leader,
+            "new_epoch": c.new_epoch, "changed_at": c.changed_at, "suspected_at": now}

@@ -180,11 +180,12 @@ class Service:
 
 def build(settings: Settings, spark_factory=None) -> Service:
     """The components of ``kafka-audit run`` (the watcher, the committer of staged acks,
-    consume, audit, the API) over one Spark session (made lazily, in
+    consume, audit, the suspicion marker, the API) over one Spark session (made lazily, in
     the consume component, so the API and the watcher start at once); the API serves
     from a child process."""
     from kafka_audit.app.api_process import supervise_api_process
     from kafka_audit.jobs.audit.audit_job import run_audit_loop
+    from kafka_audit.jobs.audit.suspicions import run_marker
     from kafka_audit.jobs.consume.consume_job import run_consume
     from kafka_audit.jobs.spark import forget_dead_session, jvm_alive
     from kafka_audit.jobs.upkeep.staged_acks import run_staged_commits
@@ -233,6 +234,9 @@ def build(settings: Settings, spark_factory=None) -> Service:
     def ledger(stop: threading.Event) -> None:
         run_staged_commits(settings, stop)
 
+    def suspicions(stop: threading.Event) -> None:
+        run_marker(settings, stop)
+
     def release(budget: float) -> str:
         with spark_lock:
             if not session:
@@ -241,7 +245,7 @@ def build(settings: Settings, spark_factory=None) -> Service:
 
     service = Service(settings, [Component("watcher", watcher), Component("ledger", ledger),
                                  Component("consume", consume), Component("audit", audit),
-                                 Component("api", api)],
+                                 Component("suspicions", suspicions), Component("api", api)],
                       on_stop=release)
     service.spark = spark  # type: ignore[attr-defined] - for the SIGUSR1 fault hook
     return service

@@ -4,21 +4,17 @@ watcher's ``epoch_end`` rows of the partition's leader changes (the kill, and th
 to the preferred replica, which can truncate the interim leader's unreplicated tail) and
 the suspicion rule over the ledger (the acknowledging broker of each write) name exactly
 the writes a full read cannot find (the premise of suspecting a loss at the fail-over,
-issue 41)."""
+issue 41); the service's marker writes exactly those to ``suspicions``."""
 
 from __future__ import annotations
 
 import contextlib
-import json
-from datetime import datetime
 
-from kafka_audit.jobs.core.model import AckRun
-from kafka_audit.jobs.core.suspicion import EpochEnd, Leadership, suspect
+from kafka_audit.jobs.audit.suspicions import Marker
 from kafka_audit.jobs.watcher.broker_views import ask, epoch_ends
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import produce_with_leader_kill
-from kafka_audit.schemas.events import FIRST_SEEN, LEADER_CHANGES
 from kafka_audit.store import read_table
 
 from ..support.leader_kill import watching
@@ -77,24 +73,70 @@ def test_the_old_epochs_end_on_the_new_leader_names_the_truncated_writes(cluster
     assert [(r["previous_leader"], r["log_end"]) for r in events if r["kind"] == "epoch_end"
             and r["leader_epoch"] == seen["epoch"]] == [(killed, end.end_offset)]
 
-    ends = [EpochEnd(topic, 0, r["previous_leader"], r["leader_epoch"], r["log_end"],
-                     datetime.fromisoformat(json.loads(r["detail"])["changed_at"]))
-            for r in events if r["kind"] == "epoch_end"]
-    leads = [Leadership(r["event_time"], r["leader"], r["leader_epoch"]) for r in events
-             if r["kind"] in LEADER_CHANGES + (FIRST_SEEN,) and r["leader"] is not None
-             and r["leader"] >= 0 and r["leader_epoch"] is not None]
-    runs = [AckRun(r["topic"], r["partition"], r["producer_id"], r["run_id"], r["seq"],
-                   r["count"], r["offset"], r["ack_time"], r["last_ack_time"],
-                   r["error_name"], r["acks"], broker=r["broker"])
-            for r in read_table(settings.table_path("acks"), "acks").to_pylist()
-            if r["producer_id"] == p.producer_id and r["partition"] == 0]
-    assert runs and all(r.broker is not None for r in runs if r.placed)  # the plugin's
-    suspected = suspect(runs, ends, leads)
-    predicted = sorted((0, s.run.offset + k) for s in suspected for k in range(s.run.count))
+    # the service's marker over the real tables: the epoch_end rows, the leaderships, the
+    # ledger's runs with their acknowledging broker (the plugin names it)
+    acked = [r for r in read_table(settings.table_path("acks"), "acks").to_pylist()
+             if r["producer_id"] == p.producer_id and r["partition"] == 0]
+    assert acked and all(r["broker"] is not None for r in acked if r["error_name"] is None)
+    # run after the fault (the service runs it every half second): follow every change
+    marking = settings.model_copy(update={"audit": settings.audit.model_copy(
+        update={"suspect_follow_seconds": 3600})})
+    assert Marker(marking).round() > 0
+    suspected = [r for r in read_table(settings.table_path("suspicions"),
+                                       "suspicions").to_pylist()
+                 if r["producer_id"] == p.producer_id]
+    predicted = sorted((r["partition"], r["offset"] + k) for r in suspected
+                       for k in range(r["count"]))
     truth = sorted((part, off) for part, off, _seq in acked_but_missing(
         p.record, p.producer_id, p.run_id, full_read_stamps(cluster.bootstrap, topic)))
     assert truth, "acks=1 with a leader SIGKILL mid-stream is expected to lose writes"
     assert predicted == truth
     # the kill's own: the killed leader's writes, by broker
-    assert {(s.change.old_leader, s.basis) for s in suspected
-            if s.change.epoch == seen["epoch"]} == {(killed, "broker")}
+    assert {(r["old_leader"], r["basis"]) for r in suspected
+            if r["leader_epoch"] == seen["epoch"]} == {(killed, "broker")}
+    assert Marker(marking).round() == 0  # a restarted marker suspects nothing twice
+
+
+def test_a_clean_hand_over_under_acks_all_suspects_nothing(cluster, settings, topic):
+    """The leader stopped cleanly (its leadership moves to an in-sync replica), restarted,
+    and handed back by a preferred-leader election, under ``acks=all``: the watcher answers
+    both changes, and the marker suspects no write (none is lost)."""
+    import threading
+    import time
+
+    from kafka_audit.producers.load import LoadSpec, run_load
+
+    stop, holder = threading.Event(), {}
+    spec = LoadSpec(topic=topic, rate=3000, acks="all", retries=5, producer_id="clean")
+    with watching(settings) as watcher:
+        wait_until(lambda: watcher.epoch_ends.leaders.get((topic, 0)), 60,
+                   "the watcher to know the partition's leader")
+        epoch = _views(cluster, topic)[1][(topic, 0)].leader_epoch
+        t = threading.Thread(target=lambda: holder.update(
+            p=run_load(settings, spec, stop=stop, keep_record=True)))
+        t.start()
+        try:
+            time.sleep(2)  # a stream before the first change: part of the scenario
+            leader = cluster.leader_of(topic, 0)
+            cluster.stop(leader)
+            wait_until(lambda: cluster.leader_of(topic, 0) not in (-1, leader), 60,
+                       "another leader")
+            cluster.start(leader)
+            wait_until(lambda: leader in next(i for i in cluster.partitions(topic)
+                                              if i.partition == 0).isr, 120,
+                       f"node {leader} back in the ISR")
+            cluster.elect_preferred(topic, 0)
+            time.sleep(2)  # a stream after the hand-back
+        finally:
+            stop.set()
+            t.join(120)
+        events = wait_until(lambda: _changes(settings, topic, epoch), 60,
+                            "an epoch_end row for every leader change")
+    p = holder["p"]
+    assert len([r for r in events if r["kind"] == "epoch_end"]) >= 2, events
+    marking = settings.model_copy(update={"audit": settings.audit.model_copy(
+        update={"suspect_follow_seconds": 3600})})
+    assert Marker(marking).round() == 0
+    assert not acked_but_missing(p.record, p.producer_id, p.run_id,
+                                 full_read_stamps(cluster.bootstrap, topic))
+    assert p.acked > 0

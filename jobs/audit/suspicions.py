@@ -1,0 +1,225 @@
+"""The suspicion marker: writes a leader change truncated, in ``suspicions`` at the fail-over.
+
+The watcher answers each leader change with an ``epoch_end`` row of ``cluster_events``
+(where the old leader's epoch ends in the new leader's log,
+``jobs/watcher/epoch_ends.py``). Each round (every ``audit.suspect_seconds``) the marker:
+
+* reads the ``cluster_events`` rows appended since its last round (the first: those of
+  the last ``audit.suspect_follow_seconds`` + ``audit.suspect_lookback_seconds``): the
+  ``epoch_end`` rows and the partitions' leaderships;
+* follows each change for ``audit.suspect_follow_seconds`` after its answer: the ledger
+  commits a report up to a flush after it, and an old leader paused past its session
+  may go on acknowledging when it resumes (a split brain: the rule takes its writes too);
+* reads the acknowledged runs of the followed partitions (at first those acknowledged
+  from ``audit.suspect_lookback_seconds`` before the change on, then the files appended
+  since) and applies the pure rule (:func:`~kafka_audit.jobs.core.suspicion.suspect`);
+* appends the newly suspected pieces to ``suspicions`` as one idempotent Delta
+  transaction. What a partition already has there (read when the marker starts following
+  it) is never suspected again, so a restarted marker writes nothing twice.
+
+A suspicion is a state, not a verdict: the audit judges every write as before; the API
+derives each suspicion's state from the findings (:func:`~kafka_audit.jobs.core.suspicion.settle`).
+A change the watcher did not answer (it was down, or the new leader did not say) marks
+nothing: the read after settle still finds its losses.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+import operator
+import threading
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from kafka_audit.jobs.core.model import AckRun
+from kafka_audit.jobs.core.suspicion import (
+    EpochEnd,
+    Leadership,
+    ack_run_of,
+    epoch_end_of,
+    leadership_of,
+    suspect,
+    suspicion_row,
+)
+from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES
+from kafka_audit.settings import Settings
+from kafka_audit.store import (
+    append_once,
+    files_added_since,
+    read_files,
+    read_table,
+    table_dataset,
+    table_exists,
+    transaction_version,
+)
+
+__all__ = ["Marker", "run_marker", "APP_ID"]
+
+log = logging.getLogger(__name__)
+
+#: the marker's idempotent Delta transactions on ``suspicions``
+APP_ID = "kafka_audit_suspicions"
+
+Key = tuple[str, int]
+Spans = dict[tuple[str, str], list[tuple[int, int]]]
+
+_KINDS = pc.field("kind").isin([EPOCH_END, *LEADER_CHANGES, FIRST_SEEN])
+_ACK_COLUMNS = ["topic", "partition", "producer_id", "run_id", "seq", "count", "offset",
+                "ack_time", "last_ack_time", "error_name", "acks", "broker"]
+
+
+def _ts(t: datetime) -> pa.Scalar:
+    return pa.scalar(t, pa.timestamp("us", tz="UTC"))
+
+
+def _of(keys: list[Key]) -> pc.Expression:
+    """Rows of the partitions ``keys``."""
+    return functools.reduce(operator.or_, [
+        (pc.field("topic") == t) & (pc.field("partition") == pa.scalar(p, pa.int32()))
+        for t, p in keys])
+
+
+class Marker:
+    """Rounds of marking (:meth:`round`); what it keeps between them: the changes it
+    follows, the partitions' leaderships, the followed partitions' acknowledged runs and
+    the seqs already suspected."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.events_path = settings.table_path("cluster_events")
+        self.acks_path = settings.table_path("acks")
+        self.path = settings.table_path("suspicions")
+        self.follow = timedelta(seconds=settings.audit.suspect_follow_seconds)
+        self.lookback = timedelta(seconds=settings.audit.suspect_lookback_seconds)
+        self.events_version: int | None = None
+        self.acks_version: int | None = None
+        #: per partition: each change with the time it is followed until
+        self.changes: dict[Key, dict[EpochEnd, datetime]] = defaultdict(dict)
+        self.leaders: dict[Key, list[Leadership]] = defaultdict(list)
+        self.runs: dict[Key, list[AckRun]] = {}  # followed partitions' successful runs
+        self.taken: dict[Key, Spans] = {}  # followed partitions' suspected seqs
+        self.txn: int | None = None
+        self.marked = 0  # writes this marker suspected
+
+    def round(self, now: datetime | None = None) -> int:
+        """One round at ``now``: the writes newly suspected (appended to ``suspicions``)."""
+        now = now or datetime.now(UTC)
+        self._read_events(now)
+        followed = {k: [c for c, until in cs.items() if now <= until]
+                    for k, cs in self.changes.items()}
+        followed = {k: sorted(v, key=lambda c: c.changed_at) for k, v in followed.items() if v}
+        for k in [k for k in self.changes if k not in followed]:
+            del self.changes[k]
+        for k in [k for k in self.runs if k not in followed]:
+            self.runs.pop(k)
+            self.taken.pop(k, None)
+        if not followed:
+            self.acks_version = None
+            return 0
+        self._read_acks(followed)
+        taken = copy.deepcopy(self.taken)
+        rows = [suspicion_row(s, now) for k, cs in followed.items()
+                for s in suspect(self.runs.get(k, []), cs, self.leaders.get(k, []),
+                                 taken.setdefault(k, {}))]
+        if rows:
+            self._append(rows)
+        self.taken = taken
+        n = sum(r["count"] for r in rows)
+        self.marked += n
+        if n:
+            log.info("suspected %d writes of %d runs (%s)", n, len(rows), ", ".join(sorted(
+                {f"{r['topic']}-{r['partition']} epoch {r['leader_epoch']} of broker "
+                 f"{r['old_leader']} ends at {r['end_offset']}" for r in rows})))
+        return n
+
+    def _read_events(self, now: datetime) -> None:
+        if self.events_version is None:
+            if not table_exists(self.events_path):
+                return
+            version, data = table_dataset(self.events_path)
+            since = now - self.follow - self.lookback
+            rows = data.to_table(filter=_KINDS & (pc.field("event_time") >= _ts(since)))
+        else:
+            version, files, _rows = files_added_since(self.events_path, self.events_version)
+            rows = read_files(files, "cluster_events", where=_KINDS)
+        self.events_version = version
+        for r in rows.to_pylist():
+            key = (r["topic"], r["partition"])
+            change = epoch_end_of(r)
+            if change is not None:
+                answered = max(change.changed_at, r["event_time"].astimezone(UTC))
+                self.changes[key].setdefault(change, answered + self.follow)
+            elif (ls := leadership_of(r)) is not None:
+                self.leaders[key].append(ls)
+        horizon = now - self.follow - self.lookback
+        for key, ls in list(self.leaders.items()):
+            kept = [x for x in ls if x.at >= horizon]
+            if kept:
+                self.leaders[key] = kept
+            else:
+                del self.leaders[key]
+
+    def _read_acks(self, followed: dict[Key, list[EpochEnd]]) -> None:
+        """The followed partitions' successful runs: all of them read again when a
+        partition is newly followed (at one table version), else the files appended since."""
+        placed = pc.field("error_name").is_null() & pc.field("offset").is_valid()
+        new = [k for k in followed if k not in self.runs]
+        if new or self.acks_version is None:
+            if not table_exists(self.acks_path):
+                return
+            since = min(c.changed_at for cs in followed.values() for c in cs) - self.lookback
+            version, data = table_dataset(self.acks_path)
+            t = data.to_table(columns=_ACK_COLUMNS, filter=placed & _of(list(followed))
+                              & (pc.field("last_ack_time") >= _ts(since)))
+            self.runs = {k: [] for k in followed}
+            self._seed(new, since)
+        else:
+            version, files, _rows = files_added_since(self.acks_path, self.acks_version)
+            t = read_files(files, "acks", _ACK_COLUMNS, placed & _of(list(followed)))
+        self.acks_version = version
+        for r in t.to_pylist():
+            self.runs[(r["topic"], r["partition"])].append(ack_run_of(r))
+
+    def _seed(self, keys: list[Key], since: datetime) -> None:
+        """The seqs ``suspicions`` holds already for the partitions ``keys``."""
+        for k in keys:
+            self.taken[k] = {}
+        if not keys or not table_exists(self.path):
+            return
+        had = read_table(self.path, "suspicions", ["topic", "partition", "producer_id",
+                                                   "run_id", "seq", "count"],
+                         _of(keys) & (pc.field("last_ack_time") >= _ts(since)))
+        for r in had.to_pylist():
+            self.taken[(r["topic"], r["partition"])].setdefault(
+                (r["producer_id"], r["run_id"]), []).append((r["seq"], r["seq"] + r["count"]))
+
+    def _append(self, rows: list[dict]) -> None:
+        if self.txn is None:
+            self.txn = transaction_version(self.path, APP_ID) or 0
+        append_once(self.path, "suspicions", rows, APP_ID, self.txn + 1)
+        self.txn += 1
+
+
+def run_marker(settings: Settings, stop: threading.Event) -> None:
+    """Rounds every ``audit.suspect_seconds`` until ``stop``. A round that fails (the store
+    out of reach) is logged once per error and begins afresh: the next round reads what it
+    follows again and seeds from the table, so nothing is suspected twice or missed."""
+    marker = Marker(settings)
+    last_error = None
+    while not stop.is_set():
+        try:
+            marker.round()
+            if last_error is not None:
+                log.info("marking suspicions again")
+                last_error = None
+        except Exception as exc:  # noqa: BLE001 - the store or a race: begun afresh
+            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
+            if error != last_error:
+                log.warning("suspicions not marked (tried again): %s", error)
+            last_error = error
+            marker = Marker(settings)
+        stop.wait(settings.audit.suspect_seconds)
