@@ -44,6 +44,7 @@ from kafka_audit.auditor_api.routes import (
     partitions,
     producers,
     quality,
+    suspicions,
     topics,
     windows,
 )
@@ -98,6 +99,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(quality.router, **v1)
     app.include_router(latency.router, **v1)
     app.include_router(windows.router, **v1)
+    app.include_router(suspicions.router, **v1)
     app.include_router(metrics.router, **v1)
     app.include_router(dashboard.router)
     app.include_router(docs.router(title))

@@ -10,7 +10,11 @@
   age of its commit, each component's last good step and the consume job's lag from the
   status files.
 
-``deploy/prometheus-alerts.yml`` alerts on ``kafka_audit_lost_writes_total``.
+* writes suspected lost at a leader change (``/v1/suspicions``): every one ever
+  suspected, and those withdrawn (counters), those not judged yet (a gauge), per topic.
+
+``deploy/prometheus-alerts.yml`` alerts on ``kafka_audit_lost_writes_total`` and
+``kafka_audit_suspected_writes_total``.
 """
 
 from __future__ import annotations
@@ -131,10 +135,24 @@ def audit_metrics(reader, settings) -> bytes:
                 datetime.now(UTC) - tt.newest_ack).total_seconds()
             lag.add_metric([name], max(behind, 0.0))
 
+    suspected = _counter("kafka_audit_suspected_writes", "writes suspected lost at a leader "
+                         "change (where the old leader's epoch ends in the new leader's log), "
+                         "before any read judged them", t)
+    withdrawn = _counter("kafka_audit_withdrawn_suspected_writes", "suspected writes the read "
+                         "after settle judged otherwise than lost", t)
+    open_ = _gauge("kafka_audit_open_suspected_writes", "suspected writes not judged yet", t)
+    from kafka_audit.auditor_api.routes.suspicions import settled_suspicions, suspected_totals
+
+    rows = settled_suspicions(reader)
+    for name in sorted({r["topic"] for r in rows}):
+        sums = suspected_totals([r for r in rows if r["topic"] == name])
+        suspected.add_metric([name], sums.suspected)
+        withdrawn.add_metric([name], sums.withdrawn)
+        open_.add_metric([name], sums.open)
     committed = _gauge("kafka_audit_committed_pass", "the last committed audit pass (0: none)")
     committed.add_metric([], progress.pass_id)
     families = [acked, confirmed, lost, judged, dups, reord, unjudged, dropped, pending,
-                unseen, lag, ratio, committed]
+                unseen, lag, ratio, suspected, withdrawn, open_, committed]
     hot = reader.snapshot("audit_hot")
     if hot.version >= 0 and progress.pass_id > 0:
         at = reader.memo(("hot_commit_time", hot.version), (),

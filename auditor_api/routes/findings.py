@@ -33,6 +33,12 @@ from kafka_audit.auditor_api.problems import (
     problem_responses,
 )
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
+from kafka_audit.auditor_api.routes.suspicions import (
+    SuspectedWrites,
+    settled_suspicions,
+    suspected_by,
+    suspected_totals,
+)
 from kafka_audit.auditor_api.routes.windows import window_ids
 from kafka_audit.auditor_api.totals import ACKED_DOC, ACKNOWLEDGED_DOC, FAILED_DOC
 from kafka_audit.schemas.tables import row_model
@@ -50,7 +56,12 @@ FindingOut = create_model(
         "a loss acknowledged in none, the first split_brain, exposure, reduced_redundancy "
         "or leader_change window that opened between its ack and its detection (what "
         "destroyed it); null: "
-        "none (or the audit loop has not computed windows yet)"))))
+        "none (or the audit loop has not computed windows yet)"))),
+    suspected_by=(dict | None, Field(None, description=(
+        "for a loss suspected at the fail-over (GET /v1/suspicions): the leader change "
+        "that truncated its first write: old_leader, new_leader, leader_epoch (the old "
+        "leader's), new_epoch, end_offset (where that epoch ends in the new leader's log), "
+        "changed_at, suspected_at, basis; null: not suspected"))))
 
 
 class FindingsPage(BaseModel):
@@ -120,6 +131,10 @@ class Summary(BaseModel):
     judged_through: JudgedThrough
     unjudged_records: dict[str, UnjudgedRecords] = Field(
         description="per topic, stream records the auditor cannot judge")
+    suspected: SuspectedWrites = Field(
+        default_factory=lambda: SuspectedWrites(suspected=0, open=0, confirmed=0, withdrawn=0),
+        description="writes suspected lost at a leader change (GET /v1/suspicions), apart "
+                    "from the verdicts: a state, not a verdict")
 
 
 def _and(conditions: list) -> pc.Expression | None:
@@ -203,6 +218,7 @@ def router(page_size_max: int) -> APIRouter:
         for row in rows:
             row["evidence"] = json.loads(row["evidence"] or "{}")
         window_ids(reader, rows)
+        suspected_by(reader, rows)
         more = t.num_rows > page_size
         nxt = (_encode_cursor(as_of, page.column(_KEY)[-1].as_py(), filters)
                if more and rows else None)
@@ -238,6 +254,7 @@ def router(page_size_max: int) -> APIRouter:
         row = max(t.to_pylist(), key=lambda r: r["pass_id"])
         row["evidence"] = json.loads(row["evidence"] or "{}")
         window_ids(reader, [row])
+        suspected_by(reader, [row])
         return FindingOut(**row)
 
     @r.get("/summary", response_model=Summary, responses={**problem_responses(404), **example({
@@ -260,7 +277,7 @@ def router(page_size_max: int) -> APIRouter:
         if topic is not None and topic not in reader.known_partitions():
             raise _unknown_topic(topic)  # at once: no answer computed, none kept
         return reader.memo(("summary", topic), ("acks", "findings", "consumed",
-                                                "partition_state", "audit_hot"),
+                                                "partition_state", "audit_hot", "suspicions"),
                            lambda *_: _summary(reader, topic))
 
     return r
@@ -418,7 +435,9 @@ def _summary(reader, topic: str | None) -> Summary:
         judged_through=JudgedThrough(pass_id=progress.pass_id,
                                      ack_time=_newest_ack(reader, progress, topic)),
         unjudged_records={t: UnjudgedRecords(**stream.unjudged(t, acks.runs))
-                          for t in sorted(topics)})
+                          for t in sorted(topics)},
+        suspected=suspected_totals([r for r in settled_suspicions(reader)
+                                    if topic is None or r["topic"] == topic]))
 
 
 def _unknown_topic(topic: str) -> ProblemError:

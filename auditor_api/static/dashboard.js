@@ -1,5 +1,6 @@
 // kafka-audit dashboard: per-topic totals, and per partition a timeline drawn with plotly.js
-// (served by the app). Reads /v1/topics, /v1/topics/{topic} and each partition's timeline.
+// (served by the app). Reads /v1/topics, /v1/topics/{topic}, and each partition's timeline and
+// suspicions (writes suspected lost at a leader change, marked at the change).
 "use strict";
 
 const TOKEN_KEY = "kafka-audit-token";
@@ -92,7 +93,7 @@ function changeLabel(c) {
   return `leader ${c.previous_leader ?? "?"} → ${c.leader}` + (c.leader_epoch !== null ? ` (epoch ${c.leader_epoch})` : "");
 }
 
-function drawTimeline(container, tl) {
+function drawTimeline(container, tl, suspicions) {
   const losses = tl.findings.filter((f) => LOSS.has(f.kind));
   const others = tl.findings.filter((f) => !LOSS.has(f.kind));
   const traces = [];
@@ -116,6 +117,22 @@ function drawTimeline(container, tl) {
       line: { color: "#d0021b", width: 10 }, marker: { color: "#d0021b", size: 11, symbol: "x" },
       text: losses.flatMap((f) => { const t = plain(`${f.kind}${f.subkind ? "/" + f.subkind : ""}: offsets `
         + `${f.offset}..${f.last_offset} (${fmt(f.count)} writes), cause ${f.cause}`); return [t, t, null]; }),
+      hoverinfo: "text" });
+  }
+  if (suspicions.length) {
+    // suspected at the fail-over: each run of suspected writes at the moment of the change
+    const total = suspicions.reduce((n, s) => n + s.count, 0);
+    const x = [], y = [], text = [];
+    for (const s of suspicions) {
+      x.push(ms(s.changed_at), ms(s.changed_at), null);
+      y.push(s.offset, s.offset + s.count - 1, null);
+      const t = plain(`${fmt(s.count)} writes suspected at offsets ${s.offset}..${s.offset + s.count - 1}: `
+        + `epoch ${s.leader_epoch} of leader ${s.old_leader} ends at ${s.end_offset} on leader ${s.new_leader ?? "?"}`
+        + ` (by ${s.basis}); ${s.state}` + (s.why ? ` (${s.why})` : ""));
+      text.push(t, t, null);
+    }
+    traces.push({ x, y, text, name: `suspected at the leader change (${fmt(total)})`, mode: "lines+markers",
+      type: "scatter", line: { color: "#ff7f0e", width: 6 }, marker: { color: "#ff7f0e", size: 8, symbol: "line-ew" },
       hoverinfo: "text" });
   }
   if (others.length) {
@@ -241,14 +258,16 @@ async function load() {
       .sort((a, b) => (b.lost - a.lost) || (a.partition - b.partition)).slice(0, 12);
     for (const p of parts) {
       const tl = await api(`v1/partitions/${encodeURIComponent(topic)}/${p.partition}/timeline?points=800`);
-      const section = el("section", { class: "partition", "data-partition": p.partition });
+      const sus = await api(`v1/suspicions?topic=${encodeURIComponent(topic)}&partition=${p.partition}&limit=1000`);
+      const section = el("section", { class: "partition", "data-partition": p.partition,
+        "data-suspected": sus.writes.suspected });
       section.append(el("h3", {}, `${topic} partition ${p.partition}`
         + (tl.downsampled.length ? ` (downsampled: ${tl.downsampled.join(", ")})` : "")));
       renderLosses(section, tl);
       const chart = el("div", { class: "chart" });
       section.append(chart);
       box.append(section);
-      await drawTimeline(chart, tl);
+      await drawTimeline(chart, tl, sus.items);
     }
     const lost = topics.reduce((n, t) => n + t.lost, 0);
     status.textContent = `${topics.length} topics, ${fmt(lost)} acknowledged writes lost · updated ${clock(new Date().toISOString())} UTC`;

@@ -17,6 +17,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_audit.auditor_api.auth import hash_token, new_token
+from kafka_audit.jobs.audit.suspicions import Marker
 from kafka_audit.scenarios.harness import (
     ApiServer,
     fetch_lost,
@@ -49,6 +50,9 @@ def test_dashboard_shows_the_lost_writes_of_a_leader_kill(cluster, spark, settin
     with watching(settings):
         p, killed = kill_the_leader(settings, cluster, topic)
     truth = audited_losses(spark, settings, cluster, topic, p, read_timeout=300)
+    # the service's suspicion marker, run once after the fault (following every change)
+    Marker(settings.model_copy(update={"audit": settings.audit.model_copy(
+        update={"suspect_follow_seconds": 3600})})).round()
     by_partition: dict[int, int] = {}
     for part, _offset, _seq in truth:
         by_partition[part] = by_partition.get(part, 0) + 1
@@ -106,6 +110,8 @@ def test_dashboard_shows_the_lost_writes_of_a_leader_kill(cluster, spark, settin
     assert {k: v for k, v in shown.items() if v} == by_partition
     assert f"lost writes ({len(truth):,})" in dom  # the chart's trace of lost writes
     assert f"leader {killed} →" in dom  # and the leader change that lost them
+    # suspected at the change: exactly the lost writes (the plugin names the broker)
+    assert f"suspected at the leader change ({len(truth):,})" in dom
     assert shot.stat().st_size > 20_000
     shutil.copy(shot, tmp_path / shot.name)
     with capfd.disabled():

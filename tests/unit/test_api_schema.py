@@ -89,6 +89,14 @@ def write_tables(s: Settings) -> None:
          "success": ok, "element_count": 3, "unexpected_count": 0 if ok else 1,
          "details": None if ok else '{"why": "x"}'}
         for e, ok in [("count >= 1", True), ("offset not null when acked", False)]])
+    append_rows(s.table_path("suspicions"), "suspicions", [
+        {"topic": topic, "partition": p, "producer_id": "p", "run_id": run_id, "seq": seq,
+         "count": 10, "offset": seq, "ack_time": T, "last_ack_time": T, "broker": broker,
+         "basis": "ack_time" if broker is None else "broker", "old_leader": 1,
+         "leader_epoch": 4, "end_offset": seq, "new_leader": 2, "new_epoch": 5,
+         "changed_at": T + timedelta(seconds=1), "suspected_at": T + timedelta(seconds=2)}
+        for topic, p, run_id, seq, broker in [("orders", 1, "r1", 0, 1),
+                                              ("events", 0, "r2", 100, None)]])
     for component in COMPONENTS:  # every component reported a good step: /readyz answers 200
         StatusWriter(s.home_dir, component).ok(lag_offsets=0)
 

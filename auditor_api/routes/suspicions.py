@@ -1,0 +1,171 @@
+"""``GET /v1/suspicions``: writes suspected lost at the fail-over, and what became of them.
+
+The suspicion marker (``jobs/audit/suspicions.py``) writes a ``suspicions`` row for the
+writes a leader change truncated, seconds after the change, before any read could judge
+them. Each row's state is derived here from the committed findings of its writes
+(:func:`~kafka_audit.jobs.core.suspicion.settle`): *suspected* while some are not judged
+yet, then *confirmed* (judged lost), *withdrawn* (judged otherwise, said why) or *partly*
+confirmed. A suspicion is never a verdict: ``/v1/summary``'s verdicts are the read's alone;
+its ``suspected`` part counts the suspected writes apart. A loss finding a suspicion
+foretold names it (``suspected_by`` in ``/v1/findings``): the leader change that
+truncated it.
+"""
+
+# no ``from __future__ import annotations``: FastAPI resolves the route's annotations
+from datetime import UTC
+from typing import Annotated, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from fastapi import APIRouter, Query
+from pydantic import BaseModel, Field, create_model
+
+from kafka_audit.auditor_api.deps import ReaderDep
+from kafka_audit.auditor_api.params import Partition
+from kafka_audit.schemas.suspicions import BY_TIME, PARTLY, STATES, WITHDRAWN, settle
+from kafka_audit.schemas.tables import row_model
+from kafka_audit.schemas.verdicts import LOSSES
+
+__all__ = ["router", "SuspicionOut", "SuspectedWrites", "settled_suspicions",
+           "suspected_totals", "suspected_by"]
+
+router = APIRouter(prefix="/v1", tags=["suspicions"])
+
+State = Literal[STATES]  # type: ignore[valid-type]
+
+SuspicionOut = create_model(
+    "SuspicionOut", __base__=row_model("suspicions", "SuspicionRow"),
+    state=(State, Field(description="suspected: some of its writes are not judged yet; "
+                                    "confirmed: all judged lost; withdrawn: none judged lost; "
+                                    "partly: some lost, some not")),
+    lost=(int, Field(description="its writes judged lost or lost_after_seen")),
+    found=(int, Field(description="its writes judged confirmed: found in the log")),
+    other=(int, Field(description="its writes judged another verdict (indeterminate, "
+                                  "unverified, ...)")),
+    pending=(int, Field(description="its writes not judged yet")),
+    why=(str | None, Field(description="why a withdrawn (or partly confirmed) suspicion was "
+                                       "wrong about some writes")))
+
+
+class SuspectedWrites(BaseModel):
+    """Writes suspected lost at a leader change, apart from the verdicts (a state, not a
+    verdict): how many, and what the read made of them."""
+
+    suspected: int = Field(description="every write ever suspected")
+    open: int = Field(description="suspected writes not judged yet")
+    confirmed: int = Field(description="suspected writes judged lost")
+    withdrawn: int = Field(description="suspected writes judged otherwise (found in the log, "
+                                       "or another verdict than a loss)")
+
+
+class SuspicionsPage(BaseModel):
+    as_of_pass: int = Field(description="the committed audit pass the states are of")
+    total: int = Field(description="suspicions matching the filters")
+    writes: SuspectedWrites = Field(description="their writes, by what became of them")
+    items: list[SuspicionOut] = Field(  # type: ignore[valid-type]
+        description="the newest first (by changed_at), at most limit")
+
+
+_FINDING_COLUMNS = ["topic", "partition", "producer_id", "run_id", "kind", "seq", "count"]
+
+
+def _why(r: dict) -> str | None:
+    if r["state"] not in (WITHDRAWN, PARTLY):
+        return None
+    parts = []
+    if r["found"]:
+        parts.append(f"{r['found']} found in the log")
+    if r["other"]:
+        parts.append(f"{r['other']} judged neither confirmed nor lost")
+    said = " and ".join(parts)
+    if r["basis"] == BY_TIME:
+        return (f"{said}: suspected by acknowledgement time (the ledger names no broker), "
+                f"so writes the new leader acknowledged at once can fall in")
+    return (f"{said}: the old leader acknowledged them, yet the new leader's log holds "
+            f"them (it held more of epoch {r['leader_epoch']} than the end offset it "
+            f"answered, {r['end_offset']})")
+
+
+def settled_suspicions(reader) -> list[dict]:
+    """Every ``suspicions`` row with its state by the committed findings (memoized per
+    version of suspicions, findings and the committed pass); the newest change first."""
+    def compute(snap, _findings, _hot):
+        rows = snap.data.to_pylist()
+        if not rows:
+            return []
+        committed = reader.committed_pass()
+        pairs = {(r["producer_id"], r["run_id"]) for r in rows}
+        where = ((pc.field("pass_id") <= pa.scalar(committed, pa.int64()))
+                 & pc.field("producer_id").isin(sorted({p for p, _ in pairs}))
+                 & pc.field("run_id").isin(sorted({r for _, r in pairs})))
+        judged: dict[tuple, list[tuple[str, int, int]]] = {}
+        for f in reader.read("findings", where, _FINDING_COLUMNS).to_pylist():
+            if f["seq"] is not None and f["count"] is not None:
+                judged.setdefault((f["topic"], f["partition"], f["producer_id"], f["run_id"]),
+                                  []).append((f["kind"], f["seq"], f["count"]))
+        for r in rows:
+            s = settle(r["seq"], r["count"], judged.get(
+                (r["topic"], r["partition"], r["producer_id"], r["run_id"]), []))
+            r.update(state=s.state, lost=s.lost, found=s.found, other=s.other,
+                     pending=s.pending)
+            r["why"] = _why(r)
+            for k in ("ack_time", "last_ack_time", "changed_at", "suspected_at"):
+                r[k] = r[k].astimezone(UTC)
+        return sorted(rows, key=lambda r: (r["changed_at"], r["topic"], r["partition"],
+                                           r["producer_id"], r["run_id"], r["seq"]),
+                      reverse=True)
+
+    return reader.memo("settled_suspicions", ("suspicions", "findings", "audit_hot"), compute)
+
+
+def suspected_totals(rows: list[dict]) -> SuspectedWrites:
+    return SuspectedWrites(suspected=sum(r["count"] for r in rows),
+                           open=sum(r["pending"] for r in rows),
+                           confirmed=sum(r["lost"] for r in rows),
+                           withdrawn=sum(r["found"] + r["other"] for r in rows))
+
+
+def suspected_by(reader, rows: list[dict]) -> None:
+    """Set ``suspected_by`` on finding rows: for a loss, the leader change whose suspicion
+    held its first write (old and new leader, the epoch, where it ends, when it changed and
+    when it was suspected); null otherwise."""
+    losses = {k.value for k in LOSSES}
+    if not any(r.get("kind") in losses for r in rows):
+        for r in rows:
+            r["suspected_by"] = None
+        return
+    by_run: dict[tuple, list[dict]] = {}
+    for s in settled_suspicions(reader):
+        by_run.setdefault((s["topic"], s["partition"], s["producer_id"], s["run_id"]),
+                          []).append(s)
+    for r in rows:
+        r["suspected_by"] = None
+        if r.get("kind") not in losses or r.get("seq") is None:
+            continue
+        for s in by_run.get((r["topic"], r["partition"], r["producer_id"], r["run_id"]), ()):
+            if s["seq"] <= r["seq"] < s["seq"] + s["count"]:
+                r["suspected_by"] = {k: s[k] for k in (
+                    "old_leader", "new_leader", "leader_epoch", "new_epoch", "end_offset",
+                    "changed_at", "suspected_at", "basis")}
+                break
+
+
+@router.get("/suspicions", response_model=SuspicionsPage)
+def list_suspicions(
+    reader: ReaderDep,
+    topic: str | None = None,
+    partition: Partition = None,
+    state: Annotated[list[State] | None, Query(description="one or more states")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+) -> SuspicionsPage:
+    """Writes suspected lost at a leader change (where the old leader's epoch ends in the
+    new leader's log, asked at the change), each with the change, the basis (the
+    acknowledging broker, or the acknowledgement time where the ledger names none) and
+    what the read after settle made of them. The newest change first."""
+    rows = [r for r in settled_suspicions(reader)
+            if (topic is None or r["topic"] == topic)
+            and (partition is None or r["partition"] == partition)
+            and (not state or r["state"] in state)]
+    return SuspicionsPage(as_of_pass=reader.committed_pass(), total=len(rows),
+                          writes=suspected_totals(rows),
+                          items=[SuspicionOut(**r) for r in rows[:limit]])

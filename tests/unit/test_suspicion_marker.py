@@ -1,0 +1,182 @@
+"""The suspicion marker over real Delta tables (``jobs/audit/suspicions.py``): the watcher's
+``epoch_end`` rows and the ledger's runs in, ``suspicions`` rows out, each write once,
+also when the ledger commits late, across a restart, and not after the change is no
+longer followed; and what a suspicion became (``settle``)."""
+
+from __future__ import annotations
+
+import json
+
+from kafka_audit.jobs.audit.suspicions import Marker
+from kafka_audit.schemas.suspicions import (
+    BY_BROKER,
+    BY_TIME,
+    CONFIRMED,
+    PARTLY,
+    SUSPECTED,
+    WITHDRAWN,
+    settle,
+)
+from kafka_audit.settings import Settings
+from kafka_audit.store import append_rows, read_table, table_exists
+
+from ..support.histories import at
+
+
+def _ack(seq, count, offset, t, broker=1, run="r"):
+    return {"run_id": run, "producer_id": "p", "seq": seq, "count": count, "topic": "t",
+            "partition": 0, "offset": offset, "send_time": at(t), "ack_time": at(t),
+            "last_ack_time": at(t), "error_code": None, "error_name": None, "acks": "1",
+            "idempotence": False, "retries": 2, "max_in_flight": 5, "leader_epoch": None,
+            "broker": broker}
+
+
+def _lead(t, leader, epoch, kind="leader_change"):
+    return {"event_time": at(t), "topic": "t", "partition": 0, "kind": kind,
+            "leader": leader, "leader_epoch": epoch, "source": "test"}
+
+
+def _end(t, old, epoch, end, changed, new, new_epoch):
+    return {"event_time": at(t), "topic": "t", "partition": 0, "kind": "epoch_end",
+            "previous_leader": old, "leader_epoch": epoch, "log_end": end, "leader": new,
+            "source": "test", "detail": json.dumps({
+                "answered_epoch": epoch, "new_leader": new, "new_epoch": new_epoch,
+                "changed_at": at(changed).isoformat()})}
+
+
+def _warehouse(tmp_path) -> Settings:
+    """Broker 1 leads at epoch 5 from 0 s; 150 writes acknowledged by it at 1-3 s; broker 2
+    leads at epoch 6 from 4 s, and its log holds epoch 5 up to offset 120."""
+    s = Settings(home=tmp_path)
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _lead(0, 1, 5, "first_seen"), _lead(4, 2, 6), _end(4.5, 1, 5, 120, 4, 2, 6)])
+    append_rows(s.table_path("acks"), "acks", [_ack(0, 100, 0, 1), _ack(100, 50, 100, 3)])
+    return s
+
+
+def _suspected(s: Settings) -> list[tuple]:
+    rows = read_table(s.table_path("suspicions"), "suspicions").to_pylist()
+    return sorted((r["seq"], r["count"], r["offset"], r["basis"], r["old_leader"],
+                   r["leader_epoch"], r["end_offset"], r["new_leader"], r["new_epoch"])
+                  for r in rows)
+
+
+def test_the_old_leaders_writes_above_the_end_are_suspected_once(tmp_path):
+    s = _warehouse(tmp_path)
+    m = Marker(s)
+    assert m.round(at(5)) == 30
+    assert _suspected(s) == [(120, 30, 120, BY_BROKER, 1, 5, 120, 2, 6)]
+    assert m.round(at(5.5)) == 0  # nothing twice
+
+    # the ledger commits the last reports of the old leader late; the new leader's own
+    # writes (at its epoch) are not suspected
+    append_rows(s.table_path("acks"), "acks", [_ack(150, 10, 150, 3.9),
+                                               _ack(160, 5, 120, 4.2, broker=2)])
+    assert m.round(at(6)) == 10
+    assert [r[:2] for r in _suspected(s)] == [(120, 30), (150, 10)]
+
+    # a restarted marker seeds from the table: it writes nothing again
+    assert Marker(s).round(at(7)) == 0
+    assert [r[:2] for r in _suspected(s)] == [(120, 30), (150, 10)]
+
+    # a change is followed for audit.suspect_follow_seconds after its answer (4.5 s)
+    append_rows(s.table_path("acks"), "acks", [_ack(170, 3, 165, 3.95, run="late")])
+    follow = s.audit.suspect_follow_seconds
+    assert Marker(s).round(at(4.5 + follow + 1)) == 0
+    assert Marker(s).round(at(4.5 + follow - 1)) == 3
+
+
+def test_a_ledger_that_names_no_broker_is_suspected_by_ack_time(tmp_path):
+    s = Settings(home=tmp_path)
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _lead(0, 1, 5, "first_seen"), _lead(4, 2, 6), _end(4.5, 1, 5, 120, 4, 2, 6)])
+    append_rows(s.table_path("acks"), "acks", [
+        _ack(0, 150, 0, 3, broker=None), _ack(150, 10, 150, 5, broker=None)])
+    assert Marker(s).round(at(6)) == 30  # the run after the change is not in the epoch
+    assert [(r[0], r[1], r[3]) for r in _suspected(s)] == [(120, 30, BY_TIME)]
+
+
+def test_no_answered_change_writes_nothing(tmp_path):
+    s = Settings(home=tmp_path)
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _lead(0, 1, 5, "first_seen"), _lead(4, 2, 6)])
+    append_rows(s.table_path("acks"), "acks", [_ack(0, 150, 0, 3)])
+    m = Marker(s)
+    assert m.round(at(5)) == 0
+    assert not table_exists(s.table_path("suspicions"))
+    assert m.acks_version is None  # the ledger is not read while no change is followed
+
+
+def test_a_suspicion_settles_by_the_verdicts_of_its_writes():
+    # seqs 120..149 suspected
+    assert settle(120, 30, []).state == SUSPECTED
+    assert settle(120, 30, [("lost", 100, 40)]) == settle(120, 30, [("lost", 100, 40)])
+    got = settle(120, 30, [("confirmed", 0, 120), ("lost", 120, 30), ("duplicate", 120, 5)])
+    assert (got.lost, got.found, got.other, got.pending, got.state) == (30, 0, 0, 0, CONFIRMED)
+    got = settle(120, 30, [("confirmed", 100, 60)])
+    assert (got.found, got.state) == (30, WITHDRAWN)
+    got = settle(120, 30, [("lost", 120, 10), ("confirmed", 130, 20)])
+    assert (got.lost, got.found, got.state) == (10, 20, PARTLY)
+    got = settle(120, 30, [("lost", 120, 10)])
+    assert (got.lost, got.pending, got.state) == (10, 20, SUSPECTED)
+    got = settle(120, 30, [("indeterminate", 125, 100), ("lost", 120, 5)])
+    assert (got.lost, got.other, got.state) == (5, 25, PARTLY)
+
+
+def test_the_api_serves_each_suspicion_with_what_the_read_made_of_it(tmp_path):
+    """Over real tables: suspected writes apart from the verdicts in /v1/summary, each
+    suspicion's state by the committed findings in /v1/suspicions, the change on the loss
+    in /v1/findings, the counters in /metrics."""
+    from fastapi.testclient import TestClient
+
+    from kafka_audit.auditor_api.main import create_app
+
+    s = _warehouse(tmp_path)
+    assert Marker(s).round(at(5)) == 30  # seqs 120..149
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _lead(10, 1, 7), _end(10.5, 2, 6, 200, 10, 1, 7)])
+    append_rows(s.table_path("acks"), "acks", [_ack(300, 40, 190, 9, broker=2, run="r2")])
+    assert Marker(s).round(at(11)) == 30  # r2's seqs 310..339 at offsets 200..229
+    client = TestClient(create_app(s), base_url="http://localhost")
+
+    def states():
+        got = client.get("/v1/suspicions").json()
+        return got["writes"], [(i["run_id"], i["seq"], i["state"], i["lost"], i["found"],
+                                i["pending"]) for i in got["items"]]
+
+    assert states() == ({"suspected": 60, "open": 60, "confirmed": 0, "withdrawn": 0},
+                        [("r2", 310, SUSPECTED, 0, 0, 30), ("r", 120, SUSPECTED, 0, 0, 30)])
+
+    def finding(kind, seq, count, run="r", pass_id=1):
+        return {"finding_id": f"{kind}:t:0:p:{run}:{seq}", "kind": kind, "subkind": None,
+                "topic": "t", "partition": 0, "offset": seq, "producer_id": "p",
+                "run_id": run, "seq": seq, "count": count, "ack_time": at(3),
+                "evidence": "{}", "cause": "acks=1 fail-over" if kind == "lost" else None,
+                "detected_at": at(40), "pass_id": pass_id}
+
+    append_rows(s.table_path("findings"), "findings", [
+        finding("confirmed", 0, 120), finding("lost", 120, 30), finding("confirmed", 300, 40,
+                                                                          "r2"),
+        finding("lost", 0, 5, "r2", pass_id=2)])  # a pass not committed: not served
+    append_rows(s.table_path("audit_hot"), "audit_hot", [
+        {"kind": "progress", "topic": "", "partition": -1, "pass_id": 1,
+         "progress": '{"pass_id": 1, "acks_version": 0, "consumed_version": 0}'}])
+    writes, items = states()
+    assert writes == {"suspected": 60, "open": 0, "confirmed": 30, "withdrawn": 30}
+    assert items == [("r2", 310, WITHDRAWN, 0, 30, 0), ("r", 120, CONFIRMED, 30, 0, 0)]
+    why = client.get("/v1/suspicions", params={"state": WITHDRAWN}).json()["items"][0]["why"]
+    assert "30 found in the log" in why and "end offset it answered, 200" in why
+
+    summary = client.get("/v1/summary").json()
+    assert summary["suspected"] == writes
+    assert summary["verdicts"]["lost"] == 30  # the verdicts are the read's alone
+    lost = client.get("/v1/findings", params={"kind": "lost"}).json()["items"]
+    assert [(f["seq"], f["suspected_by"]["old_leader"], f["suspected_by"]["new_leader"],
+             f["suspected_by"]["leader_epoch"], f["suspected_by"]["end_offset"])
+            for f in lost] == [(120, 1, 2, 5, 120)]
+    confirmed = client.get("/v1/findings", params={"kind": "confirmed"}).json()["items"]
+    assert {f["suspected_by"] for f in confirmed} == {None}
+    metrics = client.get("/metrics").text
+    assert 'kafka_audit_suspected_writes_total{topic="t"} 60.0' in metrics
+    assert 'kafka_audit_withdrawn_suspected_writes_total{topic="t"} 30.0' in metrics
+    assert 'kafka_audit_open_suspected_writes{topic="t"} 0.0' in metrics
