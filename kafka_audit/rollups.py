@@ -58,7 +58,7 @@ ROLLED_UP: dict[str, Spec] = {
 TIME_COLUMN = {
     **{t: s.time for t, s in ROLLED_UP.items()},
     "partition_state": "observed_at", "cluster_events": "event_time",
-    "dq_results": "validated_at", "fault_events": "at",
+    "dq_results": "validated_at", "fault_events": "at", "suspicions": "ack_time",
 }
 
 _TS = pa.timestamp("us", tz="UTC")

@@ -17,6 +17,8 @@ from each table the rows whose time (``rollups.TIME_COLUMN``) is older than its 
   the margin and less ``audit.lookback_seconds`` again (the causes of a pending write are
   read from the events before it), and than the oldest open window;
 * ``dq_results``, ``fault_events``: older than ``retention.days``;
+* ``suspicions``: writes acknowledged before ``retention.days``, with the confirmations
+  their states are read from (a loss finding kept longer no longer names its change);
 * ``windows`` is recomputed from the events (``windows_job.py``): windows that ended
   before the cutoff are left out there.
 
@@ -171,6 +173,7 @@ def predicates(c: Cutoffs, committed_pass: int) -> dict[str, tuple[Cond | All, d
         "cluster_events": (Cond(t["cluster_events"], "<", c.events), c.events),
         "dq_results": (Cond(t["dq_results"], "<", c.standard), c.standard),
         "fault_events": (Cond(t["fault_events"], "<", c.standard), c.standard),
+        "suspicions": (Cond(t["suspicions"], "<", c.standard), c.standard),
     }
 
 

@@ -277,3 +277,18 @@ def test_retention_off_or_settings_that_contradict(tmp_path):
 
     assert not plan(s, 1, 10_000.0, Done()).retention
     assert plan(Settings(home=tmp_path), 1, 10_000.0, Done()).retention
+
+
+def test_suspicions_go_with_the_confirmations_their_states_are_read_from(s):
+    def suspicion(t):
+        return {"topic": "orders", "partition": 0, "producer_id": "p", "run_id": "r",
+                "seq": 0, "count": 3, "offset": 0, "ack_time": t, "last_ack_time": t,
+                "broker": 1, "basis": "broker", "old_leader": 1, "leader_epoch": 4,
+                "end_offset": 0, "new_leader": 2, "new_epoch": 5, "changed_at": t,
+                "suspected_at": t}
+
+    path = s.table_path("suspicions")
+    append_rows(path, "suspicions", [suspicion(OLD), suspicion(RECENT)])
+    done = {d.table: d.rows for d in run_retention(s, now=NOW)}
+    assert done["suspicions"] == 1
+    assert read_table(path, "suspicions").column("ack_time").to_pylist() == [RECENT]
