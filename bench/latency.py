@@ -10,7 +10,12 @@ a broker's death never takes the controller with it).
 A poller asks ``GET /v1/findings?kind=lost&kind=lost_after_seen`` every second and
 notes when each lost write is first answered. At the end a full read of the topic gives
 the ground truth; each truly lost write belongs to the kill that followed its sending.
-Per kill: the time from the kill until *every* write it destroyed is answered over REST.
+Per kill: the time from the kill until *every* write it destroyed is answered over REST,
+and the time from the leader change (the first ``leader_change`` of the partition in
+``cluster_events`` after the kill) until its first lost write was suspected over REST
+(``GET /v1/suspicions``, polled beside the findings; goal p95 <= 5 s), with the share of
+the lost writes suspected before any verdict (goal >= 99 %) and every withdrawn
+suspicion with its reason.
 Reported: p50, p95 and max over the kills against settle + 15 s (and apart, over the
 kills of a leader that was also the active controller and over the others), the per-finding
 ack-to-detection percentiles (``kafka_audit/latency.py``), and whether the losses found
@@ -49,7 +54,7 @@ from steady import (
 
 from kafka_audit.latency import loss_latency, nearest_rank
 from kafka_audit.scenarios.cluster import LocalCluster, wait_until
-from kafka_audit.scenarios.harness import Component
+from kafka_audit.scenarios.harness import Component, lost_messages
 from kafka_audit.settings import Settings
 from kafka_audit.store import read_table
 
@@ -62,12 +67,21 @@ def summary(base: str, topic: str) -> dict | None:
         return None
 
 
+def suspected_over_rest(base: str, topic: str) -> list[dict]:
+    """Every suspicion of ``topic`` (``GET /v1/suspicions``, the newest 1,000)."""
+    with urllib.request.urlopen(f"{base}/v1/suspicions?topic={topic}&limit=1000",
+                                timeout=10) as r:
+        return json.load(r)["items"]
+
+
 class Poller:
-    """Asks the loss findings every ``every`` seconds; notes when each write first shows."""
+    """Asks the loss findings and the suspicions every ``every`` seconds; notes when each
+    write first shows in each."""
 
     def __init__(self, base: str, topic: str, every: float = 1.0) -> None:
         self.base, self.topic, self.every = base, topic, every
         self.first_seen: dict[tuple[int, int, int], float] = {}
+        self.first_suspected: dict[tuple[int, int, int], float] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True, name="poller")
 
@@ -75,6 +89,8 @@ class Poller:
         while not self.stop.is_set():
             t = time.time()
             try:
+                for w in lost_messages(suspected_over_rest(self.base, self.topic)):
+                    self.first_suspected.setdefault(w, t)
                 for w in lost_over_rest(self.base, self.topic):
                     self.first_seen.setdefault(w, t)
             except Exception:  # noqa: BLE001 - the API may be busy: asked again
@@ -152,8 +168,12 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         poller.stop.set()
         poller.thread.join(30)
         found = lost_over_rest(api, topic)
+        suspected = suspected_over_rest(api, topic)
         service_log = service.output()
     findings = read_table(settings.table_path("findings"), "findings").to_pylist()
+    changes = sorted((r["event_time"].timestamp(), r["partition"]) for r in read_table(
+        settings.table_path("cluster_events"), "cluster_events").to_pylist()
+        if r["topic"] == topic and r["kind"] == "leader_change")
     per_finding = loss_latency(findings, topic)
     # each lost write belongs to the first kill after its sending (5 s of slack: in flight)
     bounds = [load.sent_by(k[0] + 5) for k in killed]
@@ -162,11 +182,24 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         lo = bounds[i - 1] if i else -1
         mine = [w for w in truth if lo < w[2] <= bounds[i]]
         seen = [poller.first_seen.get(w) for w in mine]
+        # the leader change the kill caused: the partition's first after it
+        change = next((t for t, p in changes if p == part and t > k), None)
+        early = [poller.first_suspected[w] for w in mine if w in poller.first_suspected
+                 and w in poller.first_seen and poller.first_suspected[w] < poller.first_seen[w]]
         per_kill.append({"killed_at": k, "node": node, "partition": part,
                          "controller": controller, "lost": len(mine),
                          "answered_after": None if not mine or None in seen
-                         else round(max(seen) - k, 1)})
+                         else round(max(seen) - k, 1),
+                         "changed_after": None if change is None else round(change - k, 1),
+                         "suspected_before_verdict": len(early),
+                         "suspected_after_change": None if not early or change is None
+                         else round(min(early) - change, 1)})
     overall = spread([k["answered_after"] for k in per_kill if k["answered_after"] is not None])
+    suspecting = spread([k["suspected_after_change"] for k in per_kill
+                         if k["suspected_after_change"] is not None])
+    suspected_writes = set(lost_messages(suspected))
+    withdrawn = [{k: s[k] for k in ("partition", "seq", "count", "state", "basis", "why")}
+                 for s in suspected if s["state"] in ("withdrawn", "partly")]
     by_class = {name: spread([k["answered_after"] for k in per_kill if k["controller"] is want
                               and k["answered_after"] is not None])
                 for name, want in (("controller", True), ("broker", False))}
@@ -178,6 +211,11 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         "false": len(found - set(truth)),
         "p50": overall["p50"], "p95": overall["p95"], "max": overall["max"],
         "by_class": by_class, "victim": args.victim,
+        "suspected": {**suspecting, "goal": 5.0,
+                      "before_verdict": sum(k["suspected_before_verdict"] for k in per_kill),
+                      "covered": len(suspected_writes & set(truth)),
+                      "writes": len(suspected_writes), "withdrawn": withdrawn,
+                      "unexplained": sum(1 for w in withdrawn if not w["why"])},
         "per_finding": per_finding.__dict__ if per_finding else None,
         "passes": service_log.count("audit pass "),
     }
@@ -235,6 +273,15 @@ def main() -> None:
             if c["count"]:
                 print(f"  {name} kills ({c['count']}): p50 {c['p50']}s  p95 {c['p95']}s  "
                       f"max {c['max']}s")
+        sp = r["suspected"]
+        share = sp["covered"] / r["lost_truth"] if r["lost_truth"] else 1.0
+        print(f"  leader change to the first suspected write over REST: p50 {sp['p50']}s  "
+              f"p95 {sp['p95']}s  max {sp['max']}s over {sp['count']} kills against "
+              f"{sp['goal']:g}s: {'met' if sp['p95'] and sp['p95'] <= sp['goal'] else 'NOT met'}")
+        print(f"  suspected: {sp['covered']} of the {r['lost_truth']} lost writes "
+              f"({100 * share:.1f} %; {sp['before_verdict']} before their verdict), "
+              f"{sp['writes']} suspected in all, {len(sp['withdrawn'])} suspicions withdrawn "
+              f"({sp['unexplained']} without a reason)")
         pf = r["per_finding"]
         if pf:
             print(f"  per loss finding, ack to detection: p50 {pf['p50']:.1f}s p95 "

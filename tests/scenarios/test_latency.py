@@ -1,8 +1,11 @@
 """Loss latency in ``kafka-audit run`` (settle 10 s): two acks=1 leader kills, each kill's
 lost writes answered over REST equal to the ground truth (a full read), and the time
-from each kill until all of them were answered printed. The figure itself is judged
-by ``bench/latency.py`` (10 kills, p95 against settle + 15 s), never here: wall times
-on a shared machine are no test."""
+from each kill until all of them were answered printed; each lost write suspected over
+REST (``/v1/suspicions``) before it was judged, every suspected write lost (the plugin
+names the acknowledging broker: exact), each suspicion confirmed once settled. The
+figures themselves are judged by ``bench/latency.py`` (10 kills, p95 against settle +
+15 s, and 5 s from the change to the first suspected), never here: wall times on a
+shared machine are no test."""
 
 import threading
 import time
@@ -30,12 +33,20 @@ def summary(base: str, topic: str) -> dict | None:
     return r.json() if r.status_code == 200 else None
 
 
+def suspicions(base: str, topic: str) -> list[dict]:
+    r = httpx.get(f"{base}/v1/suspicions", params={"topic": topic, "limit": 1000}, timeout=30)
+    r.raise_for_status()
+    return r.json()["items"]
+
+
 class Answers:
-    """Asks the loss findings every second; notes when each lost write is first answered."""
+    """Asks the loss findings and the suspicions every second; notes when each lost write
+    is first answered, and when each write is first suspected."""
 
     def __init__(self, base: str, topic: str) -> None:
         self.base, self.topic = base, topic
         self.first_seen: dict[tuple[int, int, int], float] = {}
+        self.first_suspected: dict[tuple[int, int, int], float] = {}
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -43,6 +54,8 @@ class Answers:
         while not self.stop.wait(1):
             t = time.time()
             try:
+                for w in lost_messages(suspicions(self.base, self.topic)):
+                    self.first_suspected.setdefault(w, t)
                 for w in lost_messages(fetch_lost(self.base, self.topic)):
                     self.first_seen.setdefault(w, t)
             except Exception:  # noqa: BLE001 - a busy API is asked again
@@ -83,10 +96,18 @@ def test_each_kills_losses_are_answered_over_rest_and_equal_ground_truth(cluster
             answers.stop.set()
             answers.thread.join(10)
         found = lost_messages(fetch_lost(base, topic))
+        suspected = suspicions(base, topic)
         log = service.output()
     assert len(kills) == 2 and all(truth), "each acks=1 leader kill is expected to lose writes"
     assert found == lost, (len(found), len(lost), log[-3000:])
+    # suspected at the fail-over: exactly the lost writes, each before it was judged, and
+    # every suspicion confirmed by the read
+    assert lost_messages(suspected) == lost, (len(lost_messages(suspected)), len(lost))
+    assert {s["state"] for s in suspected} == {"confirmed"}
+    assert all(answers.first_suspected[w] < answers.first_seen[w] for w in lost)
     for n, (k, t) in enumerate(zip(kills, truth, strict=True), 1):
         answered = max(answers.first_seen[w] for w in t) - k
+        suspected_after = min(answers.first_suspected[w] for w in t) - k
         print(f"kill {n}: {len(t)} writes lost, all answered over REST {answered:.1f}s after "
-              f"the kill (settle {SETTLE} s; bench/latency.py judges this figure)")
+              f"the kill, the first suspected {suspected_after:.1f}s after it (settle "
+              f"{SETTLE} s; bench/latency.py judges these figures)")
