@@ -10,11 +10,13 @@
   age of its commit, each component's last good step and the consume job's lag from the
   status files.
 
-* writes suspected lost at a leader change (``/v1/suspicions``): every one ever
-  suspected, and those withdrawn (counters), those not judged yet (a gauge), per topic.
+* writes suspected lost at a leader change (``/v1/suspicions``): every one suspected, and
+  those withdrawn (counters of the suspicions the warehouse holds: retention drops them
+  after ``retention.days``, which Prometheus takes as a counter reset), those not judged
+  yet (a gauge, which the alert rule watches), per topic.
 
 ``deploy/prometheus-alerts.yml`` alerts on ``kafka_audit_lost_writes_total`` and
-``kafka_audit_suspected_writes_total``.
+``kafka_audit_open_suspected_writes``.
 """
 
 from __future__ import annotations

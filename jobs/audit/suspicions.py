@@ -7,7 +7,8 @@ The watcher answers each leader change with an ``epoch_end`` row of ``cluster_ev
 * reads the ``cluster_events`` rows appended since its last round (the first: those of
   the last ``audit.suspect_follow_seconds`` + ``audit.suspect_lookback_seconds``): the
   ``epoch_end`` rows and the partitions' leaderships;
-* follows each change for ``audit.suspect_follow_seconds`` after its answer: the ledger
+* follows each change for ``audit.suspect_follow_seconds`` after its answer (or after the
+  marker first read it, if later: one that could not run meanwhile): the ledger
   commits a report up to a flush after it, and an old leader paused past its session
   may go on acknowledging when it resumes (a split brain: the rule takes its writes too);
 * reads the acknowledged runs of the followed partitions (at first those acknowledged
@@ -151,7 +152,10 @@ class Marker:
             key = (r["topic"], r["partition"])
             change = epoch_end_of(r)
             if change is not None:
-                answered = max(change.changed_at, r["event_time"].astimezone(UTC))
+                # followed from its answer, or from when this marker first read it (one
+                # that could not run meanwhile follows it anew): what the ledger holds of
+                # it by then is suspected
+                answered = max(change.changed_at, r["event_time"].astimezone(UTC), now)
                 self.changes[key].setdefault(change, answered + self.follow)
             elif (ls := leadership_of(r)) is not None:
                 self.leaders[key].append(ls)
@@ -176,7 +180,7 @@ class Marker:
             t = data.to_table(columns=_ACK_COLUMNS, filter=placed & _of(list(followed))
                               & (pc.field("last_ack_time") >= _ts(since)))
             self.runs = {k: [] for k in followed}
-            self._seed(new, since)
+            self._seed(list(followed), since)  # the runs since ``since``, all followed
         else:
             version, files, _rows = files_added_since(self.acks_path, self.acks_version)
             t = read_files(files, "acks", _ACK_COLUMNS, placed & _of(list(followed)))
@@ -200,14 +204,20 @@ class Marker:
     def _append(self, rows: list[dict]) -> None:
         if self.txn is None:
             self.txn = transaction_version(self.path, APP_ID) or 0
-        append_once(self.path, "suspicions", rows, APP_ID, self.txn + 1)
+        if not append_once(self.path, "suspicions", rows, APP_ID, self.txn + 1):
+            raise RuntimeError(f"{self.path}: transaction {self.txn + 1} of {APP_ID} was "
+                               f"committed by another marker (two services on one "
+                               f"warehouse?): begun afresh")
         self.txn += 1
 
 
 def run_marker(settings: Settings, stop: threading.Event) -> None:
     """Rounds every ``audit.suspect_seconds`` until ``stop``. A round that fails (the store
-    out of reach) is logged once per error and begins afresh: the next round reads what it
-    follows again and seeds from the table, so nothing is suspected twice or missed."""
+    out of reach) is logged once per error and begins afresh: the next round reads the
+    recent changes and what it follows again and seeds from the table, so nothing is
+    suspected twice. Reports that reach the ledger after a change's follow window (a
+    producer spooling through a long outage) are not suspected: the read after settle
+    judges them as always."""
     marker = Marker(settings)
     last_error = None
     while not stop.is_set():

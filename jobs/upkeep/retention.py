@@ -286,7 +286,9 @@ def run_retention(settings: Settings, now: datetime | None = None) -> list[Dropp
     where = predicates(c, progress.pass_id)
     taken_in = {"acks": progress.acks_version, "consumed": progress.consumed_version}
     out = []
-    for table in TIME_COLUMN:
+    # suspicions first: their states are read from the confirmations this round may drop
+    # (a suspicion's ack precedes its confirmation's detection: it goes in this round too)
+    for table in sorted(TIME_COLUMN, key=lambda t: t != "suspicions"):
         if not table_exists(settings.table_path(table)):
             continue
         try:
