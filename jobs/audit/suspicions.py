@@ -12,8 +12,11 @@ The watcher answers each leader change with an ``epoch_end`` row of ``cluster_ev
   commits a report up to a flush after it, and an old leader paused past its session
   may go on acknowledging when it resumes (a split brain: the rule takes its writes too);
 * reads the acknowledged runs of the followed partitions (at first those acknowledged
-  from ``audit.suspect_lookback_seconds`` before the change on, then the files appended
-  since) and applies the pure rule (:func:`~kafka_audit.jobs.core.suspicion.suspect`);
+  from ``audit.suspect_lookback_seconds`` before the change on and reaching at or above
+  its end offset, then the files appended since) and applies the pure rule
+  (:func:`~kafka_audit.jobs.core.suspicion.suspect`): the runs acknowledged before the
+  change at once, later ones (a paused old leader's) after the watcher has had time to
+  record whether the old leader leads again (:meth:`Marker._ripe`);
 * appends the newly suspected pieces to ``suspicions`` as one idempotent Delta
   transaction. What a partition already has there (read when the marker starts following
   it) is never suspected again, so a restarted marker writes nothing twice.
@@ -39,6 +42,7 @@ import pyarrow.compute as pc
 
 from kafka_audit.jobs.core.model import AckRun
 from kafka_audit.jobs.core.suspicion import (
+    LEAD_SLACK,
     EpochEnd,
     Leadership,
     ack_run_of,
@@ -85,6 +89,15 @@ def _of(keys: list[Key]) -> pc.Expression:
         for t, p in keys])
 
 
+def _above(floors: dict[Key, int]) -> pc.Expression:
+    """Runs of the partitions ``floors`` names that reach at or above its offset there (the
+    lowest end offset of its followed changes: no run below can be suspected)."""
+    return functools.reduce(operator.or_, [
+        (pc.field("topic") == t) & (pc.field("partition") == pa.scalar(p, pa.int32()))
+        & (pc.field("offset") + pc.field("count") > pa.scalar(f, pa.int64()))
+        for (t, p), f in floors.items()])
+
+
 class Marker:
     """Rounds of marking (:meth:`round`); what it keeps between them: the changes it
     follows, the partitions' leaderships, the followed partitions' acknowledged runs and
@@ -101,7 +114,11 @@ class Marker:
         #: per partition: each change with the time it is followed until
         self.changes: dict[Key, dict[EpochEnd, datetime]] = defaultdict(dict)
         self.leaders: dict[Key, list[Leadership]] = defaultdict(list)
+        #: per partition: every change whose answer was read (where an old leader's next
+        #: epoch begins, when it leads again)
+        self.known: dict[Key, set[EpochEnd]] = defaultdict(set)
         self.runs: dict[Key, list[AckRun]] = {}  # followed partitions' successful runs
+        self.floors: dict[Key, int] = {}  # the offset above which ``runs`` were read
         self.taken: dict[Key, Spans] = {}  # followed partitions' suspected seqs
         self.txn: int | None = None
         self.marked = 0  # writes this marker suspected
@@ -117,6 +134,7 @@ class Marker:
             del self.changes[k]
         for k in [k for k in self.runs if k not in followed]:
             self.runs.pop(k)
+            self.floors.pop(k, None)
             self.taken.pop(k, None)
         if not followed:
             self.acks_version = None
@@ -124,8 +142,9 @@ class Marker:
         self._read_acks(followed)
         taken = copy.deepcopy(self.taken)
         rows = [suspicion_row(s, now) for k, cs in followed.items()
-                for s in suspect(self.runs.get(k, []), cs, self.leaders.get(k, []),
-                                 taken.setdefault(k, {}))]
+                for s in suspect(self._ripe(k, cs, now), cs, self.leaders.get(k, []),
+                                 taken.setdefault(k, {}), sorted(
+                                     self.known[k], key=lambda c: c.changed_at))]
         if rows:
             self._append(rows)
         self.taken = taken
@@ -136,6 +155,18 @@ class Marker:
                 {f"{r['topic']}-{r['partition']} epoch {r['leader_epoch']} of broker "
                  f"{r['old_leader']} ends at {r['end_offset']}" for r in rows})))
         return n
+
+    def _ripe(self, key: Key, changes: list[EpochEnd], now: datetime) -> list[AckRun]:
+        """The partition's runs the rule may take now: those acknowledged before its last
+        followed change at once (the fail-over's own writes: the watcher had recorded the
+        leaderships before it); a later one (an old leader still acknowledging, or leading
+        again) once the watcher has had ``2 * LEAD_SLACK`` to record a return of the
+        leadership before it: a return it has not recorded yet would make the new
+        epoch's writes look like the old one's."""
+        last = max(c.changed_at for c in changes)
+        ripe = now - 2 * LEAD_SLACK
+        return [a for a in self.runs.get(key, []) if a.first_ack <= last
+                or a.first_ack <= ripe]
 
     def _read_events(self, now: datetime) -> None:
         if self.events_version is None:
@@ -152,6 +183,7 @@ class Marker:
             key = (r["topic"], r["partition"])
             change = epoch_end_of(r)
             if change is not None:
+                self.known[key].add(change)
                 # followed from its answer, or from when this marker first read it (one
                 # that could not run meanwhile follows it anew): what the ledger holds of
                 # it by then is suspected
@@ -160,6 +192,8 @@ class Marker:
             elif (ls := leadership_of(r)) is not None:
                 self.leaders[key].append(ls)
         horizon = now - self.follow - self.lookback
+        for key, ends in list(self.known.items()):
+            self.known[key] = {c for c in ends if c.changed_at >= horizon}
         for key, ls in list(self.leaders.items()):
             kept = [x for x in ls if x.at >= horizon]
             if kept:
@@ -171,19 +205,21 @@ class Marker:
         """The followed partitions' successful runs: all of them read again when a
         partition is newly followed (at one table version), else the files appended since."""
         placed = pc.field("error_name").is_null() & pc.field("offset").is_valid()
-        new = [k for k in followed if k not in self.runs]
+        floors = {k: min(c.end_offset for c in cs) for k, cs in followed.items()}
+        new = [k for k in followed if k not in self.runs or floors[k] < self.floors[k]]
         if new or self.acks_version is None:
             if not table_exists(self.acks_path):
                 return
             since = min(c.changed_at for cs in followed.values() for c in cs) - self.lookback
             version, data = table_dataset(self.acks_path)
-            t = data.to_table(columns=_ACK_COLUMNS, filter=placed & _of(list(followed))
+            t = data.to_table(columns=_ACK_COLUMNS, filter=placed & _above(floors)
                               & (pc.field("last_ack_time") >= _ts(since)))
             self.runs = {k: [] for k in followed}
+            self.floors = floors
             self._seed(list(followed), since)  # the runs since ``since``, all followed
         else:
             version, files, _rows = files_added_since(self.acks_path, self.acks_version)
-            t = read_files(files, "acks", _ACK_COLUMNS, placed & _of(list(followed)))
+            t = read_files(files, "acks", _ACK_COLUMNS, placed & _above(self.floors))
         self.acks_version = version
         for r in t.to_pylist():
             self.runs[(r["topic"], r["partition"])].append(ack_run_of(r))

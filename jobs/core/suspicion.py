@@ -14,7 +14,10 @@ Which writes the old leader acknowledged in that epoch:
   the old leader, from the epoch's start (when the watcher saw it lead at that epoch; the
   beginning when not seen) until it leads again at a newer epoch. A leader that goes on
   acknowledging after the change (paused past its session, a split brain) is included:
-  those writes are truncated as well;
+  those writes are truncated as well. A polled leadership is seen up to
+  :data:`LEAD_SLACK` late: runs that close to its start or its return count as the old
+  epoch's unless they lie at or above where its new epoch begins (the answer of the
+  change that made it lead again, where known);
 * **by time** (no broker named: confluent-kafka's Python reports): runs acknowledged from
   the epoch's start until the change. Writes the new leader acknowledged at once can fall
   in; the read withdraws them, and the suspicion says it was by time.
@@ -36,7 +39,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from kafka_audit.jobs.core.model import AckRun
 from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES
@@ -81,6 +84,21 @@ class Suspicion:
     basis: str
 
 
+#: leaderships are seen up to this late when the watcher polls (two polls may lie this far
+#: apart before it calls itself blind: ``watch.blind_after_seconds``' default); the old
+#: leader's runs this close to when it began or began again to lead are told by offset
+LEAD_SLACK = timedelta(seconds=3)
+
+
+def _back(change: EpochEnd, known: list[EpochEnd]) -> EpochEnd | None:
+    """The first later change that made the old leader lead again (its ``end_offset`` is
+    where its new epoch begins), if its answer is known."""
+    backs = [e for e in known if e.new_leader == change.old_leader
+             and e.changed_at > change.changed_at
+             and (e.new_epoch is None or e.new_epoch > change.epoch)]
+    return min(backs, key=lambda e: e.changed_at) if backs else None
+
+
 def _window(change: EpochEnd, leaders: list[Leadership]
             ) -> tuple[datetime | None, datetime | None]:
     """When the old leader began leading at the change's epoch (None: not seen), and when
@@ -97,26 +115,32 @@ def _window(change: EpochEnd, leaders: list[Leadership]
 
 
 def suspect(acks: list[AckRun], changes: list[EpochEnd], leaders: list[Leadership],
-            taken: dict[tuple[str, str], list[tuple[int, int]]] | None = None
-            ) -> list[Suspicion]:
+            taken: dict[tuple[str, str], list[tuple[int, int]]] | None = None,
+            known: list[EpochEnd] | None = None) -> list[Suspicion]:
     """The suspected pieces of one partition's acknowledged runs (``acks``), by each
     ``epoch_end`` change (in order of ``changed_at``) and the partition's leaderships.
 
     ``taken``: the seqs already suspected, per ``(producer_id, run_id)``, as half-open
-    spans (those are not suspected again); the new pieces' spans are added to it."""
+    spans (those are not suspected again); the new pieces' spans are added to it.
+    ``known``: every change whose answer is known (default ``changes``), for where the old
+    leader's next epoch begins when it leads again."""
     out: list[Suspicion] = []
     taken = {} if taken is None else taken
+    known = changes if known is None else known
     for change in sorted(changes, key=lambda c: (c.changed_at, c.epoch)):
         start, again = _window(change, leaders)
+        back = _back(change, known)
         for a in acks:
             if not a.placed or a.end <= change.end_offset:
                 continue
-            if start is not None and a.last_ack < start:
+            if start is not None and a.last_ack < start - LEAD_SLACK:
                 continue  # acknowledged before the old leader led at that epoch
             if a.broker is not None:
-                if a.broker != change.old_leader or (again is not None
-                                                     and a.first_ack >= again):
+                if a.broker != change.old_leader:
                     continue
+                if (again is not None and a.first_ack >= again - LEAD_SLACK
+                        and (back is None or a.end > back.end_offset)):
+                    continue  # at or after it led again: its new epoch's writes
                 basis = BY_BROKER
             else:
                 if a.first_ack > change.changed_at:

@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 from kafka_audit.jobs.core.suspicion import (
     BY_BROKER,
     BY_TIME,
+    LEAD_SLACK,
     EpochEnd,
     Leadership,
     suspect,
@@ -23,6 +24,7 @@ def acked(offset, seq, count=1, t=0, broker=1, t_last=None, producer="p"):
 
 
 def change(end, t=10, old=1, epoch=4, new=2):
+    """Broker ``old``'s epoch ``epoch`` ends at ``end``; ``new`` leads at the next."""
     return EpochEnd("t", 0, old, epoch, end, at(t), new, epoch + 1)
 
 
@@ -74,6 +76,24 @@ def test_two_changes_in_a_row_each_name_their_own_writes_and_a_write_is_suspecte
                               (5, "p", 12, 6, BY_BROKER)]
 
 
+def test_the_old_leaders_return_seen_late_keeps_its_new_epochs_writes_out():
+    """A polled leadership is seen late: broker 1 led again at epoch 6 from 19.8 s, the
+    watcher saw it at 20 s. Its writes at epoch 6 (at or above where the epoch begins, 70)
+    are not epoch 4's; without the return's answer, those acked near it are not either."""
+    lost = acked(50, 50, 10, t=9)  # epoch 4, above its end (40): truncated
+    early = acked(70, 100, 5, t=19.9)  # epoch 6, acknowledged before the watcher saw it
+    leads = [*LEADS, Leadership(at(20), 1, 6)]
+    back = change(70, t=20, old=2, epoch=5, new=1)  # epoch 5 ends at 70: epoch 6 begins
+    assert named(suspect([lost, early], [change(40)], leads, known=[change(40), back])) == [
+        (50, 50, 10, BY_BROKER)]
+    assert named(suspect([lost, early], [change(40)], leads)) == [(50, 50, 10, BY_BROKER)]
+    # an epoch-4 write of a paused leader acknowledged that close to its return, below
+    # where epoch 6 begins, stays suspected
+    late4 = acked(60, 60, 5, t=18)
+    assert named(suspect([late4], [change(40)], leads, known=[change(40), back])) == [
+        (60, 60, 5, BY_BROKER)]
+
+
 def test_a_clean_hand_over_suspects_nothing():
     """acks=all: every acknowledged write is below the high watermark the new leader (in
     the ISR) holds, so the old epoch ends at or past the last of them."""
@@ -96,14 +116,21 @@ def _reference(runs, changes, leads):
                      and ls.epoch == c.epoch and ls.at <= c.changed_at), default=None)
         again = min((ls.at for ls in leads if ls.leader == c.old_leader
                      and ls.epoch > c.epoch and ls.at > c.changed_at), default=None)
+        # where its next epoch begins: the answer of the first change back to it
+        back = min(((e.changed_at, e.end_offset) for e in changes
+                    if e.new_leader == c.old_leader and e.changed_at > c.changed_at
+                    and e.new_epoch > c.epoch), default=None)
         for a in runs:
             for k in range(a.count):
-                if a.offset + k < c.end_offset or (start and a.last_ack < start):
+                if a.offset + k < c.end_offset or (start and a.last_ack < start - LEAD_SLACK):
                     continue
                 if a.broker is None:
                     mine = a.first_ack <= c.changed_at
                 else:
-                    mine = a.broker == c.old_leader and not (again and a.first_ack >= again)
+                    # a run is the old epoch's or the new one's as a whole
+                    newer = (again and a.first_ack >= again - LEAD_SLACK
+                             and (back is None or a.end > back[1]))
+                    mine = a.broker == c.old_leader and not newer
                 if mine:
                     out.setdefault((a.producer_id, a.seq + k), c.epoch)
     return out
@@ -121,7 +148,8 @@ def test_the_rule_equals_the_write_by_write_definition(data):
         st.integers(1, 3)), e) for e in range(1, data.draw(st.integers(1, 6)))),
         key=lambda ls: ls.epoch)
     changes = [change(data.draw(st.integers(0, 50)), t=data.draw(st.integers(0, 30)),
-                      old=data.draw(st.integers(1, 3)), epoch=data.draw(st.integers(1, 5)))
+                      old=data.draw(st.integers(1, 3)), epoch=data.draw(st.integers(1, 5)),
+                      new=data.draw(st.integers(1, 3)))
                for _ in range(data.draw(st.integers(0, 3)))]
     got = suspect(runs, changes, leads)
     flat = {}

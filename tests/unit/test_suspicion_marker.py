@@ -75,9 +75,16 @@ def test_the_old_leaders_writes_above_the_end_are_suspected_once(tmp_path):
     assert m.round(at(6)) == 10
     assert [r[:2] for r in _suspected(s)] == [(120, 30), (150, 10)]
 
+    # the old leader acknowledging after the change (paused past its session): suspected
+    # once the watcher had time to record whether it leads again (6 s)
+    append_rows(s.table_path("acks"), "acks", [_ack(165, 5, 160, 4.6, run="paused")])
+    assert m.round(at(7)) == 0
+    assert m.round(at(11)) == 5
+    assert [r[:2] for r in _suspected(s)] == [(120, 30), (150, 10), (165, 5)]
+
     # a restarted marker seeds from the table: it writes nothing again
-    assert Marker(s).round(at(7)) == 0
-    assert [r[:2] for r in _suspected(s)] == [(120, 30), (150, 10)]
+    assert Marker(s).round(at(12)) == 0
+    assert [r[:2] for r in _suspected(s)] == [(120, 30), (150, 10), (165, 5)]
 
     # a change is followed for audit.suspect_follow_seconds after its answer (4.5 s): a
     # report the ledger takes in later is not suspected; a marker that first reads the
