@@ -191,6 +191,8 @@ TABLES: dict[str, list[Column]] = {
         C("progress", "string", True, "progress row: JSON of source versions and pass id"),
         C("pass_id", "long", True, "the pass whose state this row belongs to (its "
                                    "generation)"),
+        C("broker", "int", True, "ack: the broker that acknowledged the run, where the "
+                                 "ledger names it"),
     ],
     "windows": [
         C("window_id", "string", False, "kind:topic:partition:start"),

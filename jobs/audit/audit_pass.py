@@ -131,7 +131,7 @@ _ACK_AS_HOT = {"kind": "'ack'", "topic": "topic", "partition": "`partition`",
                "producer_id": "producer_id", "run_id": "run_id", "seq": "seq",
                "count": "`count`", "offset": "`offset`", "first_ack": "ack_time",
                "last_ack": "last_ack_time", "error_name": "error_name", "acks": "acks",
-               "leader_epoch": "leader_epoch"}
+               "leader_epoch": "leader_epoch", "broker": "broker"}
 _STAMPED = "stamped AND coalesce(checksum_ok, true)"  # a bad checksum reads as foreign
 _READ_AS_HOT = {"kind": "'read'", "topic": "topic", "partition": "`partition`",
                 "producer_id": f"CASE WHEN {_STAMPED} THEN producer_id END",
@@ -212,7 +212,8 @@ def _as_hot(table: str, data: pa.Table) -> pa.Table:
         cols = {"topic": "topic", "partition": "partition", "producer_id": "producer_id",
                 "run_id": "run_id", "seq": "seq", "count": "count", "offset": "offset",
                 "first_ack": "ack_time", "last_ack": "last_ack_time",
-                "error_name": "error_name", "acks": "acks", "leader_epoch": "leader_epoch"}
+                "error_name": "error_name", "acks": "acks", "leader_epoch": "leader_epoch",
+                "broker": "broker"}
         mask = None
     else:
         kind = "read"

@@ -97,14 +97,14 @@ def _objects(col: pd.Series) -> list:
 
 
 _TIMES_IN = ("first_ack", "last_ack", "read_time", "judged_at", "observed_at")
-_INTS_IN = ("partition", "seq", "count", "offset", "horizon", "leader_epoch")
+_INTS_IN = ("partition", "seq", "count", "offset", "horizon", "leader_epoch", "broker")
 _OBJECTS_IN = ("kind", "topic", "producer_id", "run_id", "error_name", "acks", "source",
                "status")
 
 
 #: the columns each kind of state row is built from, in the order its constructor takes them
 _ACK_RUN = ("topic", "partition", "producer_id", "run_id", "seq", "count", "offset",
-            "first_ack", "last_ack", "error_name", "acks", "horizon")
+            "first_ack", "last_ack", "error_name", "acks", "horizon", "broker")
 _READ_RUN = ("topic", "partition", "offset", "count", "producer_id", "run_id", "seq",
              "read_time", "source", "status", "leader_epoch")
 _JUDGED = ("topic", "partition", "producer_id", "run_id", "seq", "count", "offset", "judged_at")
@@ -189,7 +189,7 @@ def _hot_blocks(topic: str, partition: int, hot: PartitionHot, utc: bool = False
                first_ack=as_time(a.first_ack for a in acks),
                last_ack=as_time(a.last_ack for a in acks),
                error_name=[a.error for a in acks], acks=[a.acks for a in acks],
-               horizon=[a.horizon for a in acks]),
+               horizon=[a.horizon for a in acks], broker=[a.broker for a in acks]),
         _block("read", topic, partition, "hot", len(reads),
                producer_id=[r.producer_id for r in reads], run_id=[r.run_id for r in reads],
                seq=[r.seq for r in reads], count=[r.count for r in reads],

@@ -77,6 +77,7 @@ from kafka_audit.schemas.events import (
     BLIND,
     BROKER_FENCED,
     CLUSTER_WIDE,
+    FIRST_SEEN,
     LEADER_CHANGES,
     LOG_END_DROP,
     OFFLINE,
@@ -95,7 +96,7 @@ from kafka_audit.schemas.verdicts import (
 __all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "judge_partition",
            "likely_cause", "duplicate_cases", "reorder_witness", "Verdict", "Judgement",
            "retained_reads", "coalesce_rereads", "split_brain_pairs", "split_brain_spans",
-           "acked_in_split_brain", "merge_spans"]
+           "acked_in_split_brain", "acked_by_deposed", "deposed_at", "merge_spans"]
 
 #: of two reads made at one instant, the direct re-read is the later word: it was asked
 #: for because the stream's view was in doubt
@@ -103,6 +104,12 @@ _SOURCE_RANK = {"stream": 0, "reread": 1}
 #: a write acknowledged this long before two leaders were first seen may already have
 #: been acknowledged by the one cut off (the watcher sees it a poll and a lookup later)
 SPLIT_BRAIN_SLACK = timedelta(seconds=1)
+#: a run its broker acknowledged this long after another broker had been named leader was
+#: acknowledged by a deposed leader: two leaders at once (a clean hand-over's old leader
+#: stops within milliseconds: its truncated tail is a hand-over's, not a split brain's).
+#: As long as two watcher polls may lie apart before it calls itself blind
+#: (``watch.blind_after_seconds``' default): a polled change is seen up to that late
+DEPOSED_SLACK = timedelta(seconds=3)
 #: a failed report (or a success without an offset) is judged with this error name
 NO_OFFSET = "NO_OFFSET"
 #: why a copy of a write is read again: it was read before a leader change that may have
@@ -160,7 +167,7 @@ def likely_cause(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> 
     changes = sorted((e for e in events if e.kind in LEADER_CHANGES
                       and e.event_time >= after), key=lambda e: e.event_time)
     cause = (Cause.isolated_leader if acked_in_split_brain(ack, events, now)
-             else _cause_of(ack, changes, events))
+             or acked_by_deposed(ack, events) else _cause_of(ack, changes, events))
     end = changes[0].event_time if changes else now
     gaps = sorted((e.event_time, e.until) for e in events if e.kind == BLIND
                   and e.event_time <= end and (e.until is None or e.until >= after))
@@ -194,6 +201,39 @@ def split_brain_spans(events: Sequence[ClusterEvent], now: datetime
     ``now``), from the watcher's ``split_brain_enter``/``_exit`` events (pure)."""
     return [(a.event_time, b.event_time if b is not None else max(now, a.event_time))
             for a, b in split_brain_pairs(events)]
+
+
+def deposed_at(ack: AckRun, events: Sequence[ClusterEvent]) -> ClusterEvent | None:
+    """The leader change that had deposed the broker which acknowledged the run (where the
+    ledger names it: the kaudit plugin) at least :data:`DEPOSED_SLACK` before its last
+    report: an event before then named this broker leader, the last one before then names
+    another, and none names this broker again up to the report. None: the broker led
+    then (or none is named, or the watcher was blind since that event: a change back may
+    have gone unseen). A leader paused past its session timeout acknowledges so when it
+    resumes, before it learns it was replaced."""
+    if ack.broker is None:
+        return None
+    named = sorted((e for e in events if e.kind in (*LEADER_CHANGES, FIRST_SEEN)
+                    and e.leader is not None and e.leader >= 0
+                    and e.event_time <= ack.last_ack), key=lambda e: e.event_time)
+    cutoff = ack.last_ack - DEPOSED_SLACK
+    before = [e for e in named if e.event_time <= cutoff]
+    if not before or before[-1].leader == ack.broker or all(
+            e.leader != ack.broker for e in before):
+        return None  # it leads, or was never seen leading: nothing deposed it
+    last = before[-1]
+    if any(e.leader == ack.broker for e in named if e.event_time > last.event_time):
+        return None  # named again (a change the watcher saw late)
+    if any(e.kind == BLIND and e.event_time <= ack.last_ack
+           and (e.until is None or e.until >= last.event_time) for e in events):
+        return None
+    return last
+
+
+def acked_by_deposed(ack: AckRun, events: Sequence[ClusterEvent]) -> bool:
+    """Whether a deposed leader acknowledged the run (:func:`deposed_at`): a split brain
+    seen in the ledger, whether or not the watcher saw two leaders."""
+    return deposed_at(ack, events) is not None
 
 
 def acked_in_split_brain(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> bool:

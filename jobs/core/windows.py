@@ -23,7 +23,11 @@ events that opened and closed it, and the acknowledged writes and losses inside 
   leader (``split_brain_enter`` to ``split_brain_exit``). Inferred
   (:func:`split_brain_windows`): a write lost at an offset was acknowledged *after* the
   write that sits there now (the old leader kept acknowledging while the new one did),
-  from the first such ack to the last.
+  from the first such ack to the last. From the ledger (:func:`deposed_windows`): lost
+  writes a deposed leader acknowledged (the ledger names the broker:
+  ``rules.deposed_at``; a leader paused past its session timeout, resumed), from the
+  change that deposed it to its last such ack, where no other split-brain window holds
+  them.
 
 ISR observations made at one instant are unordered: at an instant the state is
 the worst any of them shows (as the verdict rules read them).
@@ -35,7 +39,7 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 
 from kafka_audit.jobs.core.model import AckRun, ClusterEvent, Finding
-from kafka_audit.jobs.core.rules import _Intervals, split_brain_pairs
+from kafka_audit.jobs.core.rules import DEPOSED_SLACK, _Intervals, split_brain_pairs
 from kafka_audit.schemas.events import (
     EXPOSURE,
     LEADER_CHANGE_WINDOW,
@@ -44,9 +48,10 @@ from kafka_audit.schemas.events import (
     REJECTION,
     SPLIT_BRAIN_WINDOW,
 )
+from kafka_audit.schemas.verdicts import Cause
 from kafka_audit.schemas.windows import Window
 
-__all__ = ["exposure_windows", "reduced_redundancy_windows",
+__all__ = ["deposed_windows", "exposure_windows", "reduced_redundancy_windows",
            "rejection_windows", "leader_change_windows", "split_brain_windows",
            "two_leader_windows", "partition_windows", "REJECTION_GAP"]
 
@@ -178,6 +183,33 @@ def split_brain_windows(losses: Sequence[Finding], confirmed: Sequence[Finding],
                                                     {id(f): (c, f) for c, f in pairs}.values())})]
 
 
+def deposed_windows(losses: Sequence[Finding], events: Sequence[ClusterEvent],
+                    held: Sequence[Window], topic: str, partition: int) -> list[Window]:
+    """Lost writes a deposed leader acknowledged (their cause, ``isolated leader (split
+    brain)``, came from the ledger's broker: ``rules.deposed_at``) that no split-brain
+    window in ``held`` holds: one window from the leader change before the first (the one
+    that deposed it) to the last such ack."""
+    mine = sorted((f for f in losses if f.ack_time is not None and f.cause is not None
+                   and f.cause.startswith(str(Cause.isolated_leader))
+                   and not any(w.kind == SPLIT_BRAIN_WINDOW and w.holds(f.ack_time)
+                               for w in held)), key=lambda f: f.ack_time)  # type: ignore
+    if not mine:
+        return []
+    first, last = mine[0].ack_time, max(f.ack_time for f in mine)  # type: ignore[type-var]
+    changes = [e for e in events if e.kind in LEADER_CHANGES and e.leader is not None
+               and e.leader >= 0 and e.event_time <= first - DEPOSED_SLACK]  # type: ignore
+    change = max(changes, key=lambda e: e.event_time) if changes else None
+    start = change.event_time if change is not None else first
+    opened = (f"broker {change.leader} named leader at {change.event_time.isoformat()}, "
+              f"broker {change.previous_leader} still acknowledging at "
+              f"{first.isoformat()}" if change is not None  # type: ignore[union-attr]
+              else f"a deposed leader acknowledging at {first.isoformat()}")  # type: ignore
+    return [Window(SPLIT_BRAIN_WINDOW, topic, partition, start, last,  # type: ignore[arg-type]
+                   opened, f"its last acknowledged write at {last.isoformat()}",  # type: ignore
+                   detail={"writes_lost_in_it": sum(f.count for f in mine),
+                           "from": "ledger"})]
+
+
 def two_leader_windows(events: Sequence[ClusterEvent], topic: str, partition: int,
                        ) -> list[Window]:
     """Where two brokers each named themselves leader, as the watcher's per-broker views
@@ -205,6 +237,7 @@ def partition_windows(topic: str, partition: int, events: Sequence[ClusterEvent]
           *rejection_windows(acks, topic, partition),
           *split_brain_windows(losses, confirmed, topic, partition),
           *two_leader_windows(events, topic, partition)]
+    ws += deposed_windows(losses, events, ws, topic, partition)
     placed = [(a.first_ack, a.count) for a in acks if a.placed] + [
         (c.ack_time, c.count) for c in confirmed if c.ack_time is not None]
     counted = []

@@ -161,3 +161,58 @@ def test_the_sasl_handshake_and_authenticate_codec():
         decode_sasl_handshake(answer, 9)  # another request's answer
     with pytest.raises(ValueError):
         decode_sasl_authenticate(struct.pack(">ihh", 8, 0, -1) + struct.pack(">i", 9) + b"ab", 8)
+
+
+def _by(broker, t, offset=100):
+    from dataclasses import replace
+
+    return replace(ack(offset, offset, t=t, acks="1"), broker=broker)
+
+
+def test_a_deposed_leader_acknowledging_is_a_split_brain_seen_in_the_ledger():
+    """A leader paused past its session timeout, resumed: it acknowledges at its old epoch
+    after another broker was named leader. The ledger's broker (the kaudit plugin) says so,
+    whether or not the watcher saw two leaders."""
+    from kafka_audit.jobs.core.rules import DEPOSED_SLACK, deposed_at
+
+    seen = ClusterEvent(at(0), "t", 0, "first_seen", 1, None, (1, 2, 3), None)
+    change = leader_change(10, leader=2, previous=1)
+    events = [seen, change]
+    slack = DEPOSED_SLACK.total_seconds()
+    assert deposed_at(_by(1, 21), events) == change  # resumed 11 s after the change
+    assert likely_cause(_by(1, 21), events, at(60)) == Cause.isolated_leader
+    assert deposed_at(_by(1, 10 + slack / 2), events) is None  # a hand-over's last acks
+    assert deposed_at(_by(1, 9), events) is None  # acknowledged while it led
+    assert deposed_at(_by(2, 21), events) is None  # the new leader
+    assert deposed_at(_by(None, 21), events) is None  # the ledger names no broker
+    assert likely_cause(_by(None, 21), events, at(60)) != Cause.isolated_leader
+    # led again before the ack (a hand-back), or a change the watcher saw late names it
+    back = leader_change(15, leader=1, previous=2)
+    assert deposed_at(_by(1, 21), [*events, back]) is None
+    late = leader_change(20, leader=1, previous=2)
+    assert deposed_at(_by(1, 21), [*events, late]) is None
+    # a broker never seen leading is not deposed (the watcher saw its election late)
+    assert deposed_at(_by(3, 21), events) is None
+    # blind since the change: a change back may have gone unseen
+    blind = ClusterEvent(at(12), "t", 0, "watcher_blind", until=at(16))
+    assert deposed_at(_by(1, 21), [*events, blind]) is None
+
+
+def test_a_deposed_leaders_losses_open_a_split_brain_window_from_the_change():
+    from kafka_audit.jobs.core.windows import deposed_windows
+
+    seen = ClusterEvent(at(0), "t", 0, "first_seen", 1, None, (1, 2, 3), None)
+    change = leader_change(10, leader=2, previous=1)
+    lost = [Finding("lost", "t", 0, "p", "r", 500, 500, 20, "truncated", at(21),
+                    str(Cause.isolated_leader)),
+            Finding("lost", "t", 0, "p", "r", 520, 520, 5, "truncated", at(21.8),
+                    str(Cause.isolated_leader)),
+            Finding("lost", "t", 0, "p", "r", 90, 90, 5, "truncated", at(9),
+                    "acks=1 fail-over")]
+    ws = partition_windows("t", 0, [seen, change], None, [], lost)
+    brain = [w for w in ws if w.kind == "split_brain"]
+    assert [(w.start, w.end, w.losses, w.detail["writes_lost_in_it"]) for w in brain] == [
+        (at(10), at(21.8), 25, 25)]
+    assert "broker 2 named leader" in brain[0].opened_by
+    # held by a split-brain window the watcher saw: no second one
+    assert deposed_windows(lost, [seen, change], brain, "t", 0) == []
