@@ -40,6 +40,7 @@ import threading
 import time
 import urllib.request
 import uuid
+from datetime import datetime
 
 from steady import (
     Load,
@@ -75,8 +76,9 @@ def suspected_over_rest(base: str, topic: str) -> list[dict]:
 
 
 class Poller:
-    """Asks the loss findings and the suspicions every ``every`` seconds; notes when each
-    write first shows in each."""
+    """Asks the loss findings and, in a thread of its own (a slow page of findings must not
+    space its samples out), the suspicions every ``every`` seconds; notes when each write
+    first shows in each."""
 
     def __init__(self, base: str, topic: str, every: float = 1.0) -> None:
         self.base, self.topic, self.every = base, topic, every
@@ -85,17 +87,23 @@ class Poller:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run, daemon=True, name="poller")
 
-    def run(self) -> None:
+    def _poll(self, ask, into: dict) -> None:
         while not self.stop.is_set():
             t = time.time()
             try:
-                for w in lost_messages(suspected_over_rest(self.base, self.topic)):
-                    self.first_suspected.setdefault(w, t)
-                for w in lost_over_rest(self.base, self.topic):
-                    self.first_seen.setdefault(w, t)
+                for w in ask():
+                    into.setdefault(w, t)
             except Exception:  # noqa: BLE001 - the API may be busy: asked again
                 pass
             self.stop.wait(max(0.0, self.every - (time.time() - t)))
+
+    def run(self) -> None:
+        suspicions = threading.Thread(target=self._poll, daemon=True, args=(
+            lambda: lost_messages(suspected_over_rest(self.base, self.topic)),
+            self.first_suspected), name="poller-suspicions")
+        suspicions.start()
+        self._poll(lambda: lost_over_rest(self.base, self.topic), self.first_seen)
+        suspicions.join(30)
 
 
 def kill_times(rng: random.Random, kills: int, start: float, span: float, gap: float
@@ -175,6 +183,8 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         settings.table_path("cluster_events"), "cluster_events").to_pylist()
         if r["topic"] == topic and r["kind"] == "leader_change")
     per_finding = loss_latency(findings, topic)
+    marked_at = {w: datetime.fromisoformat(s["suspected_at"]).timestamp()
+                 for s in suspected for w in lost_messages([s])}
     # each lost write belongs to the first kill after its sending (5 s of slack: in flight)
     bounds = [load.sent_by(k[0] + 5) for k in killed]
     per_kill = []
@@ -186,6 +196,7 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         change = next((t for t, p in changes if p == part and t > k), None)
         early = [poller.first_suspected[w] for w in mine if w in poller.first_suspected
                  and w in poller.first_seen and poller.first_suspected[w] < poller.first_seen[w]]
+        marked = [marked_at[w] for w in mine if w in marked_at]
         per_kill.append({"killed_at": k, "node": node, "partition": part,
                          "controller": controller, "lost": len(mine),
                          "answered_after": None if not mine or None in seen
@@ -193,10 +204,15 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
                          "changed_after": None if change is None else round(change - k, 1),
                          "suspected_before_verdict": len(early),
                          "suspected_after_change": None if not early or change is None
-                         else round(min(early) - change, 1)})
+                         else round(min(early) - change, 1),
+                         # the marker's part of it: when its row was written
+                         "marked_after_change": None if not marked or change is None
+                         else round(min(marked) - change, 1)})
     overall = spread([k["answered_after"] for k in per_kill if k["answered_after"] is not None])
     suspecting = spread([k["suspected_after_change"] for k in per_kill
                          if k["suspected_after_change"] is not None])
+    marking = spread([k["marked_after_change"] for k in per_kill
+                      if k["marked_after_change"] is not None])
     suspected_writes = set(lost_messages(suspected))
     withdrawn = [{k: s[k] for k in ("partition", "seq", "count", "state", "basis", "why")}
                  for s in suspected if s["state"] in ("withdrawn", "partly")]
@@ -211,7 +227,7 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         "false": len(found - set(truth)),
         "p50": overall["p50"], "p95": overall["p95"], "max": overall["max"],
         "by_class": by_class, "victim": args.victim,
-        "suspected": {**suspecting, "goal": 5.0,
+        "suspected": {**suspecting, "goal": 5.0, "marked": marking,
                       "before_verdict": sum(k["suspected_before_verdict"] for k in per_kill),
                       "covered": len(suspected_writes & set(truth)),
                       "writes": len(suspected_writes), "withdrawn": withdrawn,
@@ -278,6 +294,9 @@ def main() -> None:
         print(f"  leader change to the first suspected write over REST: p50 {sp['p50']}s  "
               f"p95 {sp['p95']}s  max {sp['max']}s over {sp['count']} kills against "
               f"{sp['goal']:g}s: {'met' if sp['p95'] and sp['p95'] <= sp['goal'] else 'NOT met'}")
+        mk = sp["marked"]
+        print(f"  of which the marker's row written after the change: p50 {mk['p50']}s  "
+              f"p95 {mk['p95']}s  max {mk['max']}s")
         print(f"  suspected: {sp['covered']} of the {r['lost_truth']} lost writes "
               f"({100 * share:.1f} %; {sp['before_verdict']} before their verdict), "
               f"{sp['writes']} suspected in all, {len(sp['withdrawn'])} suspicions withdrawn "
