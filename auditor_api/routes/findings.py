@@ -36,7 +36,6 @@ from kafka_audit.auditor_api.routes.partitions import latest_partitions
 from kafka_audit.auditor_api.routes.suspicions import (
     SuspectedWrites,
     settled_suspicions,
-    suspected_by,
     suspected_totals,
 )
 from kafka_audit.auditor_api.routes.windows import window_ids
@@ -55,7 +54,9 @@ FindingOut = create_model(
         "first: split_brain, exposure, rejection, reduced_redundancy, leader_change; for "
         "a loss acknowledged in none, the first split_brain, exposure, reduced_redundancy "
         "or leader_change window that opened between its ack and its detection (what "
-        "destroyed it); null: "
+        "destroyed it); a loss suspected at the fail-over (suspected_by), unless it fell in "
+        "a split_brain window: the leader_change window of the change that truncated it "
+        "(two fail-overs in a row told apart); null: "
         "none (or the audit loop has not computed windows yet)"))),
     suspected_by=(dict | None, Field(None, description=(
         "for a loss suspected at the fail-over (GET /v1/suspicions): the leader change "
@@ -217,8 +218,7 @@ def router(page_size_max: int) -> APIRouter:
         rows = page.drop_columns([_KEY]).to_pylist()
         for row in rows:
             row["evidence"] = json.loads(row["evidence"] or "{}")
-        window_ids(reader, rows)
-        suspected_by(reader, rows)
+        window_ids(reader, rows)  # and suspected_by
         more = t.num_rows > page_size
         nxt = (_encode_cursor(as_of, page.column(_KEY)[-1].as_py(), filters)
                if more and rows else None)
@@ -253,8 +253,7 @@ def router(page_size_max: int) -> APIRouter:
                                type_=UNKNOWN_FINDING, title="Unknown finding")
         row = max(t.to_pylist(), key=lambda r: r["pass_id"])
         row["evidence"] = json.loads(row["evidence"] or "{}")
-        window_ids(reader, [row])
-        suspected_by(reader, [row])
+        window_ids(reader, [row])  # and suspected_by
         return FindingOut(**row)
 
     @r.get("/summary", response_model=Summary, responses={**problem_responses(404), **example({

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.params import Instant, Partition
 from kafka_audit.auditor_api.problems import bad_parameters
-from kafka_audit.schemas.events import WINDOW_KINDS
+from kafka_audit.schemas.events import LEADER_CHANGE_WINDOW, SPLIT_BRAIN_WINDOW, WINDOW_KINDS
 from kafka_audit.schemas.verdicts import LOSSES
 from kafka_audit.schemas.windows import Window, loss_window, window_of
 
@@ -105,12 +105,23 @@ def window_ids(reader, rows: list[dict]) -> None:
     most telling kind first (split brain, exposure, rejection, reduced redundancy); for a
     loss acknowledged in none, the first window of the cluster's that opened between its
     ack and its detection (:func:`~kafka_audit.schemas.windows.loss_window`); null when
-    there is none (or windows are not computed yet)."""
+    there is none (or windows are not computed yet). A loss suspected at the fail-over
+    (``suspected_by``, set here too) names the leader-change window of the change that
+    truncated it, unless it fell in a split brain: two fail-overs in a row, the second
+    while the first's reduced redundancy lasts, are told apart so."""
+    from kafka_audit.auditor_api.routes.suspicions import suspected_by
+
     windows = partition_windows_of(reader)
+    if any("suspected_by" not in row for row in rows):
+        suspected_by(reader, rows)
     for row in rows:
         mine = windows.get((row["topic"], row["partition"]), ())
         w = (loss_window(mine, row.get("ack_time"), row.get("detected_at"))
              if row.get("kind") in LOSSES else window_of(mine, row.get("ack_time")))
+        by = row.get("suspected_by")
+        if by is not None and (w is None or w.kind != SPLIT_BRAIN_WINDOW):
+            w = next((x for x in mine if x.kind == LEADER_CHANGE_WINDOW
+                      and x.holds(by["changed_at"])), w)
         row["window_id"] = w.window_id if w is not None else None
 
 
@@ -119,10 +130,11 @@ def _named_losses(reader) -> dict[str, int]:
     version of the windows, the findings and the committed pass)."""
     from kafka_audit.auditor_api.routes.findings import committed_findings
 
-    def compute(_windows, _findings, _hot):
+    def compute(_windows, _findings, _hot, _suspicions):
         found = committed_findings(reader)
         rows = found.filter(pc.field("kind").isin(sorted(k.value for k in LOSSES))).select(
-            ["topic", "partition", "kind", "ack_time", "detected_at", "count"]).to_pylist()
+            ["topic", "partition", "kind", "ack_time", "detected_at", "count", "producer_id",
+             "run_id", "seq"]).to_pylist()
         window_ids(reader, rows)
         out: dict[str, int] = {}
         for r in rows:
@@ -130,7 +142,8 @@ def _named_losses(reader) -> dict[str, int]:
                 out[r["window_id"]] = out.get(r["window_id"], 0) + (r["count"] or 0)
         return out
 
-    return reader.memo("windows_named_losses", ("windows", "findings", "audit_hot"), compute)
+    return reader.memo("windows_named_losses", ("windows", "findings", "audit_hot",
+                                                "suspicions"), compute)
 
 
 @router.get("/windows", response_model=WindowsPage)

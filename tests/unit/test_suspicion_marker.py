@@ -189,3 +189,57 @@ def test_the_api_serves_each_suspicion_with_what_the_read_made_of_it(tmp_path):
     assert 'kafka_audit_suspected_writes_total{topic="t"} 60.0' in metrics
     assert 'kafka_audit_withdrawn_suspected_writes_total{topic="t"} 30.0' in metrics
     assert 'kafka_audit_open_suspected_writes{topic="t"} 0.0' in metrics
+
+
+def test_two_fail_overs_in_a_row_each_name_their_own_change_as_the_window(tmp_path):
+    """Broker 1 killed at 8 s (leader 2 named at 10), broker 2 killed at 28 (leader 3 at
+    30), broker 1 out of the ISR meanwhile: a write broker 2 acknowledged at 20 fell in the
+    reduced-redundancy window the first change opened, yet the second change truncated
+    it. Its suspicion names that change, and so does its window."""
+    from fastapi.testclient import TestClient
+
+    from kafka_audit.auditor_api.main import create_app
+
+    s = Settings(home=tmp_path)
+
+    def window(kind, start, end, by):
+        return {"window_id": f"{kind}:t:0:{at(start).isoformat()}", "kind": kind,
+                "topic": "t", "partition": 0, "start": at(start), "end": at(end),
+                "opened_by": by, "closed_by": None, "acks": 0, "losses": 0, "detail": None,
+                "computed_at": at(100)}
+
+    append_rows(s.table_path("windows"), "windows", [
+        window("leader_change", 8, 10, "1 lost"), window("leader_change", 28, 30, "2 lost"),
+        window("reduced_redundancy", 8, 60, "1 out of the ISR")])
+
+    def lost(seq, t, run):
+        return {"finding_id": f"lost:t:0:p:{run}:{seq}", "kind": "lost", "subkind": None,
+                "topic": "t", "partition": 0, "offset": seq, "producer_id": "p",
+                "run_id": run, "seq": seq, "count": 5, "ack_time": at(t), "evidence": "{}",
+                "cause": "acks=1 fail-over", "detected_at": at(50), "pass_id": 1}
+
+    append_rows(s.table_path("findings"), "findings", [lost(100, 7, "a"), lost(200, 20, "b"),
+                                                       lost(300, 21, "c")])
+    append_rows(s.table_path("audit_hot"), "audit_hot", [
+        {"kind": "progress", "topic": "", "partition": -1, "pass_id": 1,
+         "progress": '{"pass_id": 1, "acks_version": 0, "consumed_version": 0}'}])
+
+    def suspicion(seq, t, changed, old, epoch, run):
+        return {"topic": "t", "partition": 0, "producer_id": "p", "run_id": run, "seq": seq,
+                "count": 5, "offset": seq, "ack_time": at(t), "last_ack_time": at(t),
+                "broker": old, "basis": "broker", "old_leader": old, "leader_epoch": epoch,
+                "end_offset": seq, "new_leader": old + 1, "new_epoch": epoch + 1,
+                "changed_at": at(changed), "suspected_at": at(changed + 1)}
+
+    append_rows(s.table_path("suspicions"), "suspicions", [
+        suspicion(100, 7, 10, 1, 4, "a"), suspicion(200, 20, 30, 2, 5, "b")])
+    client = TestClient(create_app(s), base_url="http://localhost")
+    items = client.get("/v1/findings", params={"kind": "lost"}).json()["items"]
+    assert {i["run_id"]: i["window_id"].split(":")[0] for i in items} == {
+        "a": "leader_change", "b": "leader_change", "c": "reduced_redundancy"}
+    assert {i["run_id"]: i["window_id"] for i in items}["b"] == \
+        f"leader_change:t:0:{at(28).isoformat()}"
+    named = {w["window_id"]: w["losses_named"] for w in client.get("/v1/windows").json()["items"]}
+    assert named == {f"leader_change:t:0:{at(8).isoformat()}": 5,
+                     f"leader_change:t:0:{at(28).isoformat()}": 5,
+                     f"reduced_redundancy:t:0:{at(8).isoformat()}": 5}
