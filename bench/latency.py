@@ -55,7 +55,7 @@ from steady import (
 
 from kafka_audit.latency import loss_latency, nearest_rank
 from kafka_audit.scenarios.cluster import LocalCluster, wait_until
-from kafka_audit.scenarios.harness import Component, lost_messages
+from kafka_audit.scenarios.harness import Component, fetch_suspicions, lost_messages
 from kafka_audit.settings import Settings
 from kafka_audit.store import read_table
 
@@ -66,13 +66,6 @@ def summary(base: str, topic: str) -> dict | None:
             return json.load(r)
     except Exception:  # noqa: BLE001 - not up yet / topic not known yet
         return None
-
-
-def suspected_over_rest(base: str, topic: str) -> list[dict]:
-    """Every suspicion of ``topic`` (``GET /v1/suspicions``, the newest 1,000)."""
-    with urllib.request.urlopen(f"{base}/v1/suspicions?topic={topic}&limit=1000",
-                                timeout=10) as r:
-        return json.load(r)["items"]
 
 
 class Poller:
@@ -99,7 +92,7 @@ class Poller:
 
     def run(self) -> None:
         suspicions = threading.Thread(target=self._poll, daemon=True, args=(
-            lambda: lost_messages(suspected_over_rest(self.base, self.topic)),
+            lambda: lost_messages(fetch_suspicions(self.base, self.topic)),
             self.first_suspected), name="poller-suspicions")
         suspicions.start()
         self._poll(lambda: lost_over_rest(self.base, self.topic), self.first_seen)
@@ -176,7 +169,7 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         poller.stop.set()
         poller.thread.join(30)
         found = lost_over_rest(api, topic)
-        suspected = suspected_over_rest(api, topic)
+        suspected = fetch_suspicions(api, topic)
         service_log = service.output()
     findings = read_table(settings.table_path("findings"), "findings").to_pylist()
     changes = sorted((r["event_time"].timestamp(), r["partition"]) for r in read_table(

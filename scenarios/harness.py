@@ -198,6 +198,15 @@ def fetch_lost(base_url: str, topic: str, token: str | None = None) -> list[dict
             return items
 
 
+def fetch_suspicions(base_url: str, topic: str) -> list[dict]:
+    """The suspicions of ``topic`` over HTTP (``GET /v1/suspicions``, the newest 1,000)."""
+    from urllib.parse import quote
+
+    with urllib.request.urlopen(f"{base_url}/v1/suspicions?topic={quote(topic)}&limit=1000",
+                                timeout=30) as resp:
+        return json.load(resp)["items"]
+
+
 def expand_rows(rows: list[dict], *cols: str) -> list:
     """Run rows (``offset``/``seq`` first, ``count``) as one value (one column asked) or
     tuple per message, sorted: findings, ledger and consumed rows alike."""

@@ -133,7 +133,6 @@ class Summary(BaseModel):
     unjudged_records: dict[str, UnjudgedRecords] = Field(
         description="per topic, stream records the auditor cannot judge")
     suspected: SuspectedWrites = Field(
-        default_factory=lambda: SuspectedWrites(suspected=0, open=0, confirmed=0, withdrawn=0),
         description="writes suspected lost at a leader change (GET /v1/suspicions), apart "
                     "from the verdicts: a state, not a verdict")
 

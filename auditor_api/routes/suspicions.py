@@ -3,7 +3,7 @@
 The suspicion marker (``jobs/audit/suspicions.py``) writes a ``suspicions`` row for the
 writes a leader change truncated, seconds after the change, before any read could judge
 them. Each row's state is derived here from the committed findings of its writes
-(:func:`~kafka_audit.jobs.core.suspicion.settle`): *suspected* while some are not judged
+(:func:`~kafka_audit.schemas.suspicions.settle`): *suspected* while some are not judged
 yet, then *confirmed* (judged lost), *withdrawn* (judged otherwise, said why) or *partly*
 confirmed. A suspicion is never a verdict: ``/v1/summary``'s verdicts are the read's alone;
 its ``suspected`` part counts the suspected writes apart. A loss finding a suspicion
@@ -67,6 +67,8 @@ class SuspicionsPage(BaseModel):
 
 
 _FINDING_COLUMNS = ["topic", "partition", "producer_id", "run_id", "kind", "seq", "count"]
+#: the tables a suspicion's state is derived from
+_SETTLED_BY = ("suspicions", "findings", "audit_hot")
 
 
 def _why(r: dict) -> str | None:
@@ -115,7 +117,7 @@ def settled_suspicions(reader) -> list[dict]:
                                            r["producer_id"], r["run_id"], r["seq"]),
                       reverse=True)
 
-    return reader.memo("settled_suspicions", ("suspicions", "findings", "audit_hot"), compute)
+    return reader.memo("settled_suspicions", _SETTLED_BY, compute)
 
 
 def suspected_totals(rows: list[dict]) -> SuspectedWrites:
@@ -123,6 +125,18 @@ def suspected_totals(rows: list[dict]) -> SuspectedWrites:
                            open=sum(r["pending"] for r in rows),
                            confirmed=sum(r["lost"] for r in rows),
                            withdrawn=sum(r["found"] + r["other"] for r in rows))
+
+
+def _by_run(reader) -> dict[tuple, list[dict]]:
+    """The settled suspicions per (topic, partition, producer, run), built once a version."""
+    def compute(*_snaps):
+        out: dict[tuple, list[dict]] = {}
+        for s in settled_suspicions(reader):
+            out.setdefault((s["topic"], s["partition"], s["producer_id"], s["run_id"]),
+                           []).append(s)
+        return out
+
+    return reader.memo("suspicions_by_run", _SETTLED_BY, compute)
 
 
 def suspected_by(reader, rows: list[dict]) -> None:
@@ -134,10 +148,7 @@ def suspected_by(reader, rows: list[dict]) -> None:
         for r in rows:
             r["suspected_by"] = None
         return
-    by_run: dict[tuple, list[dict]] = {}
-    for s in settled_suspicions(reader):
-        by_run.setdefault((s["topic"], s["partition"], s["producer_id"], s["run_id"]),
-                          []).append(s)
+    by_run = _by_run(reader)
     for r in rows:
         r["suspected_by"] = None
         if r.get("kind") not in losses or r.get("seq") is None:

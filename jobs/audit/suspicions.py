@@ -22,7 +22,7 @@ The watcher answers each leader change with an ``epoch_end`` row of ``cluster_ev
   it) is never suspected again, so a restarted marker writes nothing twice.
 
 A suspicion is a state, not a verdict: the audit judges every write as before; the API
-derives each suspicion's state from the findings (:func:`~kafka_audit.jobs.core.suspicion.settle`).
+derives each suspicion's state from the findings (:func:`~kafka_audit.schemas.suspicions.settle`).
 A change the watcher did not answer (it was down, or the new leader did not say) marks
 nothing: the read after settle still finds its losses.
 """
@@ -53,6 +53,7 @@ from kafka_audit.jobs.core.suspicion import (
 )
 from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES
 from kafka_audit.settings import Settings
+from kafka_audit.status import Outage, StatusWriter
 from kafka_audit.store import (
     append_once,
     files_added_since,
@@ -82,20 +83,21 @@ def _ts(t: datetime) -> pa.Scalar:
     return pa.scalar(t, pa.timestamp("us", tz="UTC"))
 
 
-def _of(keys: list[Key]) -> pc.Expression:
-    """Rows of the partitions ``keys``."""
-    return functools.reduce(operator.or_, [
-        (pc.field("topic") == t) & (pc.field("partition") == pa.scalar(p, pa.int32()))
-        for t, p in keys])
+def _of(key: Key) -> pc.Expression:
+    """Rows of the partition ``key``."""
+    return (pc.field("topic") == key[0]) & (pc.field("partition") == pa.scalar(key[1],
+                                                                               pa.int32()))
+
+
+def _any(expressions: list[pc.Expression]) -> pc.Expression:
+    return functools.reduce(operator.or_, expressions)
 
 
 def _above(floors: dict[Key, int]) -> pc.Expression:
     """Runs of the partitions ``floors`` names that reach at or above its offset there (the
     lowest end offset of its followed changes: no run below can be suspected)."""
-    return functools.reduce(operator.or_, [
-        (pc.field("topic") == t) & (pc.field("partition") == pa.scalar(p, pa.int32()))
-        & (pc.field("offset") + pc.field("count") > pa.scalar(f, pa.int64()))
-        for (t, p), f in floors.items()])
+    return _any([_of(k) & (pc.field("offset") + pc.field("count") > pa.scalar(f, pa.int64()))
+                 for k, f in floors.items()])
 
 
 class Marker:
@@ -121,7 +123,6 @@ class Marker:
         self.floors: dict[Key, int] = {}  # the offset above which ``runs`` were read
         self.taken: dict[Key, Spans] = {}  # followed partitions' suspected seqs
         self.txn: int | None = None
-        self.marked = 0  # writes this marker suspected
 
     def round(self, now: datetime | None = None) -> int:
         """One round at ``now``: the writes newly suspected (appended to ``suspicions``)."""
@@ -149,7 +150,6 @@ class Marker:
             self._append(rows)
         self.taken = taken
         n = sum(r["count"] for r in rows)
-        self.marked += n
         if n:
             log.info("suspected %d writes of %d runs (%s)", n, len(rows), ", ".join(sorted(
                 {f"{r['topic']}-{r['partition']} epoch {r['leader_epoch']} of broker "
@@ -187,8 +187,8 @@ class Marker:
                 # followed from its answer, or from when this marker first read it (one
                 # that could not run meanwhile follows it anew): what the ledger holds of
                 # it by then is suspected
-                answered = max(change.changed_at, r["event_time"].astimezone(UTC), now)
-                self.changes[key].setdefault(change, answered + self.follow)
+                read = max(r["event_time"].astimezone(UTC), now)
+                self.changes[key].setdefault(change, read + self.follow)
             elif (ls := leadership_of(r)) is not None:
                 self.leaders[key].append(ls)
         horizon = now - self.follow - self.lookback
@@ -232,7 +232,8 @@ class Marker:
             return
         had = read_table(self.path, "suspicions", ["topic", "partition", "producer_id",
                                                    "run_id", "seq", "count"],
-                         _of(keys) & (pc.field("last_ack_time") >= _ts(since)))
+                         _any([_of(k) for k in keys])
+                         & (pc.field("last_ack_time") >= _ts(since)))
         for r in had.to_pylist():
             self.taken[(r["topic"], r["partition"])].setdefault(
                 (r["producer_id"], r["run_id"]), []).append((r["seq"], r["seq"] + r["count"]))
@@ -249,23 +250,22 @@ class Marker:
 
 def run_marker(settings: Settings, stop: threading.Event) -> None:
     """Rounds every ``audit.suspect_seconds`` until ``stop``. A round that fails (the store
-    out of reach) is logged once per error and begins afresh: the next round reads the
+    out of reach) is ridden out as every component does (:class:`~kafka_audit.status.Outage`:
+    a line when it starts and one when it ends, a capped backoff, its status file) and
+    begins afresh: the next round reads the
     recent changes and what it follows again and seeds from the table, so nothing is
     suspected twice. Reports that reach the ledger after a change's follow window (a
     producer spooling through a long outage) are not suspected: the read after settle
     judges them as always."""
     marker = Marker(settings)
-    last_error = None
+    outage = Outage("suspicions", StatusWriter(settings.home_dir, "suspicions"), log,
+                    settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
     while not stop.is_set():
+        wait = settings.audit.suspect_seconds
         try:
             marker.round()
-            if last_error is not None:
-                log.info("marking suspicions again")
-                last_error = None
+            outage.succeeded()
         except Exception as exc:  # noqa: BLE001 - the store or a race: begun afresh
-            error = f"{type(exc).__name__}: {str(exc).splitlines()[0][:300] if str(exc) else ''}"
-            if error != last_error:
-                log.warning("suspicions not marked (tried again): %s", error)
-            last_error = error
+            wait = outage.failed(exc)
             marker = Marker(settings)
-        stop.wait(settings.audit.suspect_seconds)
+        stop.wait(wait)

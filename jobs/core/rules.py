@@ -96,7 +96,7 @@ from kafka_audit.schemas.verdicts import (
 __all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "judge_partition",
            "likely_cause", "duplicate_cases", "reorder_witness", "Verdict", "Judgement",
            "retained_reads", "coalesce_rereads", "split_brain_pairs", "split_brain_spans",
-           "acked_in_split_brain", "acked_by_deposed", "deposed_at", "merge_spans"]
+           "acked_in_split_brain", "deposed_at", "merge_spans"]
 
 #: of two reads made at one instant, the direct re-read is the later word: it was asked
 #: for because the stream's view was in doubt
@@ -167,7 +167,7 @@ def likely_cause(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> 
     changes = sorted((e for e in events if e.kind in LEADER_CHANGES
                       and e.event_time >= after), key=lambda e: e.event_time)
     cause = (Cause.isolated_leader if acked_in_split_brain(ack, events, now)
-             or acked_by_deposed(ack, events) else _cause_of(ack, changes, events))
+             or deposed_at(ack, events) is not None else _cause_of(ack, changes, events))
     end = changes[0].event_time if changes else now
     gaps = sorted((e.event_time, e.until) for e in events if e.kind == BLIND
                   and e.event_time <= end and (e.until is None or e.until >= after))
@@ -228,12 +228,6 @@ def deposed_at(ack: AckRun, events: Sequence[ClusterEvent]) -> ClusterEvent | No
            and (e.until is None or e.until >= last.event_time) for e in events):
         return None
     return last
-
-
-def acked_by_deposed(ack: AckRun, events: Sequence[ClusterEvent]) -> bool:
-    """Whether a deposed leader acknowledged the run (:func:`deposed_at`): a split brain
-    seen in the ledger, whether or not the watcher saw two leaders."""
-    return deposed_at(ack, events) is not None
 
 
 def acked_in_split_brain(ack: AckRun, events: Sequence[ClusterEvent], now: datetime) -> bool:

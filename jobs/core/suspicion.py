@@ -39,9 +39,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 from kafka_audit.jobs.core.model import AckRun
+from kafka_audit.jobs.core.rules import DEPOSED_SLACK
 from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES
 from kafka_audit.schemas.suspicions import BY_BROKER, BY_TIME
 
@@ -84,10 +85,10 @@ class Suspicion:
     basis: str
 
 
-#: leaderships are seen up to this late when the watcher polls (two polls may lie this far
-#: apart before it calls itself blind: ``watch.blind_after_seconds``' default); the old
-#: leader's runs this close to when it began or began again to lead are told by offset
-LEAD_SLACK = timedelta(seconds=3)
+#: leaderships are seen up to this late when the watcher polls (the lateness the split-brain
+#: rule allows a polled change, ``rules.DEPOSED_SLACK``); the old leader's runs this close
+#: to when it began or began again to lead are told by offset
+LEAD_SLACK = DEPOSED_SLACK
 
 
 def _back(change: EpochEnd, known: list[EpochEnd]) -> EpochEnd | None:

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import contextlib
 
-from kafka_audit.jobs.audit.suspicions import Marker
 from kafka_audit.jobs.watcher.broker_views import ask, epoch_ends
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import produce_with_leader_kill
 from kafka_audit.store import read_table
 
-from ..support.leader_kill import watching
+from ..support.leader_kill import mark_suspicions, watching
 
 
 def _views(cluster, topic):
@@ -78,10 +77,7 @@ def test_the_old_epochs_end_on_the_new_leader_names_the_truncated_writes(cluster
     acked = [r for r in read_table(settings.table_path("acks"), "acks").to_pylist()
              if r["producer_id"] == p.producer_id and r["partition"] == 0]
     assert acked and all(r["broker"] is not None for r in acked if r["error_name"] is None)
-    # run after the fault (the service runs it every half second): follow every change
-    marking = settings.model_copy(update={"audit": settings.audit.model_copy(
-        update={"suspect_follow_seconds": 3600})})
-    assert Marker(marking).round() > 0
+    assert mark_suspicions(settings) > 0
     suspected = [r for r in read_table(settings.table_path("suspicions"),
                                        "suspicions").to_pylist()
                  if r["producer_id"] == p.producer_id]
@@ -94,7 +90,7 @@ def test_the_old_epochs_end_on_the_new_leader_names_the_truncated_writes(cluster
     # the kill's own: the killed leader's writes, by broker
     assert {(r["old_leader"], r["basis"]) for r in suspected
             if r["leader_epoch"] == seen["epoch"]} == {(killed, "broker")}
-    assert Marker(marking).round() == 0  # a restarted marker suspects nothing twice
+    assert mark_suspicions(settings) == 0  # a restarted marker suspects nothing twice
 
 
 def test_a_clean_hand_over_under_acks_all_suspects_nothing(cluster, settings, topic):
@@ -134,9 +130,7 @@ def test_a_clean_hand_over_under_acks_all_suspects_nothing(cluster, settings, to
                             "an epoch_end row for every leader change")
     p = holder["p"]
     assert len([r for r in events if r["kind"] == "epoch_end"]) >= 2, events
-    marking = settings.model_copy(update={"audit": settings.audit.model_copy(
-        update={"suspect_follow_seconds": 3600})})
-    assert Marker(marking).round() == 0
+    assert mark_suspicions(settings) == 0
     assert not acked_but_missing(p.record, p.producer_id, p.run_id,
                                  full_read_stamps(cluster.bootstrap, topic))
     assert p.acked > 0

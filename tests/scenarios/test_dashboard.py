@@ -17,7 +17,6 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from kafka_audit.auditor_api.auth import hash_token, new_token
-from kafka_audit.jobs.audit.suspicions import Marker
 from kafka_audit.scenarios.harness import (
     ApiServer,
     fetch_lost,
@@ -25,7 +24,7 @@ from kafka_audit.scenarios.harness import (
 )
 from kafka_audit.settings import Settings
 
-from ..support.leader_kill import audited_losses, kill_the_leader, watching
+from ..support.leader_kill import audited_losses, kill_the_leader, mark_suspicions, watching
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -50,9 +49,7 @@ def test_dashboard_shows_the_lost_writes_of_a_leader_kill(cluster, spark, settin
     with watching(settings):
         p, killed = kill_the_leader(settings, cluster, topic)
     truth = audited_losses(spark, settings, cluster, topic, p, read_timeout=300)
-    # the service's suspicion marker, run once after the fault (following every change)
-    Marker(settings.model_copy(update={"audit": settings.audit.model_copy(
-        update={"suspect_follow_seconds": 3600})})).round()
+    mark_suspicions(settings)  # the service's suspicion marker, once after the fault
     by_partition: dict[int, int] = {}
     for part, _offset, _seq in truth:
         by_partition[part] = by_partition.get(part, 0) + 1

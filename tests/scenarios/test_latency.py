@@ -18,6 +18,7 @@ from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamp
 from kafka_audit.scenarios.harness import (
     Component,
     fetch_lost,
+    fetch_suspicions,
     lost_messages,
     produce_with_leader_kill,
 )
@@ -31,12 +32,6 @@ def summary(base: str, topic: str) -> dict | None:
     except httpx.HTTPError:
         return None
     return r.json() if r.status_code == 200 else None
-
-
-def suspicions(base: str, topic: str) -> list[dict]:
-    r = httpx.get(f"{base}/v1/suspicions", params={"topic": topic, "limit": 1000}, timeout=30)
-    r.raise_for_status()
-    return r.json()["items"]
 
 
 class Answers:
@@ -54,7 +49,7 @@ class Answers:
         while not self.stop.wait(1):
             t = time.time()
             try:
-                for w in lost_messages(suspicions(self.base, self.topic)):
+                for w in lost_messages(fetch_suspicions(self.base, self.topic)):
                     self.first_suspected.setdefault(w, t)
                 for w in lost_messages(fetch_lost(self.base, self.topic)):
                     self.first_seen.setdefault(w, t)
@@ -96,7 +91,7 @@ def test_each_kills_losses_are_answered_over_rest_and_equal_ground_truth(cluster
             answers.stop.set()
             answers.thread.join(10)
         found = lost_messages(fetch_lost(base, topic))
-        suspected = suspicions(base, topic)
+        suspected = fetch_suspicions(base, topic)
         log = service.output()
     assert len(kills) == 2 and all(truth), "each acks=1 leader kill is expected to lose writes"
     assert found == lost, (len(found), len(lost), log[-3000:])

@@ -15,7 +15,7 @@ from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.scenarios.groundtruth import acked_but_missing, full_read_stamps
 from kafka_audit.scenarios.harness import audit_until_settled, produce_with_leader_kill
 
-__all__ = ["watching", "kill_the_leader", "audited_losses"]
+__all__ = ["watching", "kill_the_leader", "audited_losses", "mark_suspicions"]
 
 
 @contextlib.contextmanager
@@ -48,3 +48,13 @@ def audited_losses(spark, settings, cluster, topic: str, p, read_timeout: float 
                               full_read_stamps(cluster.bootstrap, topic, timeout=read_timeout))
     assert truth, "acks=1 with a leader SIGKILL mid-stream is expected to lose writes"
     return truth
+
+
+def mark_suspicions(settings) -> int:
+    """One round of the service's suspicion marker after the fault, following every change
+    the watcher answered (the service runs it every half second, each change a minute):
+    the writes newly suspected."""
+    from kafka_audit.jobs.audit.suspicions import Marker
+
+    return Marker(settings.model_copy(update={"audit": settings.audit.model_copy(
+        update={"suspect_follow_seconds": 3600})})).round()
