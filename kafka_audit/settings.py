@@ -285,7 +285,8 @@ class WatchSettings(_Section):
     metadata_log_dirs: list[str] | None = Field(
         None, description="the nodes' KRaft metadata log folders on this machine (each a "
         "metadata.log.dir or its __cluster_metadata-0): the exact timeline "
-        "(jobs/watcher/metadata_log.py). None: the local cluster's, for the local profile; []: off")
+        "(jobs/watcher/metadata_log.py); a record counts once a majority of them hold it, so "
+        "list every controller's. None: the local cluster's, for the local profile; []: off")
     metadata_log_stale_seconds: float = Field(
         3, gt=0, description="the metadata log counts as current while its newest record is "
         "younger than this (the active controller writes one every 500 ms); else the "
