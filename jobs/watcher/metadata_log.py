@@ -23,12 +23,16 @@ records in, event rows out) turns them into ``cluster_events`` rows with the sou
   controller), which no client API tells (a KRaft broker answers DescribeCluster with a
   random live broker as "controller").
 
-What it can miss: nothing in the log, but the log can be late. A node whose files are
-read may be down; the tail takes each offset from whichever node has it, and while no
-record is newer than ``watch.metadata_log_stale_seconds`` (the active controller writes
-a no-op every 500 ms) the watcher falls back to its polls for partition events. Records
-a controller wrote but the quorum never committed can be read from its own file before
-Raft truncates them (a controller failover at that instant).
+What it can miss: nothing in the log, but the log can be late. The tail prints an offset
+once a majority of the folders it reads hold a record there written in the same Raft
+epoch: a controller killed while appending leaves records the quorum never committed in
+its own file, and its successor writes others at those offsets in a later epoch (taking
+each offset from whichever node had it first read the dead controller's and never the
+committed ones: an ISR change missed). So give it every controller's folder (a node that
+is down holds nothing back while the rest are a majority), or one (each record as it is
+read, that risk kept). While no record is newer than
+``watch.metadata_log_stale_seconds`` (the active controller writes a no-op every 500 ms)
+the watcher falls back to its polls for partition events.
 """
 
 from __future__ import annotations
@@ -92,16 +96,22 @@ class MetadataFold:
     ``min_isr`` maps a topic to its ``min.insync.replicas`` where known (the watcher's);
     ``excluded``: topics whose names start with it make no rows (internal topics);
     ``quiet_until``: records up to this time only fold (a restarted watcher has written
-    their rows before)."""
+    their rows before); ``polled``: per partition, the same for the partitions whose
+    changes the watcher's polls wrote while the log was late (each change once, and a
+    partition the polls saw no change of keeps its log's rows; ``("", -1)``: the brokers'
+    fencing)."""
 
     min_isr: Mapping[str, int] = field(default_factory=dict)
     excluded: str = "_"
     quiet_until: datetime | None = None
+    polled: dict[tuple[str, int], datetime] = field(default_factory=dict)
     topics: dict[str, str] = field(default_factory=dict)  # topic id -> name
     #: (topic id, partition) -> its state, and its eligible leader replicas where kept
     partitions: dict[tuple[str, int], PartitionView] = field(default_factory=dict)
     elr: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     fenced: dict[int, bool] = field(default_factory=dict)
+    #: partition changes skipped: their partition's creation was never read (a skip, counted)
+    unknown_changes: int = 0
     controller: int | None = None
     #: a topic's own min.insync.replicas (its CONFIG_RECORD), before ``min_isr`` is asked
     topic_min_isr: dict[str, int] = field(default_factory=dict)
@@ -117,7 +127,11 @@ class MetadataFold:
         quiet = rec.get("snapshot") or at is None or (
             self.quiet_until is not None and at <= self.quiet_until)
         rows = self._apply(kind, data, at)
-        return [] if quiet else rows
+        if quiet:
+            return []
+        return [r for r in rows if r["kind"] == CONTROLLER_CHANGE  # never polled
+                or (r["topic"], r["partition"]) not in self.polled
+                or at > self.polled[(r["topic"], r["partition"])]]
 
     def _time(self, ms: int) -> datetime | None:
         """A record's time, its order kept: the controller stamps a whole batch with one
@@ -153,8 +167,12 @@ class MetadataFold:
         elif kind == "PARTITION_CHANGE_RECORD":
             key = (data["topicId"], data["partitionId"])
             old = self.partitions.get(key)
-            if old is None:
-                return []  # a change to a partition this fold never saw created
+            if old is None:  # a change to a partition this fold never saw created: counted
+                self.unknown_changes += 1
+                log.warning("metadata log: a change to partition %s/%s never seen created "
+                            "skipped (%d so far)", data["topicId"], data["partitionId"],
+                            self.unknown_changes)
+                return []
             changes: dict = {}
             if data.get("isr") is not None:
                 changes["isr"] = tuple(sorted(data["isr"]))
@@ -309,6 +327,13 @@ class MetadataTail:
         with self._lock:
             newest = self._newest
         return self.alive() and newest >= 0 and now - newest / 1000 <= self.stale_seconds
+
+    def polled(self, keys: list[tuple[str, int]], until: datetime) -> None:
+        """The polls wrote these partitions' changes up to ``until`` while the log was late:
+        the log's rows for them up to then are not written again."""
+        with self._lock:
+            for key in keys:
+                self.fold.polled[key] = until
 
     def drain(self) -> list[dict]:
         with self._lock:

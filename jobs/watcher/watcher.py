@@ -375,8 +375,9 @@ class ClusterWatcher:
                     "source": source,
                 })
             self.state[key] = view
-        if not self.exact and self.metadata is not None and changed:
-            self.metadata.fold.quiet_until = now  # this span's changes were polled: once
+        if not self.exact and self.metadata is not None and (changed or brokers):
+            # these changes were polled: once (("", -1): the brokers' rows)
+            self.metadata.polled([*changed, *([("", -1)] if brokers else [])], now)
         rows += self._split_brain(views, topics, now)
         sample = now >= self._next_log_end
         asked = sorted(self.state) if sample else sorted(set(changed))

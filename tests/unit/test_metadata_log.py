@@ -149,3 +149,34 @@ def test_records_of_one_millisecond_keep_the_logs_order():
     assert sorted(us[1:-1]) == us[1:-1] and us[-2] == 11_000  # a later ms: its own time
     assert us[-1] == 5_000  # the clock went back: kept
     assert times(MetadataFold()) == got
+
+
+def test_a_change_to_a_partition_never_seen_created_is_a_counted_skip():
+    fold = MetadataFold()
+    created(fold)
+    rows = fold.apply(rec("PARTITION_CHANGE_RECORD", 10, partitionId=7, topicId="T1", isr=[1]))
+    assert rows == [] and fold.unknown_changes == 1
+    # the partitions it knows still change
+    assert kinds(fold.apply(rec("PARTITION_CHANGE_RECORD", 20, partitionId=0, topicId="T1",
+                                isr=[1, 2]))) == ["isr_shrink"]
+    assert fold.unknown_changes == 1
+
+
+def test_changes_the_polls_wrote_while_the_log_was_late_are_not_written_again():
+    fold = MetadataFold()
+    created(fold)
+    created(fold, name="payments", tid="T2")
+    polled_at = datetime.fromtimestamp((T0 + 100) / 1000, UTC)
+    # the polls wrote orders/0's change and a broker's fencing up to T0+100
+    fold.polled.update({("orders", 0): polled_at, ("", -1): polled_at})
+    assert fold.apply(rec("PARTITION_CHANGE_RECORD", 50, partitionId=0, topicId="T1",
+                          isr=[1, 2])) == []
+    assert fold.apply(rec("FENCE_BROKER_RECORD", 60, id=3, epoch=1)) == []
+    # another partition's change in that span: the polls did not write it, the log does
+    late = fold.apply(rec("PARTITION_CHANGE_RECORD", 70, partitionId=0, topicId="T2",
+                          isr=[1, 2]))
+    assert kinds(late) == ["isr_shrink"] and late[0]["topic"] == "payments"
+    # the active controller is never polled; after the span, every row again
+    assert kinds(fold.apply(rec("LEADER_CHANGE", 80, leaderId=2))) == ["controller_change"]
+    assert kinds(fold.apply(rec("PARTITION_CHANGE_RECORD", 150, partitionId=0, topicId="T1",
+                                isr=[1])))[0] == "isr_shrink"
