@@ -16,6 +16,7 @@ job and the API read it.
 from __future__ import annotations
 
 __all__ = ["EVENTS", "EVENT_KINDS", "WINDOWS", "WINDOW_KINDS", "LEADER_CHANGES", "CLUSTER_WIDE",
+           "METADATA_LOG",
            "FIRST_SEEN", "LEADER_CHANGE", "LEADER_REELECTED", "OFFLINE", "UNCLEAN_ELECTION",
            "ISR_SHRINK", "ISR_EXPAND", "UNDER_MIN_ISR_ENTER", "UNDER_MIN_ISR_EXIT",
            "ISR_ALONE_ENTER", "ISR_ALONE_EXIT", "BLIND", "LOG_END_DROP", "TOPIC_CONFIG",
@@ -87,6 +88,9 @@ EVENT_KINDS = tuple(EVENTS)
 LEADER_CHANGES = (LEADER_CHANGE, OFFLINE, LEADER_REELECTED)
 #: the cluster-wide rows every partition's evidence includes
 CLUSTER_WIDE = (BLIND, BROKER_FENCED, BROKER_UNFENCED)
+#: the source of events read from the KRaft metadata log: at the controller's own time, in
+#: its order (a polled event is seen up to a poll late)
+METADATA_LOG = "kraft:metadata_log"
 
 # ---- windows: the ``kind`` of a ``windows`` row (``jobs/core/windows.py``) ----
 

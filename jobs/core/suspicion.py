@@ -14,10 +14,13 @@ Which writes the old leader acknowledged in that epoch:
   the old leader, from the epoch's start (when the watcher saw it lead at that epoch; the
   beginning when not seen) until it leads again at a newer epoch. A leader that goes on
   acknowledging after the change (paused past its session, a split brain) is included:
-  those writes are truncated as well. A polled leadership is seen up to
-  :data:`LEAD_SLACK` late: runs that close to its start or its return count as the old
-  epoch's unless they lie at or above where its new epoch begins (the answer of the
-  change that made it lead again, where known);
+  those writes are truncated as well. A leadership read from the metadata log is
+  exact (the controller's time: a broker acknowledges at a new epoch only after it);
+  a polled one is seen up to :data:`LEAD_SLACK` late: runs that close to its start or
+  its return count as the old epoch's unless they lie at or above where its new epoch
+  begins (the answer of the change that made it lead again, where known). By offset a
+  paused leader's last writes before it leads again look like its new epoch's: only
+  the exact time tells them apart;
 * **by time** (no broker named: confluent-kafka's Python reports): runs acknowledged from
   the epoch's start until the change. Writes the new leader acknowledged at once can fall
   in; the read withdraws them, and the suspicion says it was by time.
@@ -39,11 +42,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from kafka_audit.jobs.core.model import AckRun
 from kafka_audit.jobs.core.rules import DEPOSED_SLACK
-from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES
+from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES, METADATA_LOG
 from kafka_audit.schemas.suspicions import BY_BROKER, BY_TIME
 
 __all__ = ["EpochEnd", "Leadership", "Suspicion", "BY_BROKER", "BY_TIME", "suspect",
@@ -68,11 +71,18 @@ class EpochEnd:
 
 @dataclass(frozen=True)
 class Leadership:
-    """From ``at`` on, ``leader`` leads the partition at ``epoch`` (a cluster event)."""
+    """From ``at`` on, ``leader`` leads the partition at ``epoch`` (a cluster event);
+    ``exact``: read from the metadata log (at the controller's time), else polled."""
 
     at: datetime
     leader: int
     epoch: int
+    exact: bool = False
+
+    @property
+    def slack(self) -> timedelta:
+        """How late it may have been seen."""
+        return timedelta(0) if self.exact else LEAD_SLACK
 
 
 @dataclass(frozen=True)
@@ -101,17 +111,19 @@ def _back(change: EpochEnd, known: list[EpochEnd]) -> EpochEnd | None:
 
 
 def _window(change: EpochEnd, leaders: list[Leadership]
-            ) -> tuple[datetime | None, datetime | None]:
+              ) -> tuple[Leadership | None, Leadership | None]:
     """When the old leader began leading at the change's epoch (None: not seen), and when
-    it led again at a newer epoch after the change (None: not since)."""
+    it led again at a newer epoch after the change (None: not since), each as seen first."""
     start = again = None
     for ls in leaders:
         if ls.leader != change.old_leader:
             continue
         if ls.epoch == change.epoch and ls.at <= change.changed_at:
-            start = ls.at if start is None else max(start, ls.at)
+            start = ls if start is None or ls.at - ls.slack > start.at - start.slack \
+                else start
         elif ls.epoch > change.epoch and ls.at > change.changed_at:
-            again = ls.at if again is None else min(again, ls.at)
+            again = ls if again is None or ls.at - ls.slack < again.at - again.slack \
+                else again
     return start, again
 
 
@@ -134,12 +146,12 @@ def suspect(acks: list[AckRun], changes: list[EpochEnd], leaders: list[Leadershi
         for a in acks:
             if not a.placed or a.end <= change.end_offset:
                 continue
-            if start is not None and a.last_ack < start - LEAD_SLACK:
+            if start is not None and a.last_ack < start.at - start.slack:
                 continue  # acknowledged before the old leader led at that epoch
             if a.broker is not None:
                 if a.broker != change.old_leader:
                     continue
-                if (again is not None and a.first_ack >= again - LEAD_SLACK
+                if (again is not None and a.first_ack >= again.at - again.slack
                         and (back is None or a.end > back.end_offset)):
                     continue  # at or after it led again: its new epoch's writes
                 basis = BY_BROKER
@@ -190,7 +202,8 @@ def leadership_of(row: dict) -> Leadership | None:
     if (row.get("kind") not in (*LEADER_CHANGES, FIRST_SEEN) or row.get("leader") is None
             or row["leader"] < 0 or row.get("leader_epoch") is None):
         return None
-    return Leadership(_utc(row["event_time"]), row["leader"], row["leader_epoch"])
+    return Leadership(_utc(row["event_time"]), row["leader"], row["leader_epoch"],
+                      row.get("source") == METADATA_LOG)
 
 
 def ack_run_of(row: dict) -> AckRun:

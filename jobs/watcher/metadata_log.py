@@ -52,6 +52,7 @@ from kafka_audit.schemas.events import (
     BROKER_FENCED,
     BROKER_UNFENCED,
     CONTROLLER_CHANGE,
+    METADATA_LOG,
     TOPIC_CONFIG_CHANGE,
 )
 
@@ -63,7 +64,7 @@ __all__ = ["MetadataFold", "MetadataTail", "metadata_dirs", "local_metadata_dirs
 
 log = logging.getLogger(__name__)
 
-SOURCE = "kraft:metadata_log"
+SOURCE = METADATA_LOG
 #: a change record's leader when the leader does not change (Kafka's NO_LEADER_CHANGE)
 NO_LEADER_CHANGE = -2
 #: a CONFIG_RECORD's resourceType for a topic (ConfigResource.Type.TOPIC)

@@ -2,6 +2,7 @@
 write-by-write reading of its definition on drawn ones."""
 
 from dataclasses import replace
+from datetime import timedelta
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -94,6 +95,26 @@ def test_the_old_leaders_return_seen_late_keeps_its_new_epochs_writes_out():
         (60, 60, 5, BY_BROKER)]
 
 
+def test_a_paused_leaders_last_writes_before_it_leads_again_are_told_by_exact_time():
+    """Broker 1, deposed at 10 s (epoch 4 ends at 40), resumed and acknowledged at its old
+    epoch until it learned; it led again at epoch 6 from 20 s. Its writes acknowledged
+    1 s before that lie above where epoch 6 begins (45: the deposed tail was longer than
+    epoch 5's log), as its new epoch's would. Read from the metadata log, the return's
+    time is exact: they are epoch 4's. Polled, it may have been seen up to LEAD_SLACK
+    late: they are taken as epoch 6's (by offset they cannot be told apart)."""
+    deposed = acked(60, 60, 10, t=19)
+    back = change(45, t=20, old=2, epoch=5, new=1)
+    exact = [Leadership(at(0), 1, 4, True), Leadership(at(10), 2, 5, True),
+             Leadership(at(20), 1, 6, True)]
+    assert named(suspect([deposed], [change(40)], exact, known=[change(40), back])) == [
+        (60, 60, 10, BY_BROKER)]
+    polled = [*LEADS, Leadership(at(20), 1, 6)]
+    assert suspect([deposed], [change(40)], polled, known=[change(40), back]) == []
+    # its epoch-6 writes, acknowledged after the exact return, are not suspected
+    new = acked(70, 70, 5, t=20.5)
+    assert suspect([new], [change(40)], exact, known=[change(40), back]) == []
+
+
 def test_a_clean_hand_over_suspects_nothing():
     """acks=all: every acknowledged write is below the high watermark the new leader (in
     the ISR) holds, so the old epoch ends at or past the last of them."""
@@ -112,23 +133,26 @@ def _reference(runs, changes, leads):
     (by time) that names it."""
     out = {}
     for c in sorted(changes, key=lambda c: (c.changed_at, c.epoch)):
-        start = max((ls.at for ls in leads if ls.leader == c.old_leader
-                     and ls.epoch == c.epoch and ls.at <= c.changed_at), default=None)
-        again = min((ls.at for ls in leads if ls.leader == c.old_leader
-                     and ls.epoch > c.epoch and ls.at > c.changed_at), default=None)
+        # when each leadership may have begun: a polled one up to LEAD_SLACK before seen
+        start = max((ls.at - (timedelta(0) if ls.exact else LEAD_SLACK) for ls in leads
+                     if ls.leader == c.old_leader and ls.epoch == c.epoch
+                     and ls.at <= c.changed_at), default=None)
+        again = min((ls.at - (timedelta(0) if ls.exact else LEAD_SLACK) for ls in leads
+                     if ls.leader == c.old_leader and ls.epoch > c.epoch
+                     and ls.at > c.changed_at), default=None)
         # where its next epoch begins: the answer of the first change back to it
         back = min(((e.changed_at, e.end_offset) for e in changes
                     if e.new_leader == c.old_leader and e.changed_at > c.changed_at
                     and e.new_epoch > c.epoch), default=None)
         for a in runs:
             for k in range(a.count):
-                if a.offset + k < c.end_offset or (start and a.last_ack < start - LEAD_SLACK):
+                if a.offset + k < c.end_offset or (start and a.last_ack < start):
                     continue
                 if a.broker is None:
                     mine = a.first_ack <= c.changed_at
                 else:
                     # a run is the old epoch's or the new one's as a whole
-                    newer = (again and a.first_ack >= again - LEAD_SLACK
+                    newer = (again and a.first_ack >= again
                              and (back is None or a.end > back[1]))
                     mine = a.broker == c.old_leader and not newer
                 if mine:
@@ -145,8 +169,8 @@ def test_the_rule_equals_the_write_by_write_definition(data):
                   producer=data.draw(st.sampled_from(["p", "q"])))
             for i in range(data.draw(st.integers(0, 6)))]
     leads = sorted((Leadership(at(data.draw(st.integers(0, 30))), data.draw(
-        st.integers(1, 3)), e) for e in range(1, data.draw(st.integers(1, 6)))),
-        key=lambda ls: ls.epoch)
+        st.integers(1, 3)), e, data.draw(st.booleans()))
+        for e in range(1, data.draw(st.integers(1, 6)))), key=lambda ls: ls.epoch)
     changes = [change(data.draw(st.integers(0, 50)), t=data.draw(st.integers(0, 30)),
                       old=data.draw(st.integers(1, 3)), epoch=data.draw(st.integers(1, 5)),
                       new=data.draw(st.integers(1, 3)))
