@@ -250,6 +250,13 @@ class AuditSettings(_Section):
     read_retention_seconds: float = Field(
         600, gt=0, description="read runs stay in the hot state this long (longer if a pending "
         "write needs them); keep it above the producers' message.timeout.ms")
+    beyond_end_seconds: float = Field(
+        60, gt=0, description="a write acked this long ago at an offset the partition's log "
+        "no longer reaches (its high watermark at or below it, the log read whole, no leader "
+        "change since) is judged, not left waiting for the log to grow past it: a truncation "
+        "on a partition no longer written. Keep it above the brokers' "
+        "replica.lag.time.max.ms (Kafka's default 30 s): a write on the leader is under the "
+        "high watermark by then")
     reread_timeout_seconds: float = Field(30, gt=0, description="a direct re-read of a suspect "
                                           "range gives up after this long")
     hot_rewrite_passes: int = Field(10, gt=0, description="each pass appends its state as a "

@@ -79,7 +79,9 @@ def test_settings(home: Path, **more) -> Settings:
     # cluster (its folders are not under this test's home)
     meta = [str(CLUSTER_HOME / "kafka" / f"node{n}" / "meta") for n in (1, 2, 3)]
     return Settings(home=home, cluster=CLUSTER,
-                    audit={"settle_seconds": 1, "interval_seconds": 1},
+                    audit={"settle_seconds": 1, "interval_seconds": 1,
+                           # above the test cluster's replica.lag.time.max.ms (4 s)
+                           "beyond_end_seconds": 15},
                     watch={"metadata_log_dirs": meta},
                     api={"port": free_port()}, **more)
 

@@ -121,7 +121,7 @@ def audit_config(settings: Settings, compacted: frozenset[str] = frozenset(),
                  unknown: frozenset[str] = frozenset()) -> AuditConfig:
     a = settings.audit
     return AuditConfig(a.settle_seconds, a.lookback_seconds, a.unseen_after_seconds,
-                       a.read_retention_seconds, compacted, unknown)
+                       a.read_retention_seconds, compacted, unknown, a.beyond_end_seconds)
 
 
 # ---- sources ----
@@ -320,12 +320,15 @@ class _Broadcast(dict):
 
 
 def _partitions(settings: Settings, progress: Progress, new: dict[str, pa.Table],
-                state: pa.Table | None = None) -> dict[tuple[str, int], bool]:
-    """Every partition the pass judges, and whether it holds a failed write without a
-    horizon yet (its log end is needed). Read on the driver from the key columns of the
-    committed state (``state`` when the judge read it already) and of the new rows: no
-    Spark job for a handful of columns."""
-    columns = ["kind", "topic", "partition", "offset", "horizon"]
+                state: pa.Table | None = None, now: datetime | None = None
+                ) -> dict[tuple[str, int], bool]:
+    """Every partition the pass judges, and whether its log end is needed: it holds a failed
+    write without a horizon yet, or a pending write acknowledged more than
+    ``audit.beyond_end_seconds`` before ``now`` (it may lie past the log's end,
+    ``rules.beyond_end``). Read on the driver from the key columns of the committed state
+    (``state`` when the judge read it already) and of the new rows: no Spark job for a
+    handful of columns."""
+    columns = ["kind", "topic", "partition", "offset", "horizon", "last_ack"]
     hot = state.select(columns) if state is not None else _committed_state(
         settings.table_path("audit_hot"), progress, columns)
     tables = [hot]
@@ -344,6 +347,12 @@ def _partitions(settings: Settings, progress: Progress, new: dict[str, pa.Table]
         unplaced = [k == "ack" and o is None and h is None and p >= 0 for k, o, h, p in zip(
             cols["kind"], cols.get("offset", [None] * n), cols.get("horizon", [None] * n),
             cols["partition"], strict=True)]
+        if now is not None and "last_ack" in cols:  # the state's: old enough to be beyond
+            before = now - timedelta(seconds=settings.audit.beyond_end_seconds)
+            unplaced = [u or (k == "ack" and o is not None and t is not None
+                              and (t if t.tzinfo else t.replace(tzinfo=UTC)) < before)
+                        for u, k, o, t in zip(unplaced, cols["kind"], cols["offset"],
+                                              cols["last_ack"], strict=True)]
         for topic, partition, u in zip(cols["topic"], cols["partition"], unplaced, strict=True):
             out[(topic, partition)] = out.get((topic, partition), False) or u
     return out
@@ -463,7 +472,7 @@ def _judge_and_commit_once(spark, settings: Settings, now: datetime, lookups: Cl
     if judge.empty:
         return AuditSummary(now, progress.pass_id, {}, 0, 0, 0, 0, 0)
     clock.mark("prepare")
-    keys = _partitions(settings, progress, judge.new, judge.state)
+    keys = _partitions(settings, progress, judge.new, judge.state, now)
     cfg = audit_config(settings, *lookups.policies({t for t, _ in keys}))
     log_ends = lookups.log_ends([k for k, unplaced in keys.items() if unplaced])
     events = warm.events.refresh(settings)

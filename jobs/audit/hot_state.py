@@ -307,7 +307,8 @@ def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: dateti
     every row goes through the engine, as on Spark)."""
 
     def step(key, table: pa.Table) -> pa.Table:
-        busy, kept = split_idle(key, table, now, cfg) if idle else (table, None)
+        busy, kept = split_idle(key, table, now, cfg, log_ends.get((key[0], int(key[1])))) \
+            if idle else (table, None)
         idle_acks = kept.filter(pc.equal(kept.column("kind"), "ack")) if kept else None
         out = _judge(key, hot_from_arrow(busy), events, now, cfg, log_ends, "UTC", idle_acks)
         return pa.concat_tables([out, kept.cast(out.schema)]) if kept else out
@@ -322,7 +323,8 @@ _KEPT_COLUMNS = {"ack": frozenset(("kind", "row") + _ACK_RUN),
                  "judged": frozenset(("kind", "row") + _JUDGED)}
 
 
-def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Table, pa.Table]:
+def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig, log_end: int | None = None
+               ) -> tuple[pa.Table, pa.Table]:
     """One partition's rows (:func:`step_arrow_schema`, UTC) as ``(busy, kept)``: what the
     engine must see, and the ``read`` and ``judged`` rows it cannot use in this step and
     the ``ack`` rows it would only keep pending (:func:`_idle_acks`), already as the engine
@@ -344,7 +346,9 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Ta
     highest end when it was last read, which changes neither the settled frontier nor
     what is kept (all of them lie a settle period back). The engine's verdicts do not
     depend on the order of its rows (Spark hands them in any order); the step equals
-    the one without this split (``tests/unit/test_hot_state.py``)."""
+    the one without this split (``tests/unit/test_hot_state.py``). Where the pass asked
+    the partition's log end (``log_end``), acks older than ``cfg.beyond_end_seconds`` are
+    never idle: they may lie past the log's end (``rules.beyond_end``)."""
     kind = t.column("kind")
     reads_at, judged_at = pc.equal(kind, "read"), pc.equal(kind, "judged")
     acks_at = pc.equal(kind, "ack")
@@ -352,6 +356,9 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig) -> tuple[pa.Ta
     placed = acks.filter(pc.is_valid(acks.column("offset")))
     reads, judged = t.filter(reads_at), t.filter(judged_at)
     waiting = _idle_acks(t, acks, reads)
+    if log_end is not None and waiting.any():  # old ones may lie past the log's end
+        old = _age_us(acks.column("last_ack"), now) / 1e6 > cfg.beyond_end_seconds
+        waiting &= ~old
     idle_a = acks.filter(pa.array(waiting))
     if not (reads.num_rows or judged.num_rows or idle_a.num_rows):
         return t, t.schema.empty_table()

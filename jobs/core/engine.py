@@ -35,6 +35,7 @@ class AuditConfig:
     read_retention_seconds: float = 600.0
     compacted_topics: frozenset[str] = frozenset()
     unknown_policy_topics: frozenset[str] = frozenset()
+    beyond_end_seconds: float = 60.0
 
 
 @dataclass
@@ -67,7 +68,8 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
 
     ``hot`` already holds the rows that arrived since the last pass; ``log_end``
     is the partition's log end now (None if unknown), the horizon of failed
-    reports that have none yet.
+    reports that have none yet, and the end writes acknowledged beyond it are judged
+    against (:func:`rules.beyond_end`).
     """
     acks = hot.acks if log_end is None else [
         a if a.placed or a.horizon is not None else replace(a, horizon=log_end)
@@ -84,7 +86,7 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
     compacted = (None if topic in cfg.unknown_policy_topics
                  else topic in cfg.compacted_topics)
     clock = Clock(now, settled, frontier, cfg.lookback_seconds, cfg.unseen_after_seconds,
-                  compacted)
+                  compacted, log_end, cfg.beyond_end_seconds)
     j = rules.judge_partition(acks, hot.reads, [a for a, _ in hot.judged], events, clock)
     cutoff = now - timedelta(seconds=cfg.settle_seconds)
     kept_obs = [o for o in observations if o[1] > cutoff]

@@ -127,7 +127,9 @@ class Clock:
     ``settled_frontier``: the consumed frontier as observed at least the settle
     period ago (0 if no such observation).
     ``compacted`` None means the topic's cleanup policy is unknown this pass:
-    verdicts that would rest on it wait.
+    verdicts that would rest on it wait. ``log_end``: the partition's log end (high
+    watermark) asked this pass (None: not asked, or no answer), for writes acknowledged
+    beyond it (:func:`~kafka_audit.jobs.core.rules.beyond_end`).
     """
 
     now: datetime
@@ -136,6 +138,8 @@ class Clock:
     lookback_seconds: float = 30.0
     unseen_after_seconds: float = 120.0
     compacted: bool | None = False  # None: the topic's cleanup.policy could not be read
+    log_end: int | None = None
+    beyond_end_seconds: float = 60.0
 
 
 @dataclass(frozen=True)

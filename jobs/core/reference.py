@@ -19,7 +19,7 @@ from typing import Any
 
 from kafka_audit.jobs.core import rules
 from kafka_audit.jobs.core.engine import AuditConfig
-from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.jobs.core.model import AckRun, Clock, ClusterEvent, ReadRun
 
 __all__ = ["reference_verdicts", "finding_messages", "Message"]
 
@@ -82,7 +82,9 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
                         out.append(("duplicate", None, None, *key, None, *stamp,
                                     tuple(found)))
                     continue
-                if x >= settled:
+                if x >= settled and not rules.beyond_end(a, p_events, Clock(
+                        now, settled, log_end=log_end,
+                        beyond_end_seconds=cfg.beyond_end_seconds)):
                     continue
                 views = rules._views(p_reads, x)
                 changes, exposed = rules.change_gate(p_events, a.first_ack, a.last_ack,

@@ -6,7 +6,8 @@ Definitions (``../shared/DESIGN.md``, "Verdicts"). A successful ack says write
 *views* of ``x`` are every read that covered ``x``, in read-time order: a
 record (with its stamp, or foreign), ``absent`` (a re-read found no record)
 or ``expired`` (below the log start). Then, once ``x`` is *settled* (below the
-consumed frontier as it stood at least the settle period ago):
+consumed frontier as it stood at least the settle period ago, or past the end of a log
+the consume job read whole: :func:`beyond_end`):
 
 * **confirmed**: the last record seen at ``x`` is ``w``;
 * **lost_after_seen**: ``w`` was seen at ``x``, but the last read there shows
@@ -93,8 +94,9 @@ from kafka_audit.schemas.verdicts import (
     Subkind,
 )
 
-__all__ = ["settled_frontier", "change_gate", "judge_write", "judge_failed", "judge_partition",
-           "likely_cause", "duplicate_cases", "reorder_witness", "Verdict", "Judgement",
+__all__ = ["settled_frontier", "beyond_end", "change_gate", "judge_write", "judge_failed",
+           "judge_partition", "likely_cause", "duplicate_cases", "reorder_witness", "Verdict",
+           "Judgement",
            "retained_reads", "coalesce_rereads", "split_brain_pairs", "split_brain_spans",
            "acked_in_split_brain", "deposed_at", "merge_spans"]
 
@@ -338,6 +340,30 @@ def _relevant_changes(events: Sequence[ClusterEvent], first_ack: datetime, last_
 def _alone(e: ClusterEvent) -> bool:
     """The ISR is the leader alone (or empty) on a replicated partition."""
     return e.isr is not None and len(e.isr) <= 1 and (e.replicas is None or len(e.replicas) > 1)
+
+
+def beyond_end(a: AckRun, events: Sequence[ClusterEvent], clock: Clock) -> bool:
+    """Whether a successful write acknowledged at or past the settled frontier is settled
+    all the same: the partition's log ends below it (the definition).
+
+    The settled frontier passes an offset once the log has grown past it and the consume
+    job read there. After a truncation a partition that is no longer written (a burst
+    ended, a producer stopped) never grows past the truncated writes' offsets, and they
+    would wait forever, holding every write of their producer run below them (a reorder
+    witness). Kafka's high watermark passes every offset its leader holds once each
+    follower in the ISR has fetched it, and a follower that has not within
+    ``replica.lag.time.max.ms`` leaves the ISR. So where the log end asked this pass
+    (``clock.log_end``, the high watermark) is at or below the settled frontier (the
+    consume job read the whole log), the write was acknowledged more than
+    ``clock.beyond_end_seconds`` ago (set above ``replica.lag.time.max.ms``) and no leader
+    changed since then (a new leader's high watermark catches up on its followers first),
+    its offsets at or past the frontier lie past the log's end: a direct re-read says so
+    (``truncated``) and the write is judged on it."""
+    if clock.log_end is None or clock.settled_frontier < clock.log_end:
+        return False
+    since = clock.now - timedelta(seconds=clock.beyond_end_seconds)
+    return a.last_ack < since and not any(e.kind in LEADER_CHANGES and e.event_time > since
+                                          for e in events)
 
 
 def change_gate(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: datetime,
@@ -697,6 +723,8 @@ def _judge_ok_run(a: AckRun, at_offsets: _Intervals, by_seq: _Intervals,
     o, n = a.offset, a.count
     assert o is not None
     stop = min(a.end, clock.settled_frontier)
+    if stop < a.end and beyond_end(a, events, clock):
+        stop = a.end
     if stop <= o:
         out.acks.append(a)
         return
