@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 from kafka_audit.schemas.verdicts import LOSSES, PRIMARY, Kind
 
-__all__ = ["BY_BROKER", "BY_TIME", "SUSPECTED", "CONFIRMED", "WITHDRAWN", "PARTLY", "STATES",
-           "Settled", "settle"]
+__all__ = ["PRIMARY_KINDS", "BY_BROKER", "BY_TIME", "SUSPECTED", "CONFIRMED", "WITHDRAWN",
+           "PARTLY", "STATES", "Settled", "settle"]
 
 #: how the writes of the old leader's epoch were told: by the acknowledging broker the
 #: ledger names, or by acknowledgement time within the epoch where it names none
@@ -43,6 +43,8 @@ class Settled:
 
 
 _PRIMARY = frozenset(k.value for k in PRIMARY)
+#: the verdicts (a write's one judgement; annotations such as duplicates are none)
+PRIMARY_KINDS = _PRIMARY
 _LOST = frozenset(k.value for k in LOSSES)
 
 

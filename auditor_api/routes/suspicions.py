@@ -12,6 +12,7 @@ truncated it.
 """
 
 # no ``from __future__ import annotations``: FastAPI resolves the route's annotations
+from bisect import bisect_left
 from datetime import UTC
 from typing import Annotated, Literal
 
@@ -22,7 +23,7 @@ from pydantic import BaseModel, Field, create_model
 
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.params import Partition
-from kafka_audit.schemas.suspicions import BY_TIME, PARTLY, STATES, WITHDRAWN, settle
+from kafka_audit.schemas.suspicions import BY_TIME, PARTLY, PRIMARY_KINDS, STATES, WITHDRAWN, settle
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import LOSSES
 
@@ -88,6 +89,39 @@ def _why(r: dict) -> str | None:
             f"answered, {r['end_offset']})")
 
 
+class _Verdicts:
+    """The verdict findings of producer runs, each run's sorted by seq: a write has one
+    verdict, so they do not overlap, and the ones a span of seqs meets are found by
+    bisection (a run holds thousands; the suspicions of a day, hundreds)."""
+
+    def __init__(self) -> None:
+        self.starts: dict[tuple, list[int]] = {}
+        self.items: dict[tuple, list[tuple[str, int, int]]] = {}
+
+    def overlapping(self, key: tuple, lo: int, hi: int) -> list[tuple[str, int, int]]:
+        starts, items = self.starts.get(key), self.items.get(key)
+        if not starts:
+            return []
+        i = bisect_left(starts, hi)  # those starting at or past hi meet nothing
+        out = []
+        while i > 0 and items[i - 1][1] + items[i - 1][2] > lo:
+            i -= 1
+            out.append(items[i])
+        return out
+
+
+def _verdicts_by_run(t: pa.Table) -> _Verdicts:
+    t = t.filter(pc.and_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("count")))).sort_by(
+        [(c, "ascending") for c in ("topic", "partition", "producer_id", "run_id", "seq")])
+    out = _Verdicts()
+    cols = [t.column(c).to_pylist() for c in _FINDING_COLUMNS]
+    for topic, partition, producer, run, kind, seq, count in zip(*cols, strict=True):
+        key = (topic, partition, producer, run)
+        out.starts.setdefault(key, []).append(seq)
+        out.items.setdefault(key, []).append((kind, seq, count))
+    return out
+
+
 def settled_suspicions(reader) -> list[dict]:
     """Every ``suspicions`` row with its state by the committed findings (memoized per
     version of suspicions, findings and the committed pass); the newest change first."""
@@ -100,14 +134,12 @@ def settled_suspicions(reader) -> list[dict]:
         where = ((pc.field("pass_id") <= pa.scalar(committed, pa.int64()))
                  & pc.field("producer_id").isin(sorted({p for p, _ in pairs}))
                  & pc.field("run_id").isin(sorted({r for _, r in pairs})))
-        judged: dict[tuple, list[tuple[str, int, int]]] = {}
-        for f in reader.read("findings", where, _FINDING_COLUMNS).to_pylist():
-            if f["seq"] is not None and f["count"] is not None:
-                judged.setdefault((f["topic"], f["partition"], f["producer_id"], f["run_id"]),
-                                  []).append((f["kind"], f["seq"], f["count"]))
+        judged = _verdicts_by_run(reader.read(
+            "findings", where & pc.field("kind").isin(sorted(PRIMARY_KINDS)), _FINDING_COLUMNS))
         for r in rows:
-            s = settle(r["seq"], r["count"], judged.get(
-                (r["topic"], r["partition"], r["producer_id"], r["run_id"]), []))
+            s = settle(r["seq"], r["count"], judged.overlapping(
+                (r["topic"], r["partition"], r["producer_id"], r["run_id"]), r["seq"],
+                r["seq"] + r["count"]))
             r.update(state=s.state, lost=s.lost, found=s.found, other=s.other,
                      pending=s.pending)
             r["why"] = _why(r)

@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kafka_audit.jobs.audit.suspicions import Marker
 from kafka_audit.schemas.suspicions import (
     BY_BROKER,
@@ -130,6 +133,31 @@ def test_a_suspicion_settles_by_the_verdicts_of_its_writes():
     assert (got.lost, got.pending, got.state) == (10, 20, SUSPECTED)
     got = settle(120, 30, [("indeterminate", 125, 100), ("lost", 120, 5)])
     assert (got.lost, got.other, got.state) == (5, 25, PARTLY)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["lost", "confirmed", "indeterminate"]),
+                          st.integers(1, 6)), max_size=12),
+       st.integers(0, 40), st.integers(1, 20))
+def test_the_api_settles_from_the_verdicts_a_span_meets_as_from_all(verdicts, lo, n):
+    """The API finds a suspicion's verdicts by bisection over its run's (one per write,
+    so never overlapping): the same settlement as from every finding of the run."""
+    import pyarrow as pa
+
+    from kafka_audit.auditor_api.routes.suspicions import _verdicts_by_run
+
+    rows, seq = [], 0
+    for kind, count in verdicts:  # a run's verdicts, gaps (pending writes) between some
+        rows.append({"topic": "t", "partition": 0, "producer_id": "p", "run_id": "r",
+                     "kind": kind, "seq": seq, "count": count})
+        seq += count + (count % 2)
+    judged = [(r["kind"], r["seq"], r["count"]) for r in rows]
+    found = _verdicts_by_run(pa.Table.from_pylist(rows[::-1], schema=pa.schema([
+        ("topic", pa.string()), ("partition", pa.int32()), ("producer_id", pa.string()),
+        ("run_id", pa.string()), ("kind", pa.string()), ("seq", pa.int64()),
+        ("count", pa.int64())])))
+    assert settle(lo, n, found.overlapping(("t", 0, "p", "r"), lo, lo + n)) == \
+        settle(lo, n, judged)
 
 
 def test_the_api_serves_each_suspicion_with_what_the_read_made_of_it(tmp_path):
