@@ -15,7 +15,9 @@ and the time from the leader change (the first ``leader_change`` of the partitio
 ``cluster_events`` after the kill) until its first lost write was suspected over REST
 (``GET /v1/suspicions``, polled beside the findings; goal p95 <= 5 s), with the share of
 the lost writes suspected before any verdict (goal >= 99 %) and every withdrawn
-suspicion with its reason.
+suspicion with its reason. ``--second-after S``: each kill is followed, ``S`` seconds after
+its node rejoined every ISR, by a kill of the partition's new leader (two fail-overs of
+one partition within a minute, the marker following the first while the second comes).
 Reported: p50, p95 and max over the kills against settle + 15 s (and apart, over the
 kills of a leader that was also the active controller and over the others), the per-finding
 ack-to-detection percentiles (``kafka_audit/latency.py``), and whether the losses found
@@ -156,6 +158,9 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
             time.sleep(max(0.0, at - (time.monotonic() - t0)))
             part = victim_partition(cluster, topic, args.victim)
             killed.append((*kill_leader(cluster, topic, partition=part), part))
+            if args.second_after is not None:  # its new leader killed in turn, soon after
+                time.sleep(args.second_after)
+                killed.append((*kill_leader(cluster, topic, partition=part), part))
         time.sleep(settle + 30)  # later writes carry the frontier past the last loss
         load.stop()
         say(f"producer stopped: {load.producer.acked} acked")
@@ -219,7 +224,7 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         "equal": set(truth) == found, "unanswered": len(set(truth) - found),
         "false": len(found - set(truth)),
         "p50": overall["p50"], "p95": overall["p95"], "max": overall["max"],
-        "by_class": by_class, "victim": args.victim,
+        "by_class": by_class, "victim": args.victim, "second_after": args.second_after,
         "suspected": {**suspecting, "goal": 5.0, "marked": marking,
                       "before_verdict": sum(k["suspected_before_verdict"] for k in per_kill),
                       "covered": len(suspected_writes & set(truth)),
@@ -243,6 +248,10 @@ def main() -> None:
     ap.add_argument("--wait", type=float, default=300,
                     help="after the full read, how long to wait for the last answers")
     ap.add_argument("--seed", type=int, default=15)
+    ap.add_argument("--second-after", type=float, default=None,
+                    help="each kill is followed this many seconds after its node rejoined "
+                         "by a kill of the partition's leader then (a second fail-over within "
+                         "a minute; each counts as a kill of its own)")
     ap.add_argument("--victim", choices=["any", "broker"], default="any",
                     help="any: partition 0's leader, whichever node; broker: a leader that "
                     "is not the active controller")
