@@ -356,14 +356,27 @@ def beyond_end(a: AckRun, events: Sequence[ClusterEvent], clock: Clock) -> bool:
     (``clock.log_end``, the high watermark) is at or below the settled frontier (the
     consume job read the whole log), the write was acknowledged more than
     ``clock.beyond_end_seconds`` ago (set above ``replica.lag.time.max.ms``) and no leader
-    changed since then (a new leader's high watermark catches up on its followers first),
-    its offsets at or past the frontier lie past the log's end: a direct re-read says so
-    (``truncated``) and the write is judged on it."""
+    changed since then, nor was the watcher blind (a new leader's high watermark catches
+    up on its followers first), its offsets at or past the frontier lie past the log's end:
+    a direct re-read says so (``truncated``) and the write is judged on it.
+
+    Only where leadership moved away from the write: a change naming another leader than
+    the broker that acknowledged it (any change, where the ledger names none) from
+    ``clock.lookback_seconds`` before its ack on (a deposed leader acknowledges after the
+    change that replaced it). Every truncation comes with one. A high watermark that stalls
+    without one (the followers down and the controller quorum with them, so the ISR cannot
+    shrink) leaves writes on the leader above it: they are not past the log's end, and
+    wait."""
     if clock.log_end is None or clock.settled_frontier < clock.log_end:
         return False
     since = clock.now - timedelta(seconds=clock.beyond_end_seconds)
-    return a.last_ack < since and not any(e.kind in LEADER_CHANGES and e.event_time > since
-                                          for e in events)
+    if a.last_ack >= since or any(
+            (e.kind in LEADER_CHANGES and e.event_time > since)
+            or (e.kind == BLIND and (e.until is None or e.until > since)) for e in events):
+        return False
+    moved = a.first_ack - timedelta(seconds=clock.lookback_seconds)
+    return any(e.kind in LEADER_CHANGES and e.event_time >= moved
+               and (a.broker is None or e.leader != a.broker) for e in events)
 
 
 def change_gate(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: datetime,

@@ -199,3 +199,39 @@ def test_every_write_of_a_fail_over_is_judged_and_the_losses_are_exact(data):
     judged = [(f["seq"] + k) for f in findings if f["kind"] in LOSS | {"confirmed"}
               for k in range(f["count"])]
     assert sorted(judged) == sorted(a.seq + k for _, a in h.acks for k in range(a.count))
+
+
+def _stalled(events: list[ClusterEvent], broker: int | None = 1) -> list[dict]:
+    """Writes 0-9 acked at 0 s by ``broker``; the high watermark stays at 5 (the followers
+    stopped fetching), the consume job reads 0-4, every re-read past it says truncated.
+    Passes every second for 80 s: the loss findings."""
+    from kafka_audit.jobs.core.engine import InMemoryAuditor
+
+    auditor = InMemoryAuditor(CFG)
+    acks = [AckRun(*KEY, "p", "r", 0, 10, 0, at(0), at(0), None, "1", broker=broker)]
+    reads = [ReadRun(*KEY, 0, 5, "p", "r", 0, at(0.5))]
+    lost = []
+    for now in range(1, 80):
+        answers = [ReadRun(*KEY, o, 1, "p", "r", o, at(now), "reread") if o < 5 else
+                   ReadRun(*KEY, o, 1, None, None, None, at(now), "reread", "truncated")
+                   for q in auditor.rereads for o in range(q.offset, q.end)]
+        auditor.rereads = []
+        found = auditor.run_pass(at(now), acks, [*reads, *answers],
+                                 [e for e in events if e.event_time <= at(now)], {KEY: 5})
+        acks, reads = [], []
+        lost += [f for f in found if f.kind in LOSS]
+    return lost
+
+
+def test_a_high_watermark_stalled_with_no_leader_change_loses_nothing():
+    """The followers down with the controller quorum: the ISR cannot shrink, the high
+    watermark stays below writes the leader holds. No leader change moved leadership away
+    from them (none at all, or one to the broker that acknowledged them): they wait."""
+    assert _stalled([]) == []
+    to_it = ClusterEvent(at(-5), *KEY, "leader_change", 1, 2, (1,), (1, 2, 3))
+    assert _stalled([to_it]) == []
+    # leadership moved away from it after its ack: past the log's end once old enough
+    away = ClusterEvent(at(2), *KEY, "leader_change", 2, 1, (2, 3), (1, 2, 3))
+    lost = _stalled([to_it, away])
+    assert sorted(f.offset + k for f in lost for k in range(f.count)) == [5, 6, 7, 8, 9]
+    assert all(f.ack_time == at(0) for f in lost)
