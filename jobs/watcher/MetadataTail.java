@@ -13,6 +13,7 @@ import java.util.List;
 import java.util.Map;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.metadata.MetadataJsonConverters;
 import org.apache.kafka.common.metadata.MetadataRecordType;
 import org.apache.kafka.common.protocol.ByteBufferAccessor;
@@ -46,6 +47,8 @@ public final class MetadataTail {
   private MetadataTail() {}
 
   private static final ObjectMapper JSON = new ObjectMapper();
+  /** Records held per node past the next offset at most: the rest stays in its file. */
+  private static final int HOLD_MAX = 20_000;
 
   /** A record read from one node: the Raft epoch of its batch and its line. */
   private record Held(int epoch, ObjectNode line) {}
@@ -84,7 +87,11 @@ public final class MetadataTail {
     long newest = -1;
     while (!out.checkError()) {
       for (Cursor c : cursors) {
-        read(c, next);
+        try {
+          read(c, next);
+        } catch (KafkaException rewritten) {
+          c.reset(); // its file changed under the read (a tail rewritten): read it again
+        }
       }
       while (true) {
         Held line = agreed(cursors, next, quorum);
@@ -200,9 +207,13 @@ public final class MetadataTail {
     if (records.sizeInBytes() < c.position) {
       return false;
     }
-    for (FileChannelRecordBatch batch : records.batchesFrom(c.lastPosition)) {
-      return batch.baseOffset() == c.lastBase && batch.partitionLeaderEpoch() == c.lastEpoch
-          && batch.position() + batch.sizeInBytes() == c.position;
+    try {
+      for (FileChannelRecordBatch batch : records.batchesFrom(c.lastPosition)) {
+        return batch.baseOffset() == c.lastBase && batch.partitionLeaderEpoch() == c.lastEpoch
+            && batch.position() + batch.sizeInBytes() == c.position;
+      }
+    } catch (KafkaException notABatch) {
+      // rewritten: the position falls inside another batch now (a size that reads as none)
     }
     return false;
   }
@@ -240,6 +251,9 @@ public final class MetadataTail {
           return;
         }
         for (FileChannelRecordBatch batch : records.batchesFrom(c.position)) {
+          if (c.held.size() >= HOLD_MAX) {
+            break; // no majority for long (too few folders up): read on once it moves
+          }
           c.lastPosition = batch.position();
           c.lastBase = batch.baseOffset();
           c.lastEpoch = batch.partitionLeaderEpoch();
