@@ -90,23 +90,26 @@ def _why(r: dict) -> str | None:
 
 
 class _Verdicts:
-    """The verdict findings of producer runs, each run's sorted by seq: a write has one
-    verdict, so they do not overlap, and the ones a span of seqs meets are found by
-    bisection (a run holds thousands; the suspicions of a day, hundreds)."""
+    """The verdict findings of producer runs, each run's sorted by seq, and the ones a span
+    of seqs meets found by bisection (a run holds thousands; the suspicions of a day,
+    hundreds). A write has one verdict, so they do not overlap; were some to, the running
+    highest end still finds every one (no finding is left out, only more looked at)."""
 
     def __init__(self) -> None:
         self.starts: dict[tuple, list[int]] = {}
         self.items: dict[tuple, list[tuple[str, int, int]]] = {}
+        self.reach: dict[tuple, list[int]] = {}  # the highest end up to each item
 
     def overlapping(self, key: tuple, lo: int, hi: int) -> list[tuple[str, int, int]]:
-        starts, items = self.starts.get(key), self.items.get(key)
+        starts, items, reach = self.starts.get(key), self.items.get(key), self.reach.get(key)
         if not starts:
             return []
         i = bisect_left(starts, hi)  # those starting at or past hi meet nothing
         out = []
-        while i > 0 and items[i - 1][1] + items[i - 1][2] > lo:
+        while i > 0 and reach[i - 1] > lo:
             i -= 1
-            out.append(items[i])
+            if items[i][1] + items[i][2] > lo:
+                out.append(items[i])
         return out
 
 
@@ -119,6 +122,8 @@ def _verdicts_by_run(t: pa.Table) -> _Verdicts:
         key = (topic, partition, producer, run)
         out.starts.setdefault(key, []).append(seq)
         out.items.setdefault(key, []).append((kind, seq, count))
+        reach = out.reach.setdefault(key, [])
+        reach.append(max(seq + count, reach[-1] if reach else seq + count))
     return out
 
 

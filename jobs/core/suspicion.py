@@ -119,7 +119,9 @@ def _window(change: EpochEnd, leaders: list[Leadership]
         if ls.leader != change.old_leader:
             continue
         if ls.epoch == change.epoch and ls.at <= change.changed_at:
-            start = ls if start is None or ls.at - ls.slack > start.at - start.slack \
+            # one leadership seen more than once (the log's row, a restarted watcher's
+            # first sight): the first sight is nearest its start
+            start = ls if start is None or ls.at - ls.slack < start.at - start.slack \
                 else start
         elif ls.epoch > change.epoch and ls.at > change.changed_at:
             again = ls if again is None or ls.at - ls.slack < again.at - again.slack \

@@ -115,6 +115,15 @@ def test_a_paused_leaders_last_writes_before_it_leads_again_are_told_by_exact_ti
     assert suspect([new], [change(40)], exact, known=[change(40), back]) == []
 
 
+def test_a_leadership_seen_twice_begins_at_its_first_sight():
+    """The log's row at 0 s and a restarted watcher's first sight of the same leadership at
+    5 s: broker 1's epoch-4 writes from 2 s on are its."""
+    seen_twice = [Leadership(at(0), 1, 4, True), Leadership(at(5), 1, 4),
+                  Leadership(at(10), 2, 5, True)]
+    assert named(suspect([acked(50, 50, 5, t=2)], [change(40)], seen_twice)) == [
+        (50, 50, 5, BY_BROKER)]
+
+
 def test_a_clean_hand_over_suspects_nothing():
     """acks=all: every acknowledged write is below the high watermark the new leader (in
     the ISR) holds, so the old epoch ends at or past the last of them."""
@@ -134,7 +143,7 @@ def _reference(runs, changes, leads):
     out = {}
     for c in sorted(changes, key=lambda c: (c.changed_at, c.epoch)):
         # when each leadership may have begun: a polled one up to LEAD_SLACK before seen
-        start = max((ls.at - (timedelta(0) if ls.exact else LEAD_SLACK) for ls in leads
+        start = min((ls.at - (timedelta(0) if ls.exact else LEAD_SLACK) for ls in leads
                      if ls.leader == c.old_leader and ls.epoch == c.epoch
                      and ls.at <= c.changed_at), default=None)
         again = min((ls.at - (timedelta(0) if ls.exact else LEAD_SLACK) for ls in leads

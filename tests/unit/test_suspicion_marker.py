@@ -138,8 +138,8 @@ def test_a_suspicion_settles_by_the_verdicts_of_its_writes():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["lost", "confirmed", "indeterminate"]),
                           st.integers(1, 6)), max_size=12),
-       st.integers(0, 40), st.integers(1, 20))
-def test_the_api_settles_from_the_verdicts_a_span_meets_as_from_all(verdicts, lo, n):
+       st.integers(0, 40), st.integers(1, 20), st.booleans())
+def test_the_api_settles_from_the_verdicts_a_span_meets_as_from_all(verdicts, lo, n, nested):
     """The API finds a suspicion's verdicts by bisection over its run's (one per write,
     so never overlapping): the same settlement as from every finding of the run."""
     import pyarrow as pa
@@ -151,6 +151,8 @@ def test_the_api_settles_from_the_verdicts_a_span_meets_as_from_all(verdicts, lo
         rows.append({"topic": "t", "partition": 0, "producer_id": "p", "run_id": "r",
                      "kind": kind, "seq": seq, "count": count})
         seq += count + (count % 2)
+    if nested and rows:  # never made (a write has one verdict), yet still found
+        rows.append({**rows[0], "seq": rows[0]["seq"], "count": seq + 5, "kind": "lost"})
     judged = [(r["kind"], r["seq"], r["count"]) for r in rows]
     found = _verdicts_by_run(pa.Table.from_pylist(rows[::-1], schema=pa.schema([
         ("topic", pa.string()), ("partition", pa.int32()), ("producer_id", pa.string()),
