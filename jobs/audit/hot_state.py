@@ -356,7 +356,9 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig, log_end: int |
     placed = acks.filter(pc.is_valid(acks.column("offset")))
     reads, judged = t.filter(reads_at), t.filter(judged_at)
     waiting = _idle_acks(t, acks, reads)
-    if log_end is not None and waiting.any():  # old ones may lie past the log's end
+    if log_end is not None and waiting.any() and log_end <= _frontier(t, reads):
+        # the log read whole: old ones may lie past its end. (Not in a catch-up, whose
+        # backlog lies below the log end: its millions of acks stay idle)
         old = _age_us(acks.column("last_ack"), now) / 1e6 > cfg.beyond_end_seconds
         waiting &= ~old
     idle_a = acks.filter(pa.array(waiting))
@@ -396,9 +398,7 @@ def _idle_acks(t: pa.Table, acks: pa.Table, reads: pa.Table) -> np.ndarray:
     n = acks.num_rows
     if not n:
         return np.zeros(0, dtype=bool)
-    obs = t.filter(pc.equal(t.column("kind"), "observation"))
-    r_end = _int_array(reads, "offset") + _int_array(reads, "count")
-    frontier = max(int(r_end.max(initial=0)), pc.max(obs.column("offset")).as_py() or 0)
+    frontier = _frontier(t, reads)
     off, seq = _int_array(acks, "offset"), _int_array(acks, "seq")
     placed = pc.and_(pc.is_valid(acks.column("offset")),
                      pc.is_null(acks.column("error_name"))).to_numpy(zero_copy_only=False)
@@ -417,6 +417,13 @@ def _idle_acks(t: pa.Table, acks: pa.Table, reads: pa.Table) -> np.ndarray:
         if theirs.any():  # a copy of its seqs was read somewhere: judged with the rest
             idle &= ~(mine & _touching(seq, last, r_seq[theirs], r_seq[theirs] + r_n[theirs]))
     return idle
+
+
+def _frontier(t: pa.Table, reads: pa.Table) -> int:
+    """The highest offset the partition's state has read or observed."""
+    obs = t.filter(pc.equal(t.column("kind"), "observation"))
+    r_end = _int_array(reads, "offset") + _int_array(reads, "count")
+    return max(int(r_end.max(initial=0)), pc.max(obs.column("offset")).as_py() or 0)
 
 
 def _stamped(reads: pa.Table) -> np.ndarray:

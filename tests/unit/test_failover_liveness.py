@@ -64,6 +64,8 @@ def simulate(draw) -> History:
     if hand_back is not None:
         expand = min(expand, hand_back - TICK)
     stop = max(change + deposed + silent, hand_back or 0.0) + draw(st.integers(5, 40)) * TICK
+    if draw(st.booleans()):  # the producer stops at the change: nothing written after it
+        stop = change + deposed
     read_lag = draw(st.sampled_from([0.0, 0.2, 1.0]))
     ledger_lag = draw(st.sampled_from([0.1, 0.5, 2.0]))
     event_lag = draw(st.sampled_from([0.0, 0.5, 3.0]))

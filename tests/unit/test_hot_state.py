@@ -122,12 +122,14 @@ def run_arrow_steps(rows, passes, cfg, idle: bool) -> list[dict]:
 @given(histories(topics=("t", "c", "u")),
        # unseen after: as the reference's, past any history, a timedelta's overflow, below
        # a microsecond; reads kept 200 s, or 3 s (the frontier then often an observation's)
-       st.sampled_from([20.0, 1e12, float("inf"), 4e-7]), st.sampled_from([200.0, 3.0]))
+       st.sampled_from([20.0, 1e12, float("inf"), 4e-7]), st.sampled_from([200.0, 3.0]),
+       # writes past the log's end judged after 60 s, or after 5 (within most histories)
+       st.sampled_from([60.0, 5.0]))
 def test_a_step_that_passes_idle_rows_through_equals_one_that_judges_them_all(
-        history, unseen_after, read_retention):
+        history, unseen_after, read_retention, beyond_end):
     rows, passes = history
     cfg = replace(CFG_ALL, unseen_after_seconds=unseen_after,
-                  read_retention_seconds=read_retention)
+                  read_retention_seconds=read_retention, beyond_end_seconds=beyond_end)
     assert run_arrow_steps(rows, passes, cfg, idle=True) == run_arrow_steps(
         rows, passes, cfg, idle=False)
 
