@@ -185,7 +185,7 @@ def _rows(out: pa.Table, row: str) -> list[dict]:
     return out.filter(pc.equal(out.column("row"), row)).to_pylist()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_every_write_of_a_fail_over_is_judged_and_the_losses_are_exact(data):
     h = simulate(data.draw)
