@@ -42,9 +42,8 @@ class Settled:
         return PARTLY if self.lost else WITHDRAWN
 
 
-_PRIMARY = frozenset(k.value for k in PRIMARY)
 #: the verdicts (a write's one judgement; annotations such as duplicates are none)
-PRIMARY_KINDS = _PRIMARY
+PRIMARY_KINDS = frozenset(k.value for k in PRIMARY)
 _LOST = frozenset(k.value for k in LOSSES)
 
 
@@ -54,7 +53,7 @@ def settle(seq: int, count: int, judged: list[tuple[str, int, int]]) -> Settled:
     count for nothing): how many of them each verdict took."""
     lost = found = other = 0
     for kind, f_seq, f_count in judged:
-        if kind not in _PRIMARY:
+        if kind not in PRIMARY_KINDS:
             continue
         n = min(seq + count, f_seq + f_count) - max(seq, f_seq)
         if n <= 0:

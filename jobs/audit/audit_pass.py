@@ -340,19 +340,22 @@ def _partitions(settings: Settings, progress: Progress, new: dict[str, pa.Table]
         reads = new["consumed"].select(_KEY_COLUMNS["consumed"])
         tables.append(reads.append_column("kind",
                                           pa.array(["read"] * reads.num_rows, pa.string())))
+    before = None if now is None else pa.scalar(
+        now - timedelta(seconds=settings.audit.beyond_end_seconds), pa.timestamp("us", "UTC"))
     out: dict[tuple[str, int], bool] = {}
     for t in tables:
+        old = None  # the state's placed acks old enough to lie past the log's end, in Arrow
+        if before is not None and "last_ack" in t.column_names:
+            old = pc.fill_null(pc.and_(pc.is_valid(t.column("offset")), pc.less(
+                pc.cast(t.column("last_ack"), pa.timestamp("us", "UTC")), before)), False)
+            t = t.drop_columns(["last_ack"])
         cols = {c: t.column(c).to_pylist() for c in t.column_names}
         n = t.num_rows
         unplaced = [k == "ack" and o is None and h is None and p >= 0 for k, o, h, p in zip(
             cols["kind"], cols.get("offset", [None] * n), cols.get("horizon", [None] * n),
             cols["partition"], strict=True)]
-        if now is not None and "last_ack" in cols:  # the state's: old enough to be beyond
-            before = now - timedelta(seconds=settings.audit.beyond_end_seconds)
-            unplaced = [u or (k == "ack" and o is not None and t is not None
-                              and (t if t.tzinfo else t.replace(tzinfo=UTC)) < before)
-                        for u, k, o, t in zip(unplaced, cols["kind"], cols["offset"],
-                                              cols["last_ack"], strict=True)]
+        if old is not None:
+            unplaced = [u or o for u, o in zip(unplaced, old.to_pylist(), strict=True)]
         for topic, partition, u in zip(cols["topic"], cols["partition"], unplaced, strict=True):
             out[(topic, partition)] = out.get((topic, partition), False) or u
     return out

@@ -355,8 +355,9 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig, log_end: int |
     acks = t.filter(acks_at)
     placed = acks.filter(pc.is_valid(acks.column("offset")))
     reads, judged = t.filter(reads_at), t.filter(judged_at)
-    waiting = _idle_acks(t, acks, reads)
-    if log_end is not None and waiting.any() and log_end <= _frontier(t, reads):
+    frontier = _frontier(t, reads)
+    waiting = _idle_acks(acks, reads, frontier)
+    if log_end is not None and waiting.any() and log_end <= frontier:
         # the log read whole: old ones may lie past its end. (Not in a catch-up, whose
         # backlog lies below the log end: its millions of acks stay idle)
         old = _age_us(acks.column("last_ack"), now) / 1e6 > cfg.beyond_end_seconds
@@ -386,7 +387,7 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig, log_end: int |
     return pa.concat_tables(busy), pa.concat_tables([*kept, _as_kept(idle_a, "ack")])
 
 
-def _idle_acks(t: pa.Table, acks: pa.Table, reads: pa.Table) -> np.ndarray:
+def _idle_acks(acks: pa.Table, reads: pa.Table, frontier: int) -> np.ndarray:
     """Which ``acks`` no judgement of this step can touch, so they stay pending as they
     are: placed at or past every offset the partition's state has read or observed (the
     settled frontier cannot reach them: no verdict, no suspect, no read kept for them);
@@ -398,7 +399,6 @@ def _idle_acks(t: pa.Table, acks: pa.Table, reads: pa.Table) -> np.ndarray:
     n = acks.num_rows
     if not n:
         return np.zeros(0, dtype=bool)
-    frontier = _frontier(t, reads)
     off, seq = _int_array(acks, "offset"), _int_array(acks, "seq")
     placed = pc.and_(pc.is_valid(acks.column("offset")),
                      pc.is_null(acks.column("error_name"))).to_numpy(zero_copy_only=False)

@@ -83,7 +83,7 @@ def reference_verdicts(history: Sequence[tuple[datetime, Any]], passes: Sequence
                                     tuple(found)))
                     continue
                 if x >= settled and not rules.beyond_end(a, p_events, Clock(
-                        now, settled, log_end=log_end,
+                        now, settled, lookback_seconds=cfg.lookback_seconds, log_end=log_end,
                         beyond_end_seconds=cfg.beyond_end_seconds)):
                     continue
                 views = rules._views(p_reads, x)

@@ -201,11 +201,11 @@ public final class MetadataTail {
 
   /** Whether the batch read last from the cursor's segment still sits where it was. */
   private static boolean unchanged(Cursor c, FileRecords records) {
-    if (c.lastPosition < 0) {
-      return records.sizeInBytes() >= c.position;
-    }
     if (records.sizeInBytes() < c.position) {
-      return false;
+      return false; // truncated
+    }
+    if (c.lastPosition < 0) {
+      return true; // nothing read from this segment yet
     }
     try {
       for (FileChannelRecordBatch batch : records.batchesFrom(c.lastPosition)) {
@@ -261,12 +261,11 @@ public final class MetadataTail {
           if (batch.lastOffset() < next) {
             continue;
           }
-          int epoch = batch.partitionLeaderEpoch();
           for (Record r : batch) {
             if (r.offset() < next) {
               continue;
             }
-            c.held.put(r.offset(), new Held(epoch, line(batch, r)));
+            c.held.put(r.offset(), new Held(c.lastEpoch, line(batch, r)));
           }
         }
       } finally {

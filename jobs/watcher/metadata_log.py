@@ -65,6 +65,8 @@ __all__ = ["MetadataFold", "MetadataTail", "metadata_dirs", "local_metadata_dirs
 log = logging.getLogger(__name__)
 
 SOURCE = METADATA_LOG
+#: before every record: a partition whose changes no poll wrote
+_NEVER = datetime.min.replace(tzinfo=UTC)
 #: a change record's leader when the leader does not change (Kafka's NO_LEADER_CHANGE)
 NO_LEADER_CHANGE = -2
 #: a CONFIG_RECORD's resourceType for a topic (ConfigResource.Type.TOPIC)
@@ -131,8 +133,7 @@ class MetadataFold:
         if quiet:
             return []
         return [r for r in rows if r["kind"] == CONTROLLER_CHANGE  # never polled
-                or (r["topic"], r["partition"]) not in self.polled
-                or at > self.polled[(r["topic"], r["partition"])]]
+                or at > self.polled.get((r["topic"], r["partition"]), _NEVER)]
 
     def _time(self, ms: int) -> datetime | None:
         """A record's time, its order kept: the controller stamps a whole batch with one

@@ -71,6 +71,7 @@ def simulate(draw) -> History:
     event_lag = draw(st.sampled_from([0.0, 0.5, 3.0]))
 
     seq, epoch, leader, read_to = 0, 0, 1, 0
+    rejoined = False  # broker 1 back in the ISR after the change
     h.events.append((0.0, ClusterEvent(at(0), *KEY, "first_seen", 1, None, (1, 2, 3))))
     t = 0.0
     tick = 0
@@ -84,15 +85,14 @@ def simulate(draw) -> History:
             epoch, leader = 2, 1
             h.events.append((t + event_lag, ClusterEvent(at(t), *KEY, "leader_change", 1, 2,
                                                          (1, 2, 3), (1, 2, 3))))
-        if epoch >= 1 and t >= expand and not any(
-                e.kind == "isr_expand" for _, e in h.events):
+        if epoch >= 1 and t >= expand and not rejoined:
+            rejoined = True
             brokers[1].log = list(brokers[2].log)  # truncated to the leader's, caught up
             h.events.append((t + event_lag, ClusterEvent(at(t), *KEY, "isr_expand", leader,
                                                          leader, (1, 2, 3), (2, 3))))
         # the producer's batch
         if t < stop:
-            if epoch == 0 or (epoch == 1 and t < change + deposed
-                              and not any(e.kind == "isr_expand" for _, e in h.events)):
+            if epoch == 0 or (epoch == 1 and t < change + deposed and not rejoined):
                 to, at_epoch = 1, 0  # broker 1, leading or believing it leads
             elif epoch == 1 and t < change + deposed + silent:
                 to = None  # the producer waits for the new leader
@@ -109,19 +109,17 @@ def simulate(draw) -> History:
         # replication: every follower of the current leader, ``lag`` behind
         lead = brokers[leader].log
         for b, br in brokers.items():
-            if b == leader or (epoch == 1 and b == 1 and not any(
-                    e.kind == "isr_expand" for _, e in h.events)):
+            if b == leader or (epoch == 1 and b == 1 and not rejoined):
                 continue  # broker 1, deposed and not yet back, copies nothing
             held = next((i for i, (x, y) in enumerate(zip(br.log, lead, strict=False)) if x != y),
                         min(len(br.log), len(lead)))  # what it holds of the leader's log
             br.log = list(lead[:max(held, len(lead) - (lag if t < stop else 0))])
         # the consume job: up to the high watermark of the leader's ISR
-        isr = (1, 2, 3) if epoch != 1 or any(e.kind == "isr_expand" for _, e in h.events) \
-            else (2, 3)
+        isr = (1, 2, 3) if epoch != 1 or rejoined else (2, 3)
         hw = min(len(brokers[b].log) for b in isr)
         if hw > read_to:
             for o in range(read_to, hw):
-                ep, s = lead[o]
+                _epoch, s = lead[o]
                 h.reads.append((t + read_lag, ReadRun(*KEY, o, 1, "p", "r", s,
                                                       at(t + read_lag))))
             read_to = hw
