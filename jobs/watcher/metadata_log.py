@@ -65,8 +65,6 @@ __all__ = ["MetadataFold", "MetadataTail", "metadata_dirs", "local_metadata_dirs
 log = logging.getLogger(__name__)
 
 SOURCE = METADATA_LOG
-#: before every record: a partition whose changes no poll wrote
-_NEVER = datetime.min.replace(tzinfo=UTC)
 #: a change record's leader when the leader does not change (Kafka's NO_LEADER_CHANGE)
 NO_LEADER_CHANGE = -2
 #: a CONFIG_RECORD's resourceType for a topic (ConfigResource.Type.TOPIC)
@@ -92,6 +90,33 @@ def local_metadata_dirs(settings) -> list[Path]:
 
 
 @dataclass
+class Polled:
+    """What the polls wrote of one partition (or of the brokers) while the log was late:
+    the states their rows arrived at (:func:`state_of`), up to ``until``."""
+
+    until: datetime
+    states: set[tuple] = field(default_factory=set)
+
+
+def state_of(row: dict) -> tuple:
+    """The state a ``cluster_events`` row arrives at: a partition's (leader, ISR, leader
+    epoch; None without a leader or where the poll had none), a broker's (id, fenced)."""
+    if row["partition"] < 0:
+        broker = json.loads(row["detail"]).get("broker") if row.get("detail") else None
+        return (broker, row["kind"] == BROKER_FENCED)
+    leader = row.get("leader")
+    epoch = row.get("leader_epoch") if leader is not None and leader >= 0 else None
+    return (leader, tuple(sorted(row.get("isr") or ())), epoch)
+
+
+def same_state(a: tuple, b: tuple) -> bool:
+    """Equal states; a partition's epoch compared only where both rows know it."""
+    if len(a) != 3 or len(b) != 3:
+        return a == b
+    return a[:2] == b[:2] and (None in (a[2], b[2]) or a[2] == b[2])
+
+
+@dataclass
 class MetadataFold:
     """The metadata log folded record by record (pure): topic names, partitions, brokers;
     :meth:`apply` returns the ``cluster_events`` rows a record makes.
@@ -99,15 +124,16 @@ class MetadataFold:
     ``min_isr`` maps a topic to its ``min.insync.replicas`` where known (the watcher's);
     ``excluded``: topics whose names start with it make no rows (internal topics);
     ``quiet_until``: records up to this time only fold (a restarted watcher has written
-    their rows before); ``polled``: per partition, the same for the partitions whose
-    changes the watcher's polls wrote while the log was late (each change once, and a
-    partition the polls saw no change of keeps its log's rows; ``("", -1)``: the brokers'
-    fencing)."""
+    their rows before); ``polled``: per partition, the states the watcher's polls wrote
+    while the log was late, and the time they were written up to (``("", -1)``: the
+    brokers' fencing): a log row up to then that arrives at one of those states is not
+    written again, and every other one is (a change between two polls, a flap the polls
+    never saw: the record stays complete, each change once)."""
 
     min_isr: Mapping[str, int] = field(default_factory=dict)
     excluded: str = "_"
     quiet_until: datetime | None = None
-    polled: dict[tuple[str, int], datetime] = field(default_factory=dict)
+    polled: dict[tuple[str, int], Polled] = field(default_factory=dict)
     topics: dict[str, str] = field(default_factory=dict)  # topic id -> name
     #: (topic id, partition) -> its state, and its eligible leader replicas where kept
     partitions: dict[tuple[str, int], PartitionView] = field(default_factory=dict)
@@ -133,7 +159,16 @@ class MetadataFold:
         if quiet:
             return []
         return [r for r in rows if r["kind"] == CONTROLLER_CHANGE  # never polled
-                or at > self.polled.get((r["topic"], r["partition"]), _NEVER)]
+                or not self._polled_already(r, at)]
+
+    def _polled_already(self, row: dict, at: datetime) -> bool:
+        """Whether the polls wrote the state ``row`` arrives at, up to ``at`` or later."""
+        key = (row["topic"], row["partition"])
+        polled = self.polled.get(key)
+        if polled is not None and at > polled.until:  # the log is past the polls: kept no more
+            del self.polled[key]
+            return False
+        return polled is not None and any(same_state(state_of(row), s) for s in polled.states)
 
     def _time(self, ms: int) -> datetime | None:
         """A record's time, its order kept: the controller stamps a whole batch with one
@@ -330,12 +365,17 @@ class MetadataTail:
             newest = self._newest
         return self.alive() and newest >= 0 and now - newest / 1000 <= self.stale_seconds
 
-    def polled(self, keys: list[tuple[str, int]], until: datetime) -> None:
-        """The polls wrote these partitions' changes up to ``until`` while the log was late:
-        the log's rows for them up to then are not written again."""
+    def polled(self, rows: list[dict], until: datetime) -> None:
+        """The polls wrote these change rows (partitions', brokers') while the log was late,
+        up to ``until``: the log's rows up to then arriving at the same states are not
+        written again."""
         with self._lock:
-            for key in keys:
-                self.fold.polled[key] = until
+            for r in rows:
+                key = (r["topic"], r["partition"])
+                had = self.fold.polled.get(key)
+                states = had.states if had is not None else set()
+                states.add(state_of(r))
+                self.fold.polled[key] = Polled(until, states)
 
     def drain(self) -> list[dict]:
         with self._lock:

@@ -343,7 +343,7 @@ class ClusterWatcher:
         now = datetime.now(UTC)  # when the answers were in (a poll's lookups take time)
         rows: list[dict] = []
         changed: list[tuple[str, int]] = []
-        polled: list[tuple[str, int]] = []
+        polled: list[dict] = []  # the rows of the changes polled while the log was late
         topics = sorted({t for t, _p in parts if not t.startswith(self.excluded)})
         if now >= self._next_config:  # topic settings (durability) every config interval
             rf: dict[str, int] = {}
@@ -364,8 +364,6 @@ class ClusterWatcher:
                 self.epoch_ends.seed(key, view.leader, view.epoch)
             for kind in diff_partition(before, view, self.min_isr.get(key[0])):
                 changed.append(key)
-                if before is not None:  # a change the poll saw, not its first sight
-                    polled.append(key)
                 if self.exact:
                     continue  # the metadata log gave this change, at its exact time
                 rows.append({
@@ -377,12 +375,15 @@ class ClusterWatcher:
                     "leader_epoch": p.leader_epoch if p.leader_epoch >= 0 else None,
                     "source": source,
                 })
+                if before is not None:  # a change the poll saw, not its first sight
+                    polled.append(rows[-1])
             self.state[key] = view
         if not self.exact and self.metadata is not None and (polled or brokers):
-            # these changes were polled: once (("", -1): the brokers' rows). A partition's
+            # these changes were polled: the log's rows arriving at the same states are not
+            # written again; the others are (a flap between two polls). A partition's
             # first sight (a restarted watcher's first poll) is no change: the log's rows of
             # what changed while the watcher was down are still written
-            self.metadata.polled([*polled, *([("", -1)] if brokers else [])], now)
+            self.metadata.polled([*polled, *brokers], now)
         rows += self._split_brain(views, topics, now)
         sample = now >= self._next_log_end
         asked = sorted(self.state) if sample else sorted(set(changed))

@@ -4,7 +4,13 @@ records shaped as Kafka's own serde prints them (``jobs/watcher/MetadataTail.jav
 import json
 from datetime import UTC, datetime, timedelta
 
-from kafka_audit.jobs.watcher.metadata_log import SOURCE, MetadataFold, metadata_dirs
+from kafka_audit.jobs.watcher.metadata_log import (
+    SOURCE,
+    MetadataFold,
+    Polled,
+    metadata_dirs,
+    state_of,
+)
 
 T0 = 1_795_474_000_000  # ms
 
@@ -167,8 +173,12 @@ def test_changes_the_polls_wrote_while_the_log_was_late_are_not_written_again():
     created(fold)
     created(fold, name="payments", tid="T2")
     polled_at = datetime.fromtimestamp((T0 + 100) / 1000, UTC)
-    # the polls wrote orders/0's change and a broker's fencing up to T0+100
-    fold.polled.update({("orders", 0): polled_at, ("", -1): polled_at})
+    # the polls wrote orders/0's ISR shrink and broker 3's fencing up to T0+100
+    fold.polled.update({
+        ("orders", 0): Polled(polled_at, {state_of({"partition": 0, "leader": 1,
+                                                    "isr": [2, 1], "leader_epoch": 0})}),
+        ("", -1): Polled(polled_at, {state_of({"partition": -1, "kind": "broker_fenced",
+                                               "detail": json.dumps({"broker": 3})})})})
     assert fold.apply(rec("PARTITION_CHANGE_RECORD", 50, partitionId=0, topicId="T1",
                           isr=[1, 2])) == []
     assert fold.apply(rec("FENCE_BROKER_RECORD", 60, id=3, epoch=1)) == []
@@ -180,3 +190,31 @@ def test_changes_the_polls_wrote_while_the_log_was_late_are_not_written_again():
     assert kinds(fold.apply(rec("LEADER_CHANGE", 80, leaderId=2))) == ["controller_change"]
     assert kinds(fold.apply(rec("PARTITION_CHANGE_RECORD", 150, partitionId=0, topicId="T1",
                                 isr=[1])))[0] == "isr_shrink"
+
+
+def test_a_flap_between_two_polls_is_written_from_the_log():
+    """The polls saw orders/0 go from leader 1 to leader 2 and broker 1 fenced; the log,
+    late, holds a leader 3 between them, and broker 2 fenced and unfenced meanwhile: those
+    the polls never wrote are written, at the log's times; what they wrote is not again."""
+    fold = MetadataFold()
+    created(fold)
+    polled_at = datetime.fromtimestamp((T0 + 100) / 1000, UTC)
+    fold.polled.update({
+        ("orders", 0): Polled(polled_at, {state_of({"partition": 0, "leader": 2,
+                                                    "isr": [2, 3], "leader_epoch": None})}),
+        ("", -1): Polled(polled_at, {state_of({"partition": -1, "kind": "broker_fenced",
+                                               "detail": json.dumps({"broker": 1})})})})
+    via = fold.apply(rec("PARTITION_CHANGE_RECORD", 10, partitionId=0, topicId="T1",
+                         leader=3, isr=[2, 3]))
+    assert kinds(via)[:2] == ["leader_change", "isr_shrink"] and via[0]["leader"] == 3
+    # the state the polls wrote (their epoch unknown: it matches any): not again
+    assert fold.apply(rec("PARTITION_CHANGE_RECORD", 20, partitionId=0, topicId="T1",
+                          leader=2)) == []
+    assert fold.apply(rec("FENCE_BROKER_RECORD", 30, id=1, epoch=1)) == []
+    flap = fold.apply(rec("FENCE_BROKER_RECORD", 40, id=2, epoch=1)) \
+        + fold.apply(rec("UNFENCE_BROKER_RECORD", 50, id=2, epoch=1))
+    assert kinds(flap) == ["broker_fenced", "broker_unfenced"]
+    # a state the polls wrote with another epoch is another change: written
+    fold.polled[("orders", 0)] = Polled(polled_at, {(2, (2, 3), 9)})
+    assert kinds(fold.apply(rec("PARTITION_CHANGE_RECORD", 60, partitionId=0, topicId="T1",
+                                leader=2)))[0] == "leader_reelected"
