@@ -333,6 +333,8 @@ class ClusterWatcher:
             self.epoch_ends.follow(exact_rows)
             if any(r["kind"] == TOPIC_CONFIG_CHANGE for r in exact_rows):
                 self._next_config = datetime.min.replace(tzinfo=UTC)  # effective ones now
+            if self.epoch_ends.pending:  # asked at once of the new leaders the log names:
+                self._ask_epoch_ends_now()  # not after lookups a dead broker holds up
         views = self._ask_brokers()
         if views:  # every broker's own answer: the newest epoch's view of each partition
             from kafka_audit.jobs.watcher.broker_views import freshest
@@ -473,6 +475,17 @@ class ClusterWatcher:
             except (KeyError, TypeError, ValueError):
                 pass
         return rows
+
+    def _ask_epoch_ends_now(self) -> None:
+        """The questions of the leader changes the metadata log just gave, asked before this
+        poll's lookups (each waits up to the lookup budget on a broker that died) of each
+        change's new leader (the last poll's view is older than the change), their answers
+        written at once: the suspicion marker reads them seconds sooner. Unanswered ones are
+        asked again at the poll's end, of its view's leader."""
+        rows = self._epoch_ends({}, datetime.now(UTC))
+        if rows:
+            append_rows(self.table, "cluster_events", rows)
+            self.events_written += len(rows)
 
     def _epoch_ends(self, parts: dict, now: datetime) -> list[dict]:
         """The ``epoch_end`` rows of the leader changes' questions answered now
