@@ -44,7 +44,7 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -92,10 +92,12 @@ def local_metadata_dirs(settings) -> list[Path]:
 @dataclass
 class Polled:
     """What the polls wrote of one partition (or of the brokers) while the log was late:
-    the states their rows arrived at (:func:`state_of`), up to ``until``."""
+    the state each of their rows arrived at (:func:`state_of`) and its time, in the polls'
+    order, each waiting for the log row it stands for; ``last``: the newest time of those
+    the log has passed, and of the log's rows timed after them."""
 
-    until: datetime
-    states: set[tuple] = field(default_factory=set)
+    rows: list[tuple[tuple, datetime]] = field(default_factory=list)
+    last: datetime = datetime.min.replace(tzinfo=UTC)
 
 
 def state_of(row: dict) -> tuple:
@@ -124,11 +126,11 @@ class MetadataFold:
     ``min_isr`` maps a topic to its ``min.insync.replicas`` where known (the watcher's);
     ``excluded``: topics whose names start with it make no rows (internal topics);
     ``quiet_until``: records up to this time only fold (a restarted watcher has written
-    their rows before); ``polled``: per partition, the states the watcher's polls wrote
-    while the log was late, and the time they were written up to (``("", -1)``: the
-    brokers' fencing): a log row up to then that arrives at one of those states is not
-    written again, and every other one is (a change between two polls, a flap the polls
-    never saw: the record stays complete, each change once)."""
+    their rows before); ``polled``: per partition (``("", -1)``: the brokers' fencing),
+    the rows the watcher's polls wrote while the log was late (:class:`Polled`): the log's
+    row each stands for is not written again, and every other one is (a change between
+    two polls, a flap the polls never saw), timed after the polled rows it follows: the
+    record stays complete, each change once, in order."""
 
     min_isr: Mapping[str, int] = field(default_factory=dict)
     excluded: str = "_"
@@ -158,17 +160,41 @@ class MetadataFold:
         rows = self._apply(kind, data, at)
         if quiet:
             return []
-        return [r for r in rows if r["kind"] == CONTROLLER_CHANGE  # never polled
-                or not self._polled_already(r, at)]
+        if not self.polled:
+            return rows
+        written, when = [], {}
+        for r in rows:  # one record's rows of a key arrive at one state: decided once
+            key = (r["topic"], r["partition"])
+            if r["kind"] == CONTROLLER_CHANGE:  # never polled
+                written.append(r)
+                continue
+            if key not in when:
+                when[key] = self._after_polls(key, state_of(r), at)
+            if when[key] is not None:
+                written.append({**r, "event_time": when[key]})
+        return written
 
-    def _polled_already(self, row: dict, at: datetime) -> bool:
-        """Whether the polls wrote the state ``row`` arrives at, up to ``at`` or later."""
-        key = (row["topic"], row["partition"])
+    def _after_polls(self, key: tuple[str, int], state: tuple, at: datetime
+                     ) -> datetime | None:
+        """None where a polled row (its time at or after ``at``) stood for this log row
+        (that polled row is used up: a state the log arrives at twice is written twice);
+        else the time to write it at: ``at``, or just after the newest row of the key
+        written so far, whose state it follows (a polled row's time is the poll's, later
+        than the change it saw)."""
         polled = self.polled.get(key)
-        if polled is not None and at > polled.until:  # the log is past the polls: kept no more
+        if polled is None:
+            return at
+        polled.rows = [(s, t) for s, t in polled.rows if t >= at]  # the rest cannot match
+        for i, (s, t) in enumerate(polled.rows):
+            if same_state(s, state):
+                del polled.rows[i]
+                polled.last = max(polled.last, t)
+                return None
+        stamp = at if at > polled.last else polled.last + timedelta(microseconds=1)
+        polled.last = stamp
+        if not polled.rows and stamp == at:  # the log is past the polls
             del self.polled[key]
-            return False
-        return polled is not None and any(same_state(state_of(row), s) for s in polled.states)
+        return stamp
 
     def _time(self, ms: int) -> datetime | None:
         """A record's time, its order kept: the controller stamps a whole batch with one
@@ -365,17 +391,15 @@ class MetadataTail:
             newest = self._newest
         return self.alive() and newest >= 0 and now - newest / 1000 <= self.stale_seconds
 
-    def polled(self, rows: list[dict], until: datetime) -> None:
-        """The polls wrote these change rows (partitions', brokers') while the log was late,
-        up to ``until``: the log's rows up to then arriving at the same states are not
-        written again."""
+    def polled(self, rows: list[dict], at: datetime) -> None:
+        """The polls wrote these change rows (partitions', brokers') at ``at`` while the log
+        was late: the log's row each stands for is not written again."""
         with self._lock:
             for r in rows:
-                key = (r["topic"], r["partition"])
-                had = self.fold.polled.get(key)
-                states = had.states if had is not None else set()
-                states.add(state_of(r))
-                self.fold.polled[key] = Polled(until, states)
+                polled = self.fold.polled.setdefault((r["topic"], r["partition"]), Polled())
+                state = state_of(r)
+                if not polled.rows or polled.rows[-1] != (state, at):  # a change's kinds: once
+                    polled.rows.append((state, at))
 
     def drain(self) -> list[dict]:
         with self._lock:

@@ -404,7 +404,8 @@ class ClusterWatcher:
                 self.log_ends_at = now
         self.epoch_ends.follow(rows)  # the polled changes (epochs filled in above)
         if self.epoch_ends.pending:
-            rows += self._epoch_ends(parts, now)
+            rows += self._epoch_ends({k: (v.leader, v.leader_epoch) for k, v in parts.items()},
+                                     now)
         # a broker the cluster no longer lists, or that no longer answers, is said once;
         # when no broker answered its own request the metadata came from one client
         # (or the profile's brokers are not asked one by one): no verdict on reachability
@@ -479,22 +480,22 @@ class ClusterWatcher:
     def _ask_epoch_ends_now(self) -> None:
         """The questions of the leader changes the metadata log just gave, asked before this
         poll's lookups (each waits up to the lookup budget on a broker that died) of each
-        change's new leader (the last poll's view is older than the change), their answers
-        written at once: the suspicion marker reads them seconds sooner. Unanswered ones are
-        asked again at the poll's end, of its view's leader."""
-        rows = self._epoch_ends({}, datetime.now(UTC))
+        partition's leader as the log last named it (the last poll's view is older than the
+        change), their answers written at once: the suspicion marker reads them seconds
+        sooner. Unanswered ones are asked again at the poll's end, of its view's leader."""
+        rows = self._epoch_ends(dict(self.epoch_ends.leaders), datetime.now(UTC))
         if rows:
             append_rows(self.table, "cluster_events", rows)
             self.events_written += len(rows)
 
-    def _epoch_ends(self, parts: dict, now: datetime) -> list[dict]:
+    def _epoch_ends(self, leaders: dict, now: datetime) -> list[dict]:
         """The ``epoch_end`` rows of the leader changes' questions answered now
-        (``epoch_ends.py``): each asked of the partition's leader in this poll's ``parts``."""
+        (``epoch_ends.py``): each asked of the partition's leader in ``leaders`` (partition
+        -> (leader, epoch)) where that is at the change's epoch or newer."""
         from functools import partial
 
         from kafka_audit.jobs.watcher.broker_views import epoch_ends
 
-        leaders = {k: (v.leader, v.leader_epoch) for k, v in parts.items()}
         return self.epoch_ends.ask(self.known_brokers, leaders, now,
                                    partial(epoch_ends, security=self._broker_security()),
                                    LOOKUP_BUDGET_SECONDS)

@@ -168,17 +168,23 @@ def test_a_change_to_a_partition_never_seen_created_is_a_counted_skip():
     assert fold.unknown_changes == 1
 
 
+def polled(at: datetime, *rows: dict) -> Polled:
+    return Polled([(state_of({"partition": 0, **r}), at) for r in rows])
+
+
+def fenced(broker: int, kind="broker_fenced") -> dict:
+    return {"partition": -1, "kind": kind, "detail": json.dumps({"broker": broker})}
+
+
 def test_changes_the_polls_wrote_while_the_log_was_late_are_not_written_again():
     fold = MetadataFold()
     created(fold)
     created(fold, name="payments", tid="T2")
     polled_at = datetime.fromtimestamp((T0 + 100) / 1000, UTC)
-    # the polls wrote orders/0's ISR shrink and broker 3's fencing up to T0+100
-    fold.polled.update({
-        ("orders", 0): Polled(polled_at, {state_of({"partition": 0, "leader": 1,
-                                                    "isr": [2, 1], "leader_epoch": 0})}),
-        ("", -1): Polled(polled_at, {state_of({"partition": -1, "kind": "broker_fenced",
-                                               "detail": json.dumps({"broker": 3})})})})
+    # the polls wrote orders/0's ISR shrink and broker 3's fencing at T0+100
+    fold.polled.update({("orders", 0): polled(polled_at, {"leader": 1, "isr": [2, 1],
+                                                          "leader_epoch": 0}),
+                        ("", -1): Polled([(state_of(fenced(3)), polled_at)])})
     assert fold.apply(rec("PARTITION_CHANGE_RECORD", 50, partitionId=0, topicId="T1",
                           isr=[1, 2])) == []
     assert fold.apply(rec("FENCE_BROKER_RECORD", 60, id=3, epoch=1)) == []
@@ -186,27 +192,30 @@ def test_changes_the_polls_wrote_while_the_log_was_late_are_not_written_again():
     late = fold.apply(rec("PARTITION_CHANGE_RECORD", 70, partitionId=0, topicId="T2",
                           isr=[1, 2]))
     assert kinds(late) == ["isr_shrink"] and late[0]["topic"] == "payments"
-    # the active controller is never polled; after the span, every row again
+    # the active controller is never polled; after the polls, every row again, at its time
     assert kinds(fold.apply(rec("LEADER_CHANGE", 80, leaderId=2))) == ["controller_change"]
-    assert kinds(fold.apply(rec("PARTITION_CHANGE_RECORD", 150, partitionId=0, topicId="T1",
-                                isr=[1])))[0] == "isr_shrink"
+    after = fold.apply(rec("PARTITION_CHANGE_RECORD", 150, partitionId=0, topicId="T1",
+                           isr=[1]))
+    assert kinds(after)[0] == "isr_shrink"
+    assert after[0]["event_time"] == datetime.fromtimestamp((T0 + 150) / 1000, UTC)
+    assert not fold.polled.get(("orders", 0))
 
 
-def test_a_flap_between_two_polls_is_written_from_the_log():
+def test_a_flap_between_two_polls_is_written_from_the_log_after_the_polled_row():
     """The polls saw orders/0 go from leader 1 to leader 2 and broker 1 fenced; the log,
     late, holds a leader 3 between them, and broker 2 fenced and unfenced meanwhile: those
-    the polls never wrote are written, at the log's times; what they wrote is not again."""
+    the polls never wrote are written, and a change the log gives before the poll's time
+    that follows a polled state is timed after it (a timeline orders by time)."""
     fold = MetadataFold()
     created(fold)
     polled_at = datetime.fromtimestamp((T0 + 100) / 1000, UTC)
-    fold.polled.update({
-        ("orders", 0): Polled(polled_at, {state_of({"partition": 0, "leader": 2,
-                                                    "isr": [2, 3], "leader_epoch": None})}),
-        ("", -1): Polled(polled_at, {state_of({"partition": -1, "kind": "broker_fenced",
-                                               "detail": json.dumps({"broker": 1})})})})
+    fold.polled.update({("orders", 0): polled(polled_at, {"leader": 2, "isr": [2, 3],
+                                                          "leader_epoch": None}),
+                        ("", -1): Polled([(state_of(fenced(1)), polled_at)])})
     via = fold.apply(rec("PARTITION_CHANGE_RECORD", 10, partitionId=0, topicId="T1",
                          leader=3, isr=[2, 3]))
     assert kinds(via)[:2] == ["leader_change", "isr_shrink"] and via[0]["leader"] == 3
+    assert {r["event_time"] for r in via} == {datetime.fromtimestamp((T0 + 10) / 1000, UTC)}
     # the state the polls wrote (their epoch unknown: it matches any): not again
     assert fold.apply(rec("PARTITION_CHANGE_RECORD", 20, partitionId=0, topicId="T1",
                           leader=2)) == []
@@ -214,7 +223,43 @@ def test_a_flap_between_two_polls_is_written_from_the_log():
     flap = fold.apply(rec("FENCE_BROKER_RECORD", 40, id=2, epoch=1)) \
         + fold.apply(rec("UNFENCE_BROKER_RECORD", 50, id=2, epoch=1))
     assert kinds(flap) == ["broker_fenced", "broker_unfenced"]
-    # a state the polls wrote with another epoch is another change: written
-    fold.polled[("orders", 0)] = Polled(polled_at, {(2, (2, 3), 9)})
+    # a change after the polled state, before the poll's time: just after the polled row
+    later = fold.apply(rec("PARTITION_CHANGE_RECORD", 60, partitionId=0, topicId="T1",
+                           leader=1))
+    assert kinds(later) == ["leader_change"]
+    assert later[0]["event_time"] == polled_at + timedelta(microseconds=1)
+
+
+def test_a_state_the_log_arrives_at_twice_is_muted_once():
+    """The polls wrote an ISR shrink to [1, 2] once; the log shrinks, grows back and
+    shrinks again (Kafka keeps the epoch through ISR changes): the second shrink is
+    written, so the record ends where the partition is. The same for a broker fenced,
+    unfenced and fenced again."""
+    fold = MetadataFold()
+    created(fold)
+    polled_at = datetime.fromtimestamp((T0 + 100) / 1000, UTC)
+    fold.polled.update({("orders", 0): polled(polled_at, {"leader": 1, "isr": [1, 2],
+                                                          "leader_epoch": 0}),
+                        ("", -1): Polled([(state_of(fenced(3)), polled_at)])})
+    rows = []
+    for ms, isr in ((10, [1, 2]), (20, [1, 2, 3]), (30, [1, 2])):
+        rows += fold.apply(rec("PARTITION_CHANGE_RECORD", ms, partitionId=0, topicId="T1",
+                               isr=isr))
+    assert kinds(rows) == ["isr_expand", "isr_shrink"]
+    assert [r["event_time"] for r in rows] == [polled_at + timedelta(microseconds=n)
+                                               for n in (1, 2)]
+    brokers = []
+    for ms, kind in ((40, "FENCE_BROKER_RECORD"), (50, "UNFENCE_BROKER_RECORD"),
+                     (60, "FENCE_BROKER_RECORD")):
+        brokers += fold.apply(rec(kind, ms, id=3, epoch=1))
+    assert kinds(brokers) == ["broker_unfenced", "broker_fenced"]
+
+
+def test_a_polled_state_at_another_epoch_is_another_change():
+    fold = MetadataFold()
+    created(fold)
+    polled_at = datetime.fromtimestamp((T0 + 100) / 1000, UTC)
+    fold.polled[("orders", 0)] = polled(polled_at, {"leader": 1, "isr": [1, 2, 3],
+                                                    "leader_epoch": 9})
     assert kinds(fold.apply(rec("PARTITION_CHANGE_RECORD", 60, partitionId=0, topicId="T1",
-                                leader=2)))[0] == "leader_reelected"
+                                leader=1)))[0] == "leader_reelected"
