@@ -23,8 +23,8 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["start_api_process", "supervise_api_process", "main", "child_settings",
-           "child_environment"]
+__all__ = ["start_api_process", "supervise_api_process", "start_child", "supervise_child",
+           "child_logging", "main", "child_settings", "child_environment"]
 
 log = logging.getLogger("kafka_audit.app.service")
 
@@ -42,11 +42,17 @@ def start_api_process(settings) -> subprocess.Popen:
     """The API server as a child process serving ``settings``; its output goes where this
     process's goes, formatted as this process formats its log (``kafka-audit``'s
     ``--log-json`` included)."""
+    return start_child(settings, "kafka_audit.app.api_process")
+
+
+def start_child(settings, module: str) -> subprocess.Popen:
+    """``python -m module`` as a child process, its settings (:func:`child_settings`) and
+    this process's log formatter handed over through its standard input."""
     from kafka_audit.app.memstats import configure_allocators
 
     env = child_environment(settings)
     configure_allocators(settings.steady, env)
-    proc = subprocess.Popen([sys.executable, "-m", "kafka_audit.app.api_process"],
+    proc = subprocess.Popen([sys.executable, "-m", module],
                             stdin=subprocess.PIPE, preexec_fn=_die_with_parent, env=env)
     assert proc.stdin is not None
     proc.stdin.write(pickle.dumps((child_settings(settings), _own_formatter())))
@@ -92,21 +98,42 @@ def _own_formatter() -> logging.Formatter | None:
 def supervise_api_process(settings, stop: threading.Event, stop_seconds: float = 10) -> None:
     """Run the API process until ``stop``; raise if it exits on its own (the service's
     supervisor then starts it again after its back-off)."""
-    proc = start_api_process(settings)
+    supervise_child(settings, stop, "kafka_audit.app.api_process", "the API process",
+                    stop_seconds)
+
+
+def supervise_child(settings, stop: threading.Event, module: str, name: str,
+                    stop_seconds: float = 10) -> None:
+    """Run the child process ``module`` (:func:`start_child`) until ``stop``, then stop it
+    with SIGTERM (killed after ``stop_seconds``); raise if it exits on its own."""
+    proc = start_child(settings, module)
     try:
         while not stop.wait(0.5):
             code = proc.poll()
             if code is not None:
-                raise RuntimeError(f"the API process exited with code {code}")
+                raise RuntimeError(f"{name} exited with code {code}")
     finally:
         if proc.poll() is None:
             proc.terminate()
             try:
                 proc.wait(stop_seconds)
             except subprocess.TimeoutExpired:
-                log.warning("the API process did not stop in %.0fs: killed", stop_seconds)
+                log.warning("%s did not stop in %.0fs: killed", name, stop_seconds)
                 proc.kill()
                 proc.wait()
+
+
+def child_logging(formatter: logging.Formatter | None, level: int = logging.WARNING) -> None:
+    """A child process's log: one handler on standard error in the parent's format,
+    secrets scrubbed, at ``level``."""
+    from kafka_audit.redact import ScrubFilter
+
+    handler = logging.StreamHandler()
+    if formatter is not None:
+        handler.setFormatter(formatter)
+    handler.addFilter(ScrubFilter())
+    logging.getLogger().handlers[:] = [handler]
+    logging.getLogger().setLevel(level)
 
 
 def main() -> int:
@@ -116,15 +143,9 @@ def main() -> int:
     from kafka_audit.auditor_api.main import create_app
     from kafka_audit.auditor_api.server import uvicorn_config
     from kafka_audit.errors import ConfigError
-    from kafka_audit.redact import ScrubFilter
 
     settings, formatter = pickle.load(sys.stdin.buffer)
-    handler = logging.StreamHandler()
-    if formatter is not None:
-        handler.setFormatter(formatter)
-    handler.addFilter(ScrubFilter())
-    logging.getLogger().handlers[:] = [handler]
-    logging.getLogger().setLevel(logging.WARNING)
+    child_logging(formatter)
     logging.getLogger("kafka_audit.memory").setLevel(logging.INFO)
     for noisy in ("uvicorn.error", "uvicorn.access"):
         logging.getLogger(noisy).setLevel(logging.ERROR)

@@ -3,8 +3,9 @@ one supervised service.
 
 Each component runs in a thread of its own and rides out outages itself
 (``kafka_audit/status.py``); the REST API's thread runs the server as a child process
-(``kafka_audit/app/api_process.py``), so that its requests never wait on an audit pass for
-the interpreter lock. A component whose thread dies anyway (an error it
+(``kafka_audit/app/api_process.py``), and the suspicion marker's runs the marker as
+another (``kafka_audit/app/marker_process.py``), so that neither waits on an audit pass
+for the interpreter lock. A component whose thread dies anyway (an error it
 does not handle) is restarted after a capped doubling wait, which starts again from
 the first wait once the component had run ``outage.healthy_seconds`` before it died (a
 rare crash after a healthy spell is not punished for an old crash loop); the restart is
@@ -183,9 +184,9 @@ def build(settings: Settings, spark_factory=None) -> Service:
     consume, audit, the suspicion marker, the API) over one Spark session (made lazily, in
     the consume component, so the API and the watcher start at once); the API serves
     from a child process."""
-    from kafka_audit.app.api_process import supervise_api_process
+    from kafka_audit.app.api_process import supervise_api_process, supervise_child
+    from kafka_audit.app.marker_process import MODULE as MARKER
     from kafka_audit.jobs.audit.audit_job import run_audit_loop
-    from kafka_audit.jobs.audit.suspicions import run_marker
     from kafka_audit.jobs.consume.consume_job import run_consume
     from kafka_audit.jobs.spark import forget_dead_session, jvm_alive
     from kafka_audit.jobs.upkeep.staged_acks import run_staged_commits
@@ -234,8 +235,8 @@ def build(settings: Settings, spark_factory=None) -> Service:
     def ledger(stop: threading.Event) -> None:
         run_staged_commits(settings, stop)
 
-    def suspicions(stop: threading.Event) -> None:
-        run_marker(settings, stop)
+    def suspicions(stop: threading.Event) -> None:  # its own process: no wait on a pass
+        supervise_child(settings, stop, MARKER, "the suspicion marker process")
 
     def release(budget: float) -> str:
         with spark_lock:
