@@ -16,8 +16,9 @@ and the time from the leader change (the first ``leader_change`` of the partitio
 (``GET /v1/suspicions``, polled beside the findings; goal p95 <= 5 s), with the share of
 the lost writes suspected before any verdict (goal >= 99 %) and every withdrawn
 suspicion with its reason. ``--second-after S``: each kill is followed, ``S`` seconds after
-its node rejoined every ISR, by a kill of the partition's new leader (two fail-overs of
-one partition within a minute, the marker following the first while the second comes).
+it (its node started again at once), by a kill of the partition's new leader: two
+fail-overs of one partition within seconds, the second before the first's losses
+settled, the marker following the first while the second comes.
 Reported: p50, p95 and max over the kills against settle + 15 s (and apart, over the
 kills of a leader that was also the active controller and over the others), the per-finding
 ack-to-detection percentiles (``kafka_audit/latency.py``), and whether the losses found
@@ -50,6 +51,7 @@ from steady import (
     cluster_down,
     fresh_cluster,
     kill_leader,
+    kill_leader_twice,
     lost_over_rest,
     missing_from_log,
     say,
@@ -157,10 +159,11 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
         for at in kill_times(rng, args.kills, args.warmup, args.minutes * 60, args.gap):
             time.sleep(max(0.0, at - (time.monotonic() - t0)))
             part = victim_partition(cluster, topic, args.victim)
-            killed.append((*kill_leader(cluster, topic, partition=part), part))
-            if args.second_after is not None:  # its new leader killed in turn, soon after
-                time.sleep(args.second_after)
+            if args.second_after is None:
                 killed.append((*kill_leader(cluster, topic, partition=part), part))
+            else:  # its new leader killed in turn, soon after
+                killed += [(*k, part) for k in kill_leader_twice(
+                    cluster, topic, args.second_after, partition=part)]
         time.sleep(settle + 30)  # later writes carry the frontier past the last loss
         load.stop()
         say(f"producer stopped: {load.producer.acked} acked")
@@ -184,7 +187,9 @@ def run_one(cluster: LocalCluster, settle: float, args, rng: random.Random,
     marked_at = {w: datetime.fromisoformat(s["suspected_at"]).timestamp()
                  for s in suspected for w in lost_messages([s])}
     # each lost write belongs to the first kill after its sending (5 s of slack: in flight)
-    bounds = [load.sent_by(k[0] + 5) for k in killed]
+    # (never past the next kill: two kills of a pair may come within 5 s)
+    bounds = [load.sent_by(min(k[0] + 5, killed[i + 1][0]) if i + 1 < len(killed)
+                           else k[0] + 5) for i, k in enumerate(killed)]
     per_kill = []
     for i, (k, node, controller, part) in enumerate(killed):
         lo = bounds[i - 1] if i else -1
@@ -249,9 +254,10 @@ def main() -> None:
                     help="after the full read, how long to wait for the last answers")
     ap.add_argument("--seed", type=int, default=15)
     ap.add_argument("--second-after", type=float, default=None,
-                    help="each kill is followed this many seconds after its node rejoined "
-                         "by a kill of the partition's leader then (a second fail-over within "
-                         "a minute; each counts as a kill of its own)")
+                    help="each kill is followed this many seconds after it (its node "
+                         "started again at once) by a kill of the partition's new leader (a "
+                         "second fail-over before the first's losses settled; each counts "
+                         "as a kill of its own)")
     ap.add_argument("--victim", choices=["any", "broker"], default="any",
                     help="any: partition 0's leader, whichever node; broker: a leader that "
                     "is not the active controller")

@@ -166,6 +166,35 @@ def kill_leader(cluster: LocalCluster, topic: str, lag_seconds: float = 0.5,
     time of the kill, the node killed and whether it was the active controller too (on
     the test cluster's combined nodes: a second fail-over before the first, see
     ``LocalCluster.active_controller``)."""
+    killed_at, leader, controller = _kill_and_restart(cluster, topic, lag_seconds, progress,
+                                                      partition)
+    _back_in_isr(cluster, topic, leader, progress)
+    return killed_at, leader, controller
+
+
+def kill_leader_twice(cluster: LocalCluster, topic: str, after: float,
+                      lag_seconds: float = 0.5, progress=say, partition: int = 0
+                      ) -> list[tuple[float, int, bool]]:
+    """Two fail-overs of ``partition`` in a row: its leader killed as in
+    :func:`kill_leader` and started again at once, then ``after`` seconds after the first
+    kill the new leader killed in turn, before the first fail-over's losses could settle
+    (on the test cluster's combined nodes the second election waits for the first node's
+    controller to rejoin the quorum); both nodes registered and back in every ISR at the
+    end. The two kills, as :func:`kill_leader` returns one."""
+    first = _kill_and_restart(cluster, topic, lag_seconds, progress, partition, wait=False)
+    time.sleep(max(0.0, first[0] + after - time.time()))
+    second = _kill_and_restart(cluster, topic, lag_seconds, progress, partition, wait=False)
+    for node in (first[1], second[1]):
+        wait_until(lambda: node in cluster.registered_brokers(), 120,  # noqa: B023
+                   f"node {node} to rejoin")
+        _back_in_isr(cluster, topic, node, progress)
+    return [first, second]
+
+
+def _kill_and_restart(cluster: LocalCluster, topic: str, lag_seconds: float, progress,
+                      partition: int, wait: bool = True) -> tuple[float, int, bool]:
+    """The kill of :func:`kill_leader`: a new leader elected, the node restarted and
+    (``wait``) registered again; its ISRs not waited for."""
     leader = cluster.leader_of(topic, partition)
     controller = cluster.active_controller() == leader
     followers = [n for n in cluster.running() if n != leader]
@@ -181,14 +210,19 @@ def kill_leader(cluster: LocalCluster, topic: str, lag_seconds: float = 0.5,
     progress(f"SIGKILL node {leader}, leader of {topic}-{partition}"
              f"{' and the active controller' if controller else ''} (followers {followers} "
              f"frozen {lag_seconds}s before)")
-    wait_until(lambda: cluster.leader_of(topic, partition) not in (-1, leader), 60,
+    wait_until(lambda: cluster.leader_of(topic, partition) not in (-1, leader), 120,
                f"a new leader of {topic}-{partition}")
     cluster.start(leader)
-    wait_until(lambda: leader in cluster.registered_brokers(), 90, f"node {leader} to rejoin")
-    wait_until(lambda: all(leader in p.isr for p in cluster.partitions(topic)), 120,
-               f"node {leader} back in every ISR of {topic}")
-    progress(f"node {leader} back in every ISR of {topic}")
+    if wait:
+        wait_until(lambda: leader in cluster.registered_brokers(), 90,
+                   f"node {leader} to rejoin")
     return killed_at, leader, controller
+
+
+def _back_in_isr(cluster: LocalCluster, topic: str, node: int, progress) -> None:
+    wait_until(lambda: all(node in p.isr for p in cluster.partitions(topic)), 120,
+               f"node {node} back in every ISR of {topic}")
+    progress(f"node {node} back in every ISR of {topic}")
 
 
 def missing_from_log(bootstrap: str, topic: str, record: _Record, producer_id: str,
