@@ -267,6 +267,8 @@ class ClusterWatcher:
         self._security = None  # how each broker is asked (the profile's TLS and SASL)
         #: the leader changes' questions: where does the old leader's epoch end
         self.epoch_ends = EpochEnds()
+        #: epoch_end rows answered early whose write failed: written with the next poll's
+        self._unwritten: list[dict] = []
         self._pool = None
         self.outage = Outage("watcher", StatusWriter(settings.home_dir, "watcher"), log,
                              settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
@@ -415,9 +417,11 @@ class ClusterWatcher:
         if self.last_ok is not None and (self._open_gap is not None
                                          or (now - self.last_ok).total_seconds() > blind):
             rows.insert(0, self._gap(self.last_ok, now))
+        rows = self._unwritten + rows
         if rows:
             append_rows(self.table, "cluster_events", rows)
             self.events_written += len(rows)
+        self._unwritten = []
         self.last_ok, self._open_gap = now, None
         return rows
 
@@ -485,7 +489,11 @@ class ClusterWatcher:
         sooner. Unanswered ones are asked again at the poll's end, of its view's leader."""
         rows = self._epoch_ends(dict(self.epoch_ends.leaders), datetime.now(UTC))
         if rows:
-            append_rows(self.table, "cluster_events", rows)
+            try:
+                append_rows(self.table, "cluster_events", rows)
+            except Exception:  # answered: no longer pending, so written with a later poll's
+                self._unwritten += rows
+                raise
             self.events_written += len(rows)
 
     def _epoch_ends(self, leaders: dict, now: datetime) -> list[dict]:

@@ -122,3 +122,46 @@ def test_an_answer_for_a_newer_epoch_than_asked_is_not_taken():
     e.follow([row("leader_change", 2, 4)])
     rows = e.ask({2: ("h", 1)}, {}, T, lambda *_a: {("t", 0): EpochEndAnswer(0, 4, 90)}, 1.0)
     assert rows == [] and len(e.pending) == 1
+
+
+def test_the_watcher_asks_at_once_the_leader_the_log_named_last_and_keeps_a_failed_write(
+        tmp_path, monkeypatch):
+    """Two changes of one partition drained together from the metadata log (1 -> 2 -> 3):
+    the first question goes to broker 3, the leader the log named last (broker 2 may be
+    dead), before the poll's lookups; an answer whose write fails is written with the
+    next poll's rows, not lost (it is no longer pending)."""
+    import pytest
+
+    import kafka_audit.jobs.watcher.watcher as watcher_module
+    from kafka_audit.jobs.watcher.watcher import ClusterWatcher
+    from kafka_audit.settings import Settings
+
+    w = ClusterWatcher(Settings(home=tmp_path))
+    w.known_brokers.update({2: ("h2", 2), 3: ("h3", 3)})
+    w.epoch_ends.seed(("t", 0), 1, 4)
+    now = datetime.now(UTC)  # the watcher asks at its own time: the changes are recent
+    w.epoch_ends.follow([{**row("leader_change", 2, 5), "event_time": now},
+                         {**row("leader_change", 3, 6), "event_time": now}])
+    asked = []
+
+    def ask_one(host, port, wanted, budget, security=None):
+        asked.append((port, dict(wanted)))
+        return {k: EpochEndAnswer(0, e, 100 + e) for k, e in wanted.items()}
+
+    monkeypatch.setattr("kafka_audit.jobs.watcher.broker_views.epoch_ends", ask_one)
+
+    def refused(*_a, **_k):
+        raise OSError("the store is out of reach")
+
+    monkeypatch.setattr(watcher_module, "append_rows", refused)
+    with pytest.raises(OSError):
+        w._ask_epoch_ends_now()
+    assert asked == [(3, {("t", 0): 4})]
+    assert [(r["kind"], r["leader"], r["leader_epoch"], r["log_end"]) for r in w._unwritten] \
+        == [("epoch_end", 3, 4, 104)]
+    written = []
+    monkeypatch.setattr(watcher_module, "append_rows",
+                        lambda _path, _table, rows: written.extend(rows))
+    w._ask_epoch_ends_now()  # the second question (epoch 5), now: written at once
+    assert asked[-1] == (3, {("t", 0): 5}) and [r["leader_epoch"] for r in written] == [5]
+    assert [r["leader_epoch"] for r in w._unwritten] == [4]  # until the poll's own write
