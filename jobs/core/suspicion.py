@@ -41,6 +41,7 @@ The rows in and out (``cluster_events``, ``acks``, ``suspicions``) are plain dic
 from __future__ import annotations
 
 import json
+from bisect import bisect_right, insort
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -140,6 +141,7 @@ def suspect(acks: list[AckRun], changes: list[EpochEnd], leaders: list[Leadershi
     ``known``: every change whose answer is known (default ``changes``), for where the old
     leader's next epoch begins when it leads again."""
     out: list[Suspicion] = []
+    ordered: set[tuple[str, str]] = set()
     taken = {} if taken is None else taken
     known = changes if known is None else known
     for change in sorted(changes, key=lambda c: (c.changed_at, c.epoch)):
@@ -162,19 +164,43 @@ def suspect(acks: list[AckRun], changes: list[EpochEnd], leaders: list[Leadershi
                     continue
                 basis = BY_TIME
             cut = max(0, change.end_offset - a.offset)  # type: ignore[operator]
-            spans = taken.setdefault((a.producer_id, a.run_id), [])
+            run = (a.producer_id, a.run_id)
+            spans = taken.setdefault(run, [])
+            if run not in ordered:  # sorted and merged once a call: then found by bisection
+                spans[:] = _merged(spans)
+                ordered.add(run)
             for lo, hi in _uncovered(a.seq + cut, a.seq + a.count, spans):
                 out.append(Suspicion(a.piece(lo - a.seq, hi - a.seq), change, basis))
-                spans.append((lo, hi))
+                insort(spans, (lo, hi))  # outside every span: they stay disjoint
+    return out
+
+
+def _merged(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans`` sorted, overlapping ones joined."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(spans):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
     return out
 
 
 def _uncovered(lo: int, hi: int, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The parts of seqs ``lo .. hi-1`` outside every span of ``spans``."""
-    parts = [(lo, hi)]
-    for s_lo, s_hi in spans:
-        parts = [p for a, b in parts
-                 for p in ((a, min(b, s_lo)), (max(a, s_hi), b)) if p[0] < p[1]]
+    """The parts of seqs ``lo .. hi-1`` outside every span of ``spans`` (sorted, disjoint:
+    the spans that can meet it are found by bisection, not walked one by one; a run's
+    spans number thousands after a fail-over that cut its writes into many runs)."""
+    parts, cur = [], lo
+    i = max(0, bisect_right(spans, (lo, lo)) - 1)
+    while i < len(spans) and spans[i][0] < hi and cur < hi:
+        s_lo, s_hi = spans[i]
+        if s_hi > cur:
+            if s_lo > cur:
+                parts.append((cur, s_lo))
+            cur = s_hi
+        i += 1
+    if cur < hi:
+        parts.append((cur, hi))
     return parts
 
 

@@ -3,6 +3,7 @@ write-by-write reading of its definition on drawn ones."""
 
 from dataclasses import replace
 from datetime import timedelta
+from itertools import pairwise
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +14,8 @@ from kafka_audit.jobs.core.suspicion import (
     LEAD_SLACK,
     EpochEnd,
     Leadership,
+    _merged,
+    _uncovered,
     suspect,
 )
 
@@ -192,3 +195,22 @@ def test_the_rule_equals_the_write_by_write_definition(data):
             assert key not in flat, "a write suspected twice"
             flat[key] = s.change.epoch
     assert flat == _reference(runs, changes, leads)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 60), st.integers(1, 15)), max_size=25),
+       st.integers(0, 70), st.integers(1, 30))
+def test_the_seqs_left_uncovered_are_those_no_span_holds(spans, lo, width):
+    """Spans as a marker's seed gives them (unsorted, overlapping), merged once; the parts
+    found by bisection are exactly the seqs outside them, in order, disjoint."""
+    spans = [(s, s + w) for s, w in spans]
+    merged = _merged(spans)
+    assert all(a[1] < b[0] for a, b in pairwise(merged))  # sorted, apart
+    assert {q for s, e in merged for q in range(s, e)} == {q for s, e in spans
+                                                            for q in range(s, e)}
+    parts = _uncovered(lo, lo + width, merged)
+    held = {q for s, e in spans for q in range(s, e)}
+    assert [q for s, e in parts for q in range(s, e)] == [
+        q for q in range(lo, lo + width) if q not in held]
+    assert all(s < e for s, e in parts)
+    assert all(a[1] < b[0] for a, b in pairwise(parts))  # each part maximal
