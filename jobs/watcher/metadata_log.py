@@ -176,8 +176,9 @@ class MetadataFold:
 
     def _after_polls(self, key: tuple[str, int], state: tuple, at: datetime
                      ) -> datetime | None:
-        """None where a polled row (its time at or after ``at``) stood for this log row
-        (that polled row is used up: a state the log arrives at twice is written twice);
+        """None where the next polled row (its time at or after ``at``) stands for this log
+        row (the polls saw the log's states in its order; that polled row is used up: a
+        state the log arrives at twice is written twice);
         else the time to write it at: ``at``, or just after the newest row of the key
         written so far, whose state it follows (a polled row's time is the poll's, later
         than the change it saw)."""
@@ -185,11 +186,12 @@ class MetadataFold:
         if polled is None:
             return at
         polled.rows = [(s, t) for s, t in polled.rows if t >= at]  # the rest cannot match
-        for i, (s, t) in enumerate(polled.rows):
-            if same_state(s, state):
-                del polled.rows[i]
-                polled.last = max(polled.last, t)
-                return None
+        # the polls saw the log's states in its order: the next one of the partition (of
+        # the broker, for the brokers' rows) stands for this row, or none does
+        mine = [i for i, (s, _t) in enumerate(polled.rows) if len(s) == 3 or s[0] == state[0]]
+        if mine and same_state(polled.rows[mine[0]][0], state):
+            polled.last = max(polled.last, polled.rows.pop(mine[0])[1])
+            return None
         stamp = at if at > polled.last else polled.last + timedelta(microseconds=1)
         polled.last = stamp
         if not polled.rows and stamp == at:  # the log is past the polls

@@ -4,9 +4,13 @@ records shaped as Kafka's own serde prints them (``jobs/watcher/MetadataTail.jav
 import json
 from datetime import UTC, datetime, timedelta
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from kafka_audit.jobs.watcher.metadata_log import (
     SOURCE,
     MetadataFold,
+    MetadataTail,
     Polled,
     metadata_dirs,
     state_of,
@@ -263,3 +267,82 @@ def test_a_polled_state_at_another_epoch_is_another_change():
                                                     "leader_epoch": 9})
     assert kinds(fold.apply(rec("PARTITION_CHANGE_RECORD", 60, partitionId=0, topicId="T1",
                                 leader=1)))[0] == "leader_reelected"
+
+
+@st.composite
+def late_log_and_polls(draw):
+    """One partition's changes in the log (10 ms apart), and the polls made while the log
+    was late: each sees the state at its view time and stamps its rows when its lookups
+    end (up to 30 ms later); the next poll's view comes after."""
+    n = draw(st.integers(1, 12))
+    changes = [(draw(st.sampled_from([1, 2, 3, -1])),
+                draw(st.lists(st.sampled_from([1, 2, 3]), min_size=1, max_size=3, unique=True)))
+               for _ in range(n)]
+    polls, t = [], draw(st.integers(0, 20))
+    while t < 10 * (n + 2):
+        stamp = t + draw(st.integers(0, 30))
+        polls.append((t, stamp, draw(st.booleans())))  # view, stamp, epoch known
+        t = stamp + draw(st.integers(1, 25))
+    return changes, polls
+
+
+@settings(max_examples=300, deadline=None)
+@given(late_log_and_polls())
+def test_the_polls_and_the_late_log_together_give_each_state_once_in_order(case):
+    """Whatever the polls saw of a partition while the log was late, the rows written (the
+    polls' and the log's not muted), in time order, go through the log's states exactly
+    (a repeat of the same state aside), ending where the log ends."""
+    changes, polls = case
+    log_fold = MetadataFold()
+    created(log_fold)
+    states = [(1, (1, 2, 3), 0)]  # (leader, ISR, epoch) after each record, as Kafka has it
+    records = []
+    for i, (leader, isr) in enumerate(changes):
+        prev = states[-1]
+        epoch = prev[2] + 1 if leader != prev[0] else prev[2]
+        data = {"isr": isr} if leader == prev[0] else {"isr": isr, "leader": leader}
+        records.append(rec("PARTITION_CHANGE_RECORD", 10 * (i + 1), partitionId=0,
+                           topicId="T1", **data))
+        states.append((leader, tuple(sorted(isr)), epoch))
+    ms = lambda x: datetime.fromtimestamp((T0 + x) / 1000, UTC)  # noqa: E731
+
+    def at(view: int) -> tuple:  # the state the log holds at a poll's view time
+        return states[min(view // 10, len(changes))]
+
+    fold = MetadataFold()
+    created(fold)
+    tail = MetadataTail([], fold, 3)
+    written, seen = [], states[0]
+    for view, stamp, known in polls:
+        leader, isr, epoch = at(view)
+        if (leader, isr, epoch) != seen:  # a change the poll saw: its row, at its stamp
+            row = {"event_time": ms(stamp), "topic": "orders", "partition": 0,
+                   "kind": "polled", "leader": leader, "isr": list(isr),
+                   "leader_epoch": epoch if known else None}
+            written.append(row)
+            tail.polled([row], ms(stamp))
+        seen = (leader, isr, epoch)
+    for r in records:
+        written += fold.apply(r)
+
+    def norm(s: tuple) -> tuple:
+        return (s[0], s[1], s[2] if s[0] >= 0 else None)
+
+    got = []
+    for r in sorted(written, key=lambda r: r["event_time"]):
+        s = (r["leader"], tuple(sorted(r["isr"])), r["leader_epoch"])
+        if got and got[-1][:2] == s[:2] and None in (got[-1][2], s[2]):
+            continue  # the same state, one row without the epoch
+        if not got or norm(got[-1]) != norm(s):
+            got.append(s)
+    want = []
+    for s in states[1:]:
+        if not want or norm(want[-1]) != norm(s):
+            want.append(s)
+    if want and norm(want[0]) == norm(states[0]):
+        want = want[1:]  # no change from the created state: no row
+    assert [norm(s)[:2] for s in got] == [norm(s)[:2] for s in want], (
+        changes, polls, [(r['event_time'].isoformat()[17:], r['kind'], r['leader'], r['isr'])
+                         for r in written])
+    # and the epochs where both know them
+    assert all(g[2] is None or w[0] < 0 or g[2] == w[2] for g, w in zip(got, want, strict=True))
