@@ -199,12 +199,19 @@ def fetch_lost(base_url: str, topic: str, token: str | None = None) -> list[dict
 
 
 def fetch_suspicions(base_url: str, topic: str) -> list[dict]:
-    """The suspicions of ``topic`` over HTTP (``GET /v1/suspicions``, the newest 1,000)."""
+    """Every suspicion of ``topic`` over HTTP (``GET /v1/suspicions``, page by page)."""
     from urllib.parse import quote
 
-    with urllib.request.urlopen(f"{base_url}/v1/suspicions?topic={quote(topic)}&limit=1000",
-                                timeout=30) as resp:
-        return json.load(resp)["items"]
+    items: list[dict] = []
+    cursor = ""
+    while True:
+        with urllib.request.urlopen(f"{base_url}/v1/suspicions?topic={quote(topic)}"
+                                    f"&limit=1000{cursor}", timeout=30) as resp:
+            page = json.load(resp)
+        items += page["items"]
+        if not page.get("next_cursor"):
+            return items
+        cursor = f"&cursor={quote(page['next_cursor'])}"
 
 
 def expand_rows(rows: list[dict], *cols: str) -> list:

@@ -12,8 +12,10 @@ truncated it.
 """
 
 # no ``from __future__ import annotations``: FastAPI resolves the route's annotations
+import base64
+import json
 from bisect import bisect_left
-from datetime import UTC
+from datetime import UTC, datetime
 from typing import Annotated, Literal
 
 import pyarrow as pa
@@ -23,6 +25,7 @@ from pydantic import BaseModel, Field, create_model
 
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.params import Partition
+from kafka_audit.auditor_api.problems import bad_parameters
 from kafka_audit.schemas.suspicions import BY_TIME, PARTLY, PRIMARY_KINDS, STATES, WITHDRAWN, settle
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import LOSSES
@@ -65,6 +68,9 @@ class SuspicionsPage(BaseModel):
     writes: SuspectedWrites = Field(description="their writes, by what became of them")
     items: list[SuspicionOut] = Field(  # type: ignore[valid-type]
         description="the newest first (by changed_at), at most limit")
+    next_cursor: str | None = Field(
+        None, description="give it as cursor for the next page (the same filters); null on "
+        "the last page")
 
 
 _FINDING_COLUMNS = ["topic", "partition", "producer_id", "run_id", "kind", "seq", "count"]
@@ -205,15 +211,62 @@ def list_suspicions(
     partition: Partition = None,
     state: Annotated[list[State] | None, Query(description="one or more states")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    cursor: Annotated[str | None, Query(
+        description="next_cursor of the previous page (the same filters): the suspicions "
+                    "after the last one it served, in the same order")] = None,
 ) -> SuspicionsPage:
     """Writes suspected lost at a leader change (where the old leader's epoch ends in the
     new leader's log, asked at the change), each with the change, the basis (the
     acknowledging broker, or the acknowledgement time where the ledger names none) and
-    what the read after settle made of them. The newest change first."""
+    what the read after settle made of them. The newest change first; ``total`` and
+    ``writes`` count every page's. A traversal by ``next_cursor`` serves each suspicion
+    once: one written meanwhile for a newer change than the page reached is not among its
+    later pages (a first page asked again shows it)."""
+    query = [topic, partition, sorted(state or [])]
     rows = [r for r in settled_suspicions(reader)
             if (topic is None or r["topic"] == topic)
             and (partition is None or r["partition"] == partition)
             and (not state or r["state"] in state)]
+    page = rows
+    if cursor is not None:
+        after = _decode_cursor(cursor, query)
+        page = [r for r in rows if _order(r) < after]
+    nxt = _encode_cursor(page[limit - 1], query) if len(page) > limit else None
     return SuspicionsPage(as_of_pass=reader.committed_pass(), total=len(rows),
-                          writes=suspected_totals(rows),
-                          items=[SuspicionOut(**r) for r in rows[:limit]])
+                          writes=suspected_totals(rows), next_cursor=nxt,
+                          items=[SuspicionOut(**r) for r in page[:limit]])
+
+
+def _order(r: dict) -> tuple:
+    """A suspicion's place in the order served (newest change first: descending)."""
+    return (r["changed_at"], r["topic"], r["partition"], r["producer_id"], r["run_id"],
+            r["seq"])
+
+
+def _encode_cursor(last: dict, query: list) -> str:
+    key = _order(last)
+    raw = json.dumps({"v": 1, "k": [key[0].isoformat(), *key[1:]], "q": query},
+                     separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str, query: list) -> tuple:
+    """The place of the last suspicion a cursor's page served; a 422 naming ``cursor``
+    otherwise."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        at, topic, partition, producer, run, seq = data["k"]
+        key = (datetime.fromisoformat(at), topic, partition, producer, run, seq)
+        ok = (data.get("v") == 1 and key[0].tzinfo is not None and isinstance(topic, str)
+              and type(partition) is int and isinstance(producer, str)
+              and isinstance(run, str) and type(seq) is int)
+        same = data.get("q") == query
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        ok = same = False
+    if not ok:
+        raise bad_parameters(("cursor", "not a cursor this API gave: pass next_cursor of the "
+                                        "previous page as it is"))
+    if not same:
+        raise bad_parameters(("cursor", "this cursor belongs to a query with other filters: "
+                                        "send the same filters as its first page"))
+    return key

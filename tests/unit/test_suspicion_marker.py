@@ -205,6 +205,18 @@ def test_the_api_serves_each_suspicion_with_what_the_read_made_of_it(tmp_path):
     assert items == [("r2", 310, WITHDRAWN, 0, 30, 0), ("r", 120, CONFIRMED, 30, 0, 0)]
     why = client.get("/v1/suspicions", params={"state": WITHDRAWN}).json()["items"][0]["why"]
     assert "30 found in the log" in why and "end offset it answered, 200" in why
+    # pages by cursor: each suspicion once, in order; a cursor keeps to its filters
+    first = client.get("/v1/suspicions", params={"limit": 1}).json()
+    second = client.get("/v1/suspicions", params={"limit": 1,
+                                                  "cursor": first["next_cursor"]}).json()
+    assert [(p["items"][0]["run_id"], p["total"]) for p in (first, second)] == [("r2", 2),
+                                                                                ("r", 2)]
+    assert second["next_cursor"] is None
+    for bad in (first["next_cursor"][:-3], "bm90IGEgY3Vyc29y"):
+        assert client.get("/v1/suspicions", params={"cursor": bad}).status_code == 422
+    other = client.get("/v1/suspicions", params={"state": CONFIRMED,
+                                                 "cursor": first["next_cursor"]})
+    assert other.status_code == 422 and "other filters" in other.text
 
     summary = client.get("/v1/summary").json()
     assert summary["suspected"] == writes
