@@ -290,6 +290,8 @@ def _name(pid: int) -> str:
         return "spark driver (JVM)"
     if "kafka_audit.app.api_process" in text:
         return "API (Python, child)"
+    if "kafka_audit.app.marker_process" in text:
+        return "suspicion marker (Python, child)"
     return "kafka-audit run (Python)"
 
 

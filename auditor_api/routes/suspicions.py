@@ -220,8 +220,9 @@ def list_suspicions(
     acknowledging broker, or the acknowledgement time where the ledger names none) and
     what the read after settle made of them. The newest change first; ``total`` and
     ``writes`` count every page's. A traversal by ``next_cursor`` serves each suspicion
-    once: one written meanwhile for a newer change than the page reached is not among its
-    later pages (a first page asked again shows it)."""
+    once; one written meanwhile that sorts before the page reached (a newer change, or a
+    later piece of a change being followed) is not among its later pages: a first page
+    asked again shows it."""
     query = [topic, partition, sorted(state or [])]
     rows = [r for r in settled_suspicions(reader)
             if (topic is None or r["topic"] == topic)

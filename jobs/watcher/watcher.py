@@ -405,9 +405,11 @@ class ClusterWatcher:
                     seconds=self.settings.watch.log_end_seconds)
                 self.log_ends_at = now
         self.epoch_ends.follow(rows)  # the polled changes (epochs filled in above)
+        answered = []
         if self.epoch_ends.pending:
-            rows += self._epoch_ends({k: (v.leader, v.leader_epoch) for k, v in parts.items()},
-                                     now)
+            answered = self._epoch_ends({k: (v.leader, v.leader_epoch)
+                                         for k, v in parts.items()}, now)
+            rows += answered
         # a broker the cluster no longer lists, or that no longer answers, is said once;
         # when no broker answered its own request the metadata came from one client
         # (or the profile's brokers are not asked one by one): no verdict on reachability
@@ -419,7 +421,11 @@ class ClusterWatcher:
             rows.insert(0, self._gap(self.last_ok, now))
         rows = self._unwritten + rows
         if rows:
-            append_rows(self.table, "cluster_events", rows)
+            try:
+                append_rows(self.table, "cluster_events", rows)
+            except Exception:  # answered questions are no longer pending: kept to write
+                self._unwritten += answered
+                raise
             self.events_written += len(rows)
         self._unwritten = []
         self.last_ok, self._open_gap = now, None

@@ -25,15 +25,20 @@ MODULE = "kafka_audit.app.marker_process"
 
 
 def main() -> int:
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the service stops it (Ctrl-C reaches both)
+
     from kafka_audit.app.api_process import child_logging
+    from kafka_audit.app.memstats import watch_memory
     from kafka_audit.jobs.audit.suspicions import run_marker
 
     settings, formatter = pickle.load(sys.stdin.buffer)
     child_logging(formatter)
-    logging.getLogger("kafka_audit.jobs.audit.suspicions").setLevel(logging.INFO)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: stop.set())
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the service stops it (Ctrl-C reaches both)
+    for name in ("kafka_audit.jobs.audit.suspicions", "kafka_audit.memory"):
+        logging.getLogger(name).setLevel(logging.INFO)
+    watch_memory(settings.steady.trim_every_seconds, settings.service.memory_log_seconds,
+                 stop, "marker")
     run_marker(settings, stop)
     return 0
 

@@ -65,3 +65,29 @@ def test_a_dead_api_process_is_reported_to_the_supervisor(tmp_path):
             supervise_api_process(settings, threading.Event())
     finally:
         busy.close()
+
+
+def test_the_suspicion_marker_runs_in_a_child_process_and_stops_with_the_service(tmp_path):
+    """The marker's own process: it rounds (its status file says so, written by another
+    pid than this one) and stops when the service does."""
+    import json
+    import os
+
+    from kafka_audit.app.api_process import supervise_child
+    from kafka_audit.app.marker_process import MODULE
+
+    settings = Settings(home=tmp_path)
+    stop = threading.Event()
+    done: list = []
+    t = threading.Thread(target=lambda: done.append(supervise_child(
+        settings, stop, MODULE, "the suspicion marker process")))
+    t.start()
+    status = settings.home_dir / "status" / "suspicions.json"
+    try:
+        seen = wait_until(lambda: status.exists() and json.loads(status.read_text()), 60,
+                          "the marker's status file")
+        assert seen.get("pid") not in (None, os.getpid()), seen
+    finally:
+        stop.set()
+        t.join(30)
+    assert not t.is_alive() and done == [None]
