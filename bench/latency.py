@@ -75,10 +75,13 @@ def summary(base: str, topic: str) -> dict | None:
 class Poller:
     """Asks the loss findings and, in a thread of its own (a slow page of findings must not
     space its samples out), the suspicions every ``every`` seconds; notes when each write
-    first shows in each."""
+    first shows in each. The suspicions as a client watching for new ones asks them: the
+    first page (the newest changes first) every ``every`` seconds, and every page every
+    ``whole_every`` (a fail-over that cut thousands of runs leaves more than a page)."""
 
-    def __init__(self, base: str, topic: str, every: float = 1.0) -> None:
-        self.base, self.topic, self.every = base, topic, every
+    def __init__(self, base: str, topic: str, every: float = 1.0,
+                 whole_every: float = 10.0) -> None:
+        self.base, self.topic, self.every, self.whole_every = base, topic, every, whole_every
         self.first_seen: dict[tuple[int, int, int], float] = {}
         self.first_suspected: dict[tuple[int, int, int], float] = {}
         self.stop = threading.Event()
@@ -94,10 +97,18 @@ class Poller:
                 pass
             self.stop.wait(max(0.0, self.every - (time.time() - t)))
 
+    def _suspicions(self) -> list:
+        now = time.monotonic()
+        whole = now >= self._whole_at
+        if whole:
+            self._whole_at = now + self.whole_every
+        return lost_messages(fetch_suspicions(self.base, self.topic,
+                                              pages=None if whole else 1))
+
     def run(self) -> None:
+        self._whole_at = 0.0
         suspicions = threading.Thread(target=self._poll, daemon=True, args=(
-            lambda: lost_messages(fetch_suspicions(self.base, self.topic)),
-            self.first_suspected), name="poller-suspicions")
+            self._suspicions, self.first_suspected), name="poller-suspicions")
         suspicions.start()
         self._poll(lambda: lost_over_rest(self.base, self.topic), self.first_seen)
         suspicions.join(30)

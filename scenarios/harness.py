@@ -198,20 +198,22 @@ def fetch_lost(base_url: str, topic: str, token: str | None = None) -> list[dict
             return items
 
 
-def fetch_suspicions(base_url: str, topic: str) -> list[dict]:
-    """Every suspicion of ``topic`` over HTTP (``GET /v1/suspicions``, page by page)."""
+def fetch_suspicions(base_url: str, topic: str, pages: int | None = None) -> list[dict]:
+    """Every suspicion of ``topic`` over HTTP (``GET /v1/suspicions``, page by page), or
+    those of the first ``pages`` pages (1,000 each, the newest changes first)."""
     from urllib.parse import quote
 
     items: list[dict] = []
     cursor = ""
-    while True:
+    while pages is None or len(items) < 1000 * pages:
         with urllib.request.urlopen(f"{base_url}/v1/suspicions?topic={quote(topic)}"
                                     f"&limit=1000{cursor}", timeout=30) as resp:
             page = json.load(resp)
         items += page["items"]
         if not page.get("next_cursor"):
-            return items
+            break
         cursor = f"&cursor={quote(page['next_cursor'])}"
+    return items
 
 
 def expand_rows(rows: list[dict], *cols: str) -> list:
