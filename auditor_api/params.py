@@ -12,6 +12,8 @@ anything else is a 422 that names the parameter (``problems.py``).
 
 from __future__ import annotations
 
+import base64
+import json
 import re
 from typing import Annotated
 
@@ -119,3 +121,29 @@ def declared_query_only(request: Request) -> None:
         takes = ", ".join(sorted(names)) or "no query parameters"
         raise bad_parameters(*[(name, f"unknown parameter; {request.url.path} takes: {takes}")
                                for name in unknown])
+
+
+def pack_cursor(data: dict) -> str:
+    """A page's ``next_cursor``: ``data`` as URL-safe base64 JSON (opaque to clients)."""
+    raw = json.dumps(data, separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def unpack_cursor(cursor: str, check) -> dict:
+    """What :func:`pack_cursor` packed, where ``check(data)`` holds (it may raise
+    ``KeyError``, ``TypeError`` or ``ValueError`` too); else a 422 naming ``cursor``."""
+    try:
+        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
+        ok = isinstance(data, dict) and check(data)
+    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
+        ok = False
+    if not ok:
+        raise bad_parameters(("cursor", "not a cursor this API gave: pass next_cursor of the "
+                                        "previous page as it is"))
+    return data
+
+
+def other_filters_cursor():
+    """The 422 of a cursor given with other filters than its first page's."""
+    return bad_parameters(("cursor", "this cursor belongs to a query with other filters: "
+                                     "send the same filters as its first page"))

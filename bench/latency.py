@@ -82,6 +82,7 @@ class Poller:
     def __init__(self, base: str, topic: str, every: float = 1.0,
                  whole_every: float = 10.0) -> None:
         self.base, self.topic, self.every, self.whole_every = base, topic, every, whole_every
+        self._whole_at = 0.0  # when to read every page next (monotonic)
         self.first_seen: dict[tuple[int, int, int], float] = {}
         self.first_suspected: dict[tuple[int, int, int], float] = {}
         self.stop = threading.Event()
@@ -106,7 +107,6 @@ class Poller:
                                               pages=None if whole else 1))
 
     def run(self) -> None:
-        self._whole_at = 0.0
         suspicions = threading.Thread(target=self._poll, daemon=True, args=(
             self._suspicions, self.first_suspected), name="poller-suspicions")
         suspicions.start()

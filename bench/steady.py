@@ -168,7 +168,7 @@ def kill_leader(cluster: LocalCluster, topic: str, lag_seconds: float = 0.5,
     ``LocalCluster.active_controller``)."""
     killed_at, leader, controller = _kill_and_restart(cluster, topic, lag_seconds, progress,
                                                       partition)
-    _back_in_isr(cluster, topic, leader, progress)
+    _rejoined(cluster, topic, leader, progress)
     return killed_at, leader, controller
 
 
@@ -181,20 +181,18 @@ def kill_leader_twice(cluster: LocalCluster, topic: str, after: float,
     (on the test cluster's combined nodes the second election waits for the first node's
     controller to rejoin the quorum); both nodes registered and back in every ISR at the
     end. The two kills, as :func:`kill_leader` returns one."""
-    first = _kill_and_restart(cluster, topic, lag_seconds, progress, partition, wait=False)
+    first = _kill_and_restart(cluster, topic, lag_seconds, progress, partition)
     time.sleep(max(0.0, first[0] + after - time.time()))
-    second = _kill_and_restart(cluster, topic, lag_seconds, progress, partition, wait=False)
+    second = _kill_and_restart(cluster, topic, lag_seconds, progress, partition)
     for node in (first[1], second[1]):
-        wait_until(lambda: node in cluster.registered_brokers(), 120,  # noqa: B023
-                   f"node {node} to rejoin")
-        _back_in_isr(cluster, topic, node, progress)
+        _rejoined(cluster, topic, node, progress)
     return [first, second]
 
 
 def _kill_and_restart(cluster: LocalCluster, topic: str, lag_seconds: float, progress,
-                      partition: int, wait: bool = True) -> tuple[float, int, bool]:
-    """The kill of :func:`kill_leader`: a new leader elected, the node restarted and
-    (``wait``) registered again; its ISRs not waited for."""
+                      partition: int) -> tuple[float, int, bool]:
+    """The kill of :func:`kill_leader`: a new leader elected, the node started again (not
+    waited for)."""
     leader = cluster.leader_of(topic, partition)
     controller = cluster.active_controller() == leader
     followers = [n for n in cluster.running() if n != leader]
@@ -213,13 +211,12 @@ def _kill_and_restart(cluster: LocalCluster, topic: str, lag_seconds: float, pro
     wait_until(lambda: cluster.leader_of(topic, partition) not in (-1, leader), 120,
                f"a new leader of {topic}-{partition}")
     cluster.start(leader)
-    if wait:
-        wait_until(lambda: leader in cluster.registered_brokers(), 90,
-                   f"node {leader} to rejoin")
     return killed_at, leader, controller
 
 
-def _back_in_isr(cluster: LocalCluster, topic: str, node: int, progress) -> None:
+def _rejoined(cluster: LocalCluster, topic: str, node: int, progress) -> None:
+    """``node`` registered again and back in every ISR of ``topic``."""
+    wait_until(lambda: node in cluster.registered_brokers(), 120, f"node {node} to rejoin")
     wait_until(lambda: all(node in p.isr for p in cluster.partitions(topic)), 120,
                f"node {node} back in every ISR of {topic}")
     progress(f"node {node} back in every ISR of {topic}")

@@ -184,18 +184,9 @@ def fetch_lost(base_url: str, topic: str, token: str | None = None) -> list[dict
     ``token``: a bearer token, when the API needs one."""
     from urllib.parse import quote
 
-    headers = {"Authorization": f"Bearer {token}"} if token else {}
-    items, cursor = [], None
-    while True:
-        url = (f"{base_url}/v1/findings?topic={quote(topic)}&kind=lost&kind=lost_after_seen"
-               f"&page_size=1000" + (f"&cursor={quote(cursor)}" if cursor else ""))
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),
-                                    timeout=30) as resp:
-            body = json.load(resp)
-        items.extend(body["items"])
-        cursor = body["next_cursor"]
-        if cursor is None:
-            return items
+    return _paged(f"{base_url}/v1/findings?topic={quote(topic)}&kind=lost"
+                  f"&kind=lost_after_seen&page_size=1000",
+                  {"Authorization": f"Bearer {token}"} if token else {})
 
 
 def fetch_suspicions(base_url: str, topic: str, pages: int | None = None) -> list[dict]:
@@ -203,16 +194,26 @@ def fetch_suspicions(base_url: str, topic: str, pages: int | None = None) -> lis
     those of the first ``pages`` pages (1,000 each, the newest changes first)."""
     from urllib.parse import quote
 
+    return _paged(f"{base_url}/v1/suspicions?topic={quote(topic)}&limit=1000", pages=pages)
+
+
+def _paged(url: str, headers: dict | None = None, pages: int | None = None) -> list[dict]:
+    """The items of ``url``'s pages (every one, or the first ``pages``), following the
+    API's ``next_cursor``."""
+    from urllib.parse import quote
+
     items: list[dict] = []
-    cursor = ""
-    while pages is None or len(items) < 1000 * pages:
-        with urllib.request.urlopen(f"{base_url}/v1/suspicions?topic={quote(topic)}"
-                                    f"&limit=1000{cursor}", timeout=30) as resp:
-            page = json.load(resp)
-        items += page["items"]
-        if not page.get("next_cursor"):
+    cursor, n = None, 0
+    while pages is None or n < pages:
+        with urllib.request.urlopen(urllib.request.Request(
+                url + (f"&cursor={quote(cursor)}" if cursor else ""), headers=headers or {}),
+                timeout=30) as resp:
+            body = json.load(resp)
+        items.extend(body["items"])
+        n += 1
+        cursor = body.get("next_cursor")
+        if cursor is None:
             break
-        cursor = f"&cursor={quote(page['next_cursor'])}"
     return items
 
 

@@ -9,7 +9,6 @@ the OpenAPI schema, from the settings the app was created with.
 
 # no ``from __future__ import annotations``: the routes' signatures use ``page_size_max``,
 # a local of router(), which FastAPI could not resolve from a string annotation
-import base64
 import functools
 import hashlib
 import json
@@ -24,7 +23,13 @@ from pydantic import BaseModel, Field, create_model
 
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.folds import findings_through, known_topics
-from kafka_audit.auditor_api.params import Instant, Partition
+from kafka_audit.auditor_api.params import (
+    Instant,
+    Partition,
+    other_filters_cursor,
+    pack_cursor,
+    unpack_cursor,
+)
 from kafka_audit.auditor_api.problems import (
     UNKNOWN_FINDING,
     UNKNOWN_TOPIC,
@@ -374,31 +379,20 @@ def _matching(reader, f: FindingFilters, as_of: int) -> pa.Table:
 
 
 def _encode_cursor(as_of: int, key: str, f: FindingFilters) -> str:
-    raw = json.dumps({"v": _CURSOR_VERSION, "a": as_of, "k": key, "q": f.fingerprint()},
-                     separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return pack_cursor({"v": _CURSOR_VERSION, "a": as_of, "k": key, "q": f.fingerprint()})
 
 
 def _decode_cursor(cursor: str, f: FindingFilters, committed: int) -> tuple[int, str]:
     """(as_of pass, last key served) of a cursor; a 422 naming ``cursor`` otherwise."""
-    try:
-        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
-        data = json.loads(raw)
-        as_of, key, query = data["a"], data["k"], data["q"]
-        ok = (data.get("v") == _CURSOR_VERSION and type(as_of) is int and isinstance(key, str)
-              and isinstance(query, str))
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
-        ok = False
-    if not ok:
-        raise bad_parameters(("cursor", "not a cursor this API gave: pass next_cursor of the "
-                                        "previous page as it is"))
-    if query != f.fingerprint():
-        raise bad_parameters(("cursor", "this cursor belongs to a query with other filters: "
-                                        "send the same filters as its first page"))
-    if not 0 <= as_of <= committed:
+    data = unpack_cursor(cursor, lambda d: (
+        d.get("v") == _CURSOR_VERSION and type(d["a"]) is int and isinstance(d["k"], str)
+        and isinstance(d["q"], str)))
+    if data["q"] != f.fingerprint():
+        raise other_filters_cursor()
+    if not 0 <= data["a"] <= committed:
         raise bad_parameters(("cursor", "not a cursor this API gave (its pass is not "
                                         "committed)"))
-    return as_of, key
+    return data["a"], data["k"]
 
 
 def _summary(reader, topic: str | None) -> Summary:

@@ -12,8 +12,6 @@ truncated it.
 """
 
 # no ``from __future__ import annotations``: FastAPI resolves the route's annotations
-import base64
-import json
 from bisect import bisect_left
 from datetime import UTC, datetime
 from typing import Annotated, Literal
@@ -24,8 +22,12 @@ from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, create_model
 
 from kafka_audit.auditor_api.deps import ReaderDep
-from kafka_audit.auditor_api.params import Partition
-from kafka_audit.auditor_api.problems import bad_parameters
+from kafka_audit.auditor_api.params import (
+    Partition,
+    other_filters_cursor,
+    pack_cursor,
+    unpack_cursor,
+)
 from kafka_audit.schemas.suspicions import BY_TIME, PARTLY, PRIMARY_KINDS, STATES, WITHDRAWN, settle
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import LOSSES
@@ -246,28 +248,20 @@ def _order(r: dict) -> tuple:
 
 def _encode_cursor(last: dict, query: list) -> str:
     key = _order(last)
-    raw = json.dumps({"v": 1, "k": [key[0].isoformat(), *key[1:]], "q": query},
-                     separators=(",", ":"))
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+    return pack_cursor({"v": 1, "k": [key[0].isoformat(), *key[1:]], "q": query})
 
 
 def _decode_cursor(cursor: str, query: list) -> tuple:
     """The place of the last suspicion a cursor's page served; a 422 naming ``cursor``
     otherwise."""
-    try:
-        data = json.loads(base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)))
-        at, topic, partition, producer, run, seq = data["k"]
-        key = (datetime.fromisoformat(at), topic, partition, producer, run, seq)
-        ok = (data.get("v") == 1 and key[0].tzinfo is not None and isinstance(topic, str)
-              and type(partition) is int and isinstance(producer, str)
-              and isinstance(run, str) and type(seq) is int)
-        same = data.get("q") == query
-    except (ValueError, TypeError, KeyError, UnicodeDecodeError):
-        ok = same = False
-    if not ok:
-        raise bad_parameters(("cursor", "not a cursor this API gave: pass next_cursor of the "
-                                        "previous page as it is"))
-    if not same:
-        raise bad_parameters(("cursor", "this cursor belongs to a query with other filters: "
-                                        "send the same filters as its first page"))
-    return key
+    def check(d: dict) -> bool:
+        at, topic, partition, producer, run, seq = d["k"]
+        return (d.get("v") == 1 and datetime.fromisoformat(at).tzinfo is not None
+                and isinstance(topic, str) and type(partition) is int
+                and isinstance(producer, str) and isinstance(run, str) and type(seq) is int)
+
+    data = unpack_cursor(cursor, check)
+    if data.get("q") != query:
+        raise other_filters_cursor()
+    at, *rest = data["k"]
+    return (datetime.fromisoformat(at), *rest)

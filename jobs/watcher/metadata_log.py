@@ -188,9 +188,10 @@ class MetadataFold:
         polled.rows = [(s, t) for s, t in polled.rows if t >= at]  # the rest cannot match
         # the polls saw the log's states in its order: the next one of the partition (of
         # the broker, for the brokers' rows) stands for this row, or none does
-        mine = [i for i, (s, _t) in enumerate(polled.rows) if len(s) == 3 or s[0] == state[0]]
-        if mine and same_state(polled.rows[mine[0]][0], state):
-            polled.last = max(polled.last, polled.rows.pop(mine[0])[1])
+        i = next((i for i, (s, _t) in enumerate(polled.rows)
+                  if len(s) == 3 or s[0] == state[0]), None)
+        if i is not None and same_state(polled.rows[i][0], state):
+            polled.last = max(polled.last, polled.rows.pop(i)[1])
             return None
         stamp = at if at > polled.last else polled.last + timedelta(microseconds=1)
         polled.last = stamp

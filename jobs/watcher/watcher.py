@@ -421,12 +421,7 @@ class ClusterWatcher:
             rows.insert(0, self._gap(self.last_ok, now))
         rows = self._unwritten + rows
         if rows:
-            try:
-                append_rows(self.table, "cluster_events", rows)
-            except Exception:  # answered questions are no longer pending: kept to write
-                self._unwritten += answered
-                raise
-            self.events_written += len(rows)
+            self._append_events(rows, answered)
         self._unwritten = []
         self.last_ok, self._open_gap = now, None
         return rows
@@ -495,12 +490,18 @@ class ClusterWatcher:
         sooner. Unanswered ones are asked again at the poll's end, of its view's leader."""
         rows = self._epoch_ends(dict(self.epoch_ends.leaders), datetime.now(UTC))
         if rows:
-            try:
-                append_rows(self.table, "cluster_events", rows)
-            except Exception:  # answered: no longer pending, so written with a later poll's
-                self._unwritten += rows
-                raise
-            self.events_written += len(rows)
+            self._append_events(rows, rows)
+
+    def _append_events(self, rows: list[dict], answered: list[dict]) -> None:
+        """``rows`` appended to ``cluster_events``; if that fails, the ``answered`` epoch
+        ends among them (their questions no longer pending, never asked again) are kept to
+        be written with a later poll's rows."""
+        try:
+            append_rows(self.table, "cluster_events", rows)
+        except Exception:
+            self._unwritten += answered
+            raise
+        self.events_written += len(rows)
 
     def _epoch_ends(self, leaders: dict, now: datetime) -> list[dict]:
         """The ``epoch_end`` rows of the leader changes' questions answered now

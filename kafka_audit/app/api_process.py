@@ -23,10 +23,12 @@ import subprocess
 import sys
 import threading
 
-__all__ = ["start_api_process", "supervise_api_process", "start_child", "supervise_child",
+__all__ = ["MODULE", "start_api_process", "supervise_api_process", "start_child", "supervise_child",
            "child_logging", "main", "child_settings", "child_environment"]
 
 log = logging.getLogger("kafka_audit.app.service")
+
+MODULE = "kafka_audit.app.api_process"
 
 _PR_SET_PDEATHSIG = 1
 
@@ -42,7 +44,7 @@ def start_api_process(settings) -> subprocess.Popen:
     """The API server as a child process serving ``settings``; its output goes where this
     process's goes, formatted as this process formats its log (``kafka-audit``'s
     ``--log-json`` included)."""
-    return start_child(settings, "kafka_audit.app.api_process")
+    return start_child(settings, MODULE)
 
 
 def start_child(settings, module: str) -> subprocess.Popen:
@@ -98,8 +100,7 @@ def _own_formatter() -> logging.Formatter | None:
 def supervise_api_process(settings, stop: threading.Event, stop_seconds: float = 10) -> None:
     """Run the API process until ``stop``; raise if it exits on its own (the service's
     supervisor then starts it again after its back-off)."""
-    supervise_child(settings, stop, "kafka_audit.app.api_process", "the API process",
-                    stop_seconds)
+    supervise_child(settings, stop, MODULE, "the API process", stop_seconds)
 
 
 def supervise_child(settings, stop: threading.Event, module: str, name: str,

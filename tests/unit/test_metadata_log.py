@@ -293,8 +293,6 @@ def test_the_polls_and_the_late_log_together_give_each_state_once_in_order(case)
     polls' and the log's not muted), in time order, go through the log's states exactly
     (a repeat of the same state aside), ending where the log ends."""
     changes, polls = case
-    log_fold = MetadataFold()
-    created(log_fold)
     states = [(1, (1, 2, 3), 0)]  # (leader, ISR, epoch) after each record, as Kafka has it
     records = []
     for i, (leader, isr) in enumerate(changes):
