@@ -42,7 +42,8 @@ def main() -> None:
     findings = reader.snapshot("findings").data.num_rows
     ways = {"now": settled_suspicions}
     if args.against:
-        ways[args.against] = _module_at(args.against).settled_suspicions
+        ways[args.against] = module_at(args.against,
+                                       "auditor_api/routes/suspicions.py").settled_suspicions
     times: dict[str, list[float]] = {k: [] for k in ways}
     digests: dict[str, str] = {}
     for _ in range(args.rounds):
@@ -64,14 +65,16 @@ def _digest(rows: list[dict]) -> str:
     return hashlib.sha256(json.dumps(states).encode()).hexdigest()[:12]
 
 
-def _module_at(rev: str):
-    """``auditor_api/routes/suspicions.py`` as it was at ``rev``, imported apart."""
+def module_at(rev: str, path: str):
+    """The module at ``path`` (from the repository's root) as it was at git revision
+    ``rev``, imported apart."""
     here = Path(__file__).resolve().parent.parent
-    text = subprocess.run(["git", "show", f"{rev}:auditor_api/routes/suspicions.py"],
+    text = subprocess.run(["git", "show", f"{rev}:{path}"],
                           cwd=here, check=True, capture_output=True, text=True).stdout
-    path = Path(tempfile.mkdtemp()) / "suspicions_then.py"
-    path.write_text(text)
-    spec = importlib.util.spec_from_file_location("suspicions_then", path)
+    name = f"{Path(path).stem}_then"
+    file = Path(tempfile.mkdtemp()) / f"{name}.py"
+    file.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, file)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
     spec.loader.exec_module(module)
