@@ -24,17 +24,33 @@ def _views(cluster, topic):
     return ask(host, int(port), [topic], timeout=10)
 
 
-def _changes(settings, topic: str, epoch: int) -> list[dict] | None:
-    """Partition 0's events once every leader change after ``epoch`` has its epoch_end row
-    (each change's old epoch is the one of the change before it; the first's, ``epoch``),
-    else None."""
+def _changes(settings, cluster, topic: str, epoch: int) -> list[dict] | None:
+    """Partition 0's events once the watcher recorded the change to the epoch the partition
+    is led at now (asked of the cluster) and every leader change after ``epoch`` has its
+    epoch_end row (each change's old epoch is the one of the change before it; the first's,
+    ``epoch``), else None. Waiting for the last change the cluster made, not for any change:
+    the hand-back can be recorded a moment after the kill's change is (CI, 2026-11-29)."""
+    now = _views(cluster, topic)[1][(topic, 0)].leader_epoch
     events = [r for r in read_table(settings.table_path("cluster_events"),
                                     "cluster_events").to_pylist()
               if r["topic"] == topic and r["partition"] == 0]
     olds = {r["leader_epoch"] for r in events if r["kind"] == "epoch_end"}
     since = sorted(r["leader_epoch"] for r in events if r["kind"] == "leader_change"
                    and r["leader_epoch"] is not None and r["leader_epoch"] > epoch)
-    return events if since and {epoch, *since[:-1]} <= olds else None
+    return (events if since and since[-1] >= now and {epoch, *since[:-1]} <= olds
+            else None)
+
+
+def _runs(offsets: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    """(partition, first offset, count) of each run of consecutive offsets: a failure's
+    message a reader can hold against the events."""
+    runs: list[list[int]] = []
+    for part, off in offsets:
+        if runs and runs[-1][0] == part and runs[-1][1] + runs[-1][2] == off:
+            runs[-1][2] += 1
+        else:
+            runs.append([part, off, 1])
+    return [tuple(r) for r in runs]
 
 
 def test_the_old_epochs_end_on_the_new_leader_names_the_truncated_writes(cluster, settings,
@@ -54,7 +70,7 @@ def test_the_old_epochs_end_on_the_new_leader_names_the_truncated_writes(cluster
                                              before_kill=3, after_kill=3, progress=print,
                                              during_fault=around_the_fault)
 
-        events = wait_until(lambda: _changes(settings, topic, seen["epoch"]), 60,
+        events = wait_until(lambda: _changes(settings, cluster, topic, seen["epoch"]), 60,
                             "an epoch_end row for every leader change")
     assert seen["leader"] == killed
 
@@ -86,7 +102,9 @@ def test_the_old_epochs_end_on_the_new_leader_names_the_truncated_writes(cluster
     truth = sorted((part, off) for part, off, _seq in acked_but_missing(
         p.record, p.producer_id, p.run_id, full_read_stamps(cluster.bootstrap, topic)))
     assert truth, "acks=1 with a leader SIGKILL mid-stream is expected to lose writes"
-    assert predicted == truth
+    assert predicted == truth, (_runs(predicted), _runs(truth), [
+        (r["kind"], r["leader_epoch"], r["leader"], r["previous_leader"], r["log_end"], r["source"])
+        for r in events])
     # the kill's own: the killed leader's writes, by broker
     assert {(r["old_leader"], r["basis"]) for r in suspected
             if r["leader_epoch"] == seen["epoch"]} == {(killed, "broker")}
@@ -126,7 +144,7 @@ def test_a_clean_hand_over_under_acks_all_suspects_nothing(cluster, settings, to
         finally:
             stop.set()
             t.join(120)
-        events = wait_until(lambda: _changes(settings, topic, epoch), 60,
+        events = wait_until(lambda: _changes(settings, cluster, topic, epoch), 60,
                             "an epoch_end row for every leader change")
     p = holder["p"]
     assert len([r for r in events if r["kind"] == "epoch_end"]) >= 2, events
