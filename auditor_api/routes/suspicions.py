@@ -75,7 +75,8 @@ class SuspicionsPage(BaseModel):
         "the last page")
 
 
-_FINDING_COLUMNS = ["topic", "partition", "producer_id", "run_id", "kind", "seq", "count"]
+_FINDING_COLUMNS = ["topic", "partition", "producer_id", "run_id", "kind", "seq", "count",
+                    "pass_id"]
 #: the tables a suspicion's state is derived from
 _SETTLED_BY = ("suspicions", "findings", "audit_hot")
 
@@ -121,48 +122,138 @@ class _Verdicts:
         return out
 
 
-def _verdicts_by_run(t: pa.Table) -> _Verdicts:
-    t = t.filter(pc.and_(pc.is_valid(t.column("seq")), pc.is_valid(t.column("count")))).sort_by(
-        [(c, "ascending") for c in ("topic", "partition", "producer_id", "run_id", "seq")])
+def _verdicts_by_run(found: dict[tuple, list[tuple[str, int, int, int]]], committed: int
+                     ) -> _Verdicts:
+    """The verdicts ``found`` per run (``(kind, seq, count, pass_id)``) that the committed
+    pass ``committed`` serves, indexed."""
     out = _Verdicts()
-    cols = [t.column(c).to_pylist() for c in _FINDING_COLUMNS]
-    for topic, partition, producer, run, kind, seq, count in zip(*cols, strict=True):
-        key = (topic, partition, producer, run)
-        out.starts.setdefault(key, []).append(seq)
-        out.items.setdefault(key, []).append((kind, seq, count))
-        reach = out.reach.setdefault(key, [])
-        reach.append(max(seq + count, reach[-1] if reach else seq + count))
+    for key, items in found.items():
+        served = sorted((f for f in items if f[3] <= committed), key=lambda f: f[1])
+        reach: list[int] = []
+        for _kind, seq, count, _pass in served:
+            reach.append(max(seq + count, reach[-1] if reach else seq + count))
+        out.starts[key] = [f[1] for f in served]
+        out.items[key] = [f[:3] for f in served]
+        out.reach[key] = reach
     return out
 
 
-def settled_suspicions(reader) -> list[dict]:
-    """Every ``suspicions`` row with its state by the committed findings (memoized per
-    version of suspicions, findings and the committed pass); the newest change first."""
-    def compute(snap, _findings, _hot):
-        rows = snap.data.to_pylist()
-        if not rows:
-            return []
-        committed = reader.committed_pass()
-        pairs = {(r["producer_id"], r["run_id"]) for r in rows}
-        where = ((pc.field("pass_id") <= pa.scalar(committed, pa.int64()))
-                 & pc.field("producer_id").isin(sorted({p for p, _ in pairs}))
-                 & pc.field("run_id").isin(sorted({r for _, r in pairs})))
-        judged = _verdicts_by_run(reader.read(
-            "findings", where & pc.field("kind").isin(sorted(PRIMARY_KINDS)), _FINDING_COLUMNS))
-        for r in rows:
-            s = settle(r["seq"], r["count"], judged.overlapping(
-                (r["topic"], r["partition"], r["producer_id"], r["run_id"]), r["seq"],
-                r["seq"] + r["count"]))
-            r.update(state=s.state, lost=s.lost, found=s.found, other=s.other,
-                     pending=s.pending)
-            r["why"] = _why(r)
-            for k in ("ack_time", "last_ack_time", "changed_at", "suspected_at"):
-                r[k] = r[k].astimezone(UTC)
-        return sorted(rows, key=lambda r: (r["changed_at"], r["topic"], r["partition"],
-                                           r["producer_id"], r["run_id"], r["seq"]),
-                      reverse=True)
+def _key(r: dict) -> tuple:
+    return (r["topic"], r["partition"], r["producer_id"], r["run_id"])
 
-    return reader.memo("settled_suspicions", _SETTLED_BY, compute)
+
+def _appended(snap, since: int | None) -> pa.Table | None:
+    """The rows ``snap`` holds past the version ``since`` (None: not reached from it by
+    appends alone, or no version yet: read everything)."""
+    if since is None:
+        return None
+    if snap.version == since:
+        return snap.data.slice(snap.data.num_rows)
+    held = dict(snap.marks).get(since)
+    return None if held is None else snap.data.slice(held)
+
+
+def _with_state(raw: dict, judged: _Verdicts) -> dict:
+    r = dict(raw)
+    s = settle(r["seq"], r["count"], judged.overlapping(_key(r), r["seq"], r["seq"] + r["count"]))
+    r.update(state=s.state, lost=s.lost, found=s.found, other=s.other, pending=s.pending)
+    r["why"] = _why(r)
+    return r
+
+
+class _Settling:
+    """What one derivation of the suspicions' states leaves the next, so that each pays for
+    what changed rather than for every suspicion again (a fail-over's thousands are asked
+    for every second while the audit commits a pass every few, 0.5 s of CPU a derivation
+    over 6,945 of them: ``bench/suspicion_states.py``):
+
+    * the suspicions read through ``version``: a later version's appended rows are the only
+      ones read then (``Snapshot.marks``);
+    * ``done``: those every write of which is judged, with their state: a write's verdict
+      is given once (``Kind``), so theirs does not change again;
+    * ``open``: the others, each as read and as last settled, settled again only when
+      their run gained a verdict (the findings appended since ``findings``) or the
+      committed pass moved;
+    * ``judged``: the verdicts (kind, seq, count, pass) of the open suspicions' runs, kept
+      from the findings read through ``findings``.
+
+    A suspicions version not reached by appends alone (retention dropped rows), or a
+    committed pass gone back, begins afresh; findings read whole are read again for the
+    open runs."""
+
+    def __init__(self) -> None:
+        self.version: int | None = None
+        self.findings: int | None = None
+        self.committed: int | None = None
+        self.done: list[dict] = []
+        self.open: list[tuple[dict, dict]] = []
+        self.judged: dict[tuple, list[tuple[str, int, int, int]]] = {}
+
+    def derive(self, snap, findings, committed: int) -> list[dict]:
+        """Every suspicion of ``snap`` settled by the verdicts of ``findings`` the pass
+        ``committed`` serves; the newest change first."""
+        new = _appended(snap, self.version)
+        if new is None or (self.committed is not None and committed < self.committed):
+            self.__init__()
+            new = snap.data
+        self.version = snap.version
+        rows = [_utc_times(r) for r in new.to_pylist()]
+        opened = {_key(raw) for raw, _ in self.open}
+        gained = _appended(findings, self.findings)
+        if gained is None:  # read whole (or the first time): the open runs' verdicts again
+            self.judged, touched = {}, set(opened)
+            self._take(findings.data, opened)
+        else:
+            touched = self._take(gained, opened)
+        self.findings = findings.version
+        self._take(findings.data, {_key(r) for r in rows} - self.judged.keys() - opened)
+        if committed != self.committed:
+            touched = opened
+        self.committed = committed
+        again = [raw for raw, _ in self.open if _key(raw) in touched] + rows
+        judged = _verdicts_by_run({k: self.judged.get(k, []) for k in map(_key, again)},
+                                  committed)
+        settled = [_with_state(raw, judged) for raw in again]
+        self.done.extend(r for r in settled if not r["pending"])
+        self.done.sort(key=_order, reverse=True)  # sorted runs merged: a few passes
+        self.open = [(raw, r) for raw, r in self.open if _key(raw) not in touched] + [
+            (raw, r) for raw, r in zip(again, settled, strict=True) if r["pending"]]
+        still = {_key(raw) for raw, _ in self.open}
+        self.judged = {k: v for k, v in self.judged.items() if k in still}
+        return sorted(self.done + [r for _, r in self.open], key=_order, reverse=True)
+
+    def _take(self, findings: pa.Table, keys: set[tuple]) -> set[tuple]:
+        """Add the verdicts of ``findings`` on the runs ``keys`` to ``judged``: the runs
+        that gained one."""
+        if not keys or findings.num_rows == 0:
+            return set()
+        t = findings.filter(pc.field("seq").is_valid() & pc.field("count").is_valid()
+                            & pc.field("kind").isin(sorted(PRIMARY_KINDS))
+                            & pc.field("run_id").isin(sorted({k[3] for k in keys})))
+        gained = set()
+        cols = [t.column(c).to_pylist() for c in _FINDING_COLUMNS]
+        for topic, partition, producer, run, kind, seq, count, pass_id in zip(*cols,
+                                                                             strict=True):
+            key = (topic, partition, producer, run)
+            if key in keys:
+                self.judged.setdefault(key, []).append((kind, seq, count, pass_id))
+                gained.add(key)
+        return gained
+
+
+def _utc_times(r: dict) -> dict:
+    for k in ("ack_time", "last_ack_time", "changed_at", "suspected_at"):
+        r[k] = r[k].astimezone(UTC)
+    return r
+
+
+def settled_suspicions(reader) -> list[dict]:
+    """Every ``suspicions`` row with its state by the committed findings, derived once per
+    version of suspicions, findings and the committed pass from what the last derivation
+    left (:class:`_Settling`); the newest change first."""
+    state = reader.memo("suspicions_settling", (), _Settling)  # kept for good
+    return reader.memo("settled_suspicions", _SETTLED_BY, lambda snap, findings, _hot:
+                       state.derive(snap, findings, reader.committed_pass()))
 
 
 def suspected_totals(rows: list[dict]) -> SuspectedWrites:
