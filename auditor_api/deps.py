@@ -178,10 +178,11 @@ class TableReader:
     def progress(self) -> Progress:
         """The committed pass and the source table versions it had taken in: the latest
         progress row of ``audit_hot`` (the audit's commit point, ``store.committed_progress``)."""
-        return self.memo("progress", ("audit_hot",), _progress)
+        return self.memo("progress", ("audit_hot",), progress_of)
 
 
-def _progress(hot: Snapshot) -> Progress:
+def progress_of(hot: Snapshot) -> Progress:
+    """The committed pass and its source versions as of the ``audit_hot`` snapshot ``hot``."""
     t = hot.data
     if t.num_rows == 0:
         return Progress()

@@ -199,6 +199,7 @@ class Snapshots:
         self._families: dict[Any, OrderedDict] = {}  # family -> its keys, the oldest first
         self._memo_lock = threading.Lock()
         self._computing: dict[Any, threading.Lock] = {}
+        self._kept: dict[Any, Any] = {}
         self.loads = 0  # full table reads: for tests and the benchmark
         self.appends = 0  # incremental reads of appended files
 
@@ -446,6 +447,16 @@ class Snapshots:
                 if self._computing.get(key) is computing:
                     del self._computing[key]
             computing.release()
+
+    def kept(self, key: Any, make: Callable[[], Any]) -> Any:
+        """An object made once (``make()``) and kept as long as the snapshots, never let go
+        with the memoized values: state a derivation carries from one version to the next
+        (it guards itself against concurrent use)."""
+        found = self._kept.get(key)
+        if found is None:
+            with self._memo_lock:
+                found = self._kept.setdefault(key, make())
+        return found
 
     def _store(self, key: Any, versions: tuple, value: Any, family: Any, keep: int) -> None:
         with self._memo_lock:

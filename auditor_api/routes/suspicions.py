@@ -12,6 +12,7 @@ truncated it.
 """
 
 # no ``from __future__ import annotations``: FastAPI resolves the route's annotations
+import threading
 from bisect import bisect_left
 from datetime import UTC, datetime
 from typing import Annotated, Literal
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 from fastapi import APIRouter, Query
 from pydantic import BaseModel, Field, create_model
 
-from kafka_audit.auditor_api.deps import ReaderDep
+from kafka_audit.auditor_api.deps import ReaderDep, progress_of
 from kafka_audit.auditor_api.params import (
     Partition,
     other_filters_cursor,
@@ -182,6 +183,10 @@ class _Settling:
     open runs."""
 
     def __init__(self) -> None:
+        self.lock = threading.Lock()  # one derivation at a time: each builds on the last
+        self._begin()
+
+    def _begin(self) -> None:
         self.version: int | None = None
         self.findings: int | None = None
         self.committed: int | None = None
@@ -191,10 +196,19 @@ class _Settling:
 
     def derive(self, snap, findings, committed: int) -> list[dict]:
         """Every suspicion of ``snap`` settled by the verdicts of ``findings`` the pass
-        ``committed`` serves; the newest change first."""
+        ``committed`` serves; the newest change first. One that fails leaves nothing half
+        done: the next begins afresh."""
+        with self.lock:
+            try:
+                return self._derive(snap, findings, committed)
+            except BaseException:
+                self._begin()
+                raise
+
+    def _derive(self, snap, findings, committed: int) -> list[dict]:
         new = _appended(snap, self.version)
         if new is None or (self.committed is not None and committed < self.committed):
-            self.__init__()
+            self._begin()
             new = snap.data
         self.version = snap.version
         rows = [_utc_times(r) for r in new.to_pylist()]
@@ -251,9 +265,9 @@ def settled_suspicions(reader) -> list[dict]:
     """Every ``suspicions`` row with its state by the committed findings, derived once per
     version of suspicions, findings and the committed pass from what the last derivation
     left (:class:`_Settling`); the newest change first."""
-    state = reader.memo("suspicions_settling", (), _Settling)  # kept for good
-    return reader.memo("settled_suspicions", _SETTLED_BY, lambda snap, findings, _hot:
-                       state.derive(snap, findings, reader.committed_pass()))
+    state = reader.snapshots.kept("suspicions_settling", _Settling)
+    return reader.memo("settled_suspicions", _SETTLED_BY, lambda snap, findings, hot:
+                       state.derive(snap, findings, progress_of(hot).pass_id))
 
 
 def suspected_totals(rows: list[dict]) -> SuspectedWrites:
