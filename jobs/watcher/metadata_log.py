@@ -52,6 +52,7 @@ from kafka_audit.schemas.events import (
     BROKER_FENCED,
     BROKER_UNFENCED,
     CONTROLLER_CHANGE,
+    LEADER_CHANGES,
     METADATA_LOG,
     TOPIC_CONFIG_CHANGE,
 )
@@ -149,6 +150,10 @@ class MetadataFold:
     #: each topic's durability settings of its own (CONFIG_RECORDs): name -> value
     configs: dict[str, dict[str, str | None]] = field(default_factory=dict)
     created: dict[str, int] = field(default_factory=dict)  # name -> its creation's ms
+    #: the leader changes left unwritten because a polled row stands for them, as the log
+    #: has them (their exact epoch: a poll that could ask no broker has none), taken by
+    #: :meth:`take_muted` for the questions of where the old epoch ends
+    muted: list[dict] = field(default_factory=list)
     _last_ms: int = -1  # the last timed record's own time (ms) and the one it was given (us)
     _last_us: int = -1
 
@@ -172,7 +177,14 @@ class MetadataFold:
                 when[key] = self._after_polls(key, state_of(r), at)
             if when[key] is not None:
                 written.append({**r, "event_time": when[key]})
+            elif r["kind"] in LEADER_CHANGES:
+                self.muted.append(r)
         return written
+
+    def take_muted(self) -> list[dict]:
+        """The muted leader changes since the last call (:attr:`muted`)."""
+        rows, self.muted = self.muted, []
+        return rows
 
     def _after_polls(self, key: tuple[str, int], state: tuple, at: datetime
                      ) -> datetime | None:
@@ -408,6 +420,13 @@ class MetadataTail:
         with self._lock:
             rows, self._rows = self._rows, []
         return rows
+
+    def drain_muted(self) -> list[dict]:
+        """The log's leader changes a polled row stood for since the last call
+        (:attr:`MetadataFold.muted`): not written, yet their epochs raise the questions the
+        polled rows could not (one without an epoch raises none)."""
+        with self._lock:
+            return self.fold.take_muted()
 
 
 def tail_command(dirs: list[Path]) -> list[str]:

@@ -335,8 +335,14 @@ class ClusterWatcher:
             self.epoch_ends.follow(exact_rows)
             if any(r["kind"] == TOPIC_CONFIG_CHANGE for r in exact_rows):
                 self._next_config = datetime.min.replace(tzinfo=UTC)  # effective ones now
-            if self.epoch_ends.pending:  # asked at once of the new leaders the log names:
-                self._ask_epoch_ends_now()  # not after lookups a dead broker holds up
+        # the log's changes that polled rows stood for, at their epochs: a poll that could
+        # ask no broker wrote a change without one, which raises no question of where the
+        # old epoch ends (a quorum's return, 2026-11-29)
+        muted = self.metadata.drain_muted() if self.metadata is not None else []
+        self.epoch_ends.follow(muted)
+        if (exact_rows or muted) and self.epoch_ends.pending:  # asked at once of the new
+            self._ask_epoch_ends_now()  # leaders the log names: not after lookups a dead
+            # broker holds up
         views = self._ask_brokers()
         if views:  # every broker's own answer: the newest epoch's view of each partition
             from kafka_audit.jobs.watcher.broker_views import freshest
