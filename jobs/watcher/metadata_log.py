@@ -152,7 +152,7 @@ class MetadataFold:
     created: dict[str, int] = field(default_factory=dict)  # name -> its creation's ms
     #: the leader changes left unwritten because a polled row stands for them, as the log
     #: has them (their exact epoch: a poll that could ask no broker has none), taken by
-    #: :meth:`take_muted` for the questions of where the old epoch ends
+    #: :meth:`take_muted` after each record for the questions of where the old epoch ends
     muted: list[dict] = field(default_factory=list)
     _last_ms: int = -1  # the last timed record's own time (ms) and the one it was given (us)
     _last_us: int = -1
@@ -358,7 +358,8 @@ class MetadataTail:
     def __init__(self, dirs: list[Path], fold: MetadataFold, stale_seconds: float) -> None:
         self.dirs, self.fold, self.stale_seconds = dirs, fold, stale_seconds
         self._lock = threading.Lock()
-        self._rows: list[dict] = []
+        #: the fold's rows in the log's order, each with whether it was muted
+        self._rows: list[tuple[dict, bool]] = []
         self._newest: float = -1.0  # ms, the newest record's time
         self._proc: subprocess.Popen | None = None
         self.errors = 0  # lines that could not be read (counted, skipped)
@@ -378,17 +379,22 @@ class MetadataTail:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
 
+    def take(self, rec: dict) -> None:
+        """One record the tail printed, folded (its rows, the muted among them, kept for
+        :meth:`drain_with_muted`)."""
+        if rec.get("type") == "_AT":
+            return
+        with self._lock:
+            self._rows += [(r, False) for r in self.fold.apply(rec)]
+            self._rows += [(r, True) for r in self.fold.take_muted()]
+            if not rec.get("snapshot"):
+                self._newest = max(self._newest, float(rec.get("time", -1)))
+
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
         for line in self._proc.stdout:
             try:
-                rec = json.loads(line)
-                if rec.get("type") == "_AT":
-                    continue
-                with self._lock:
-                    self._rows += self.fold.apply(rec)
-                    if not rec.get("snapshot"):
-                        self._newest = max(self._newest, float(rec.get("time", -1)))
+                self.take(json.loads(line))
             except (ValueError, KeyError, TypeError) as exc:
                 self.errors += 1
                 log.warning("metadata log: a line skipped (%s): %.200s", exc, line)
@@ -417,16 +423,18 @@ class MetadataTail:
                     polled.rows.append((state, at))
 
     def drain(self) -> list[dict]:
-        with self._lock:
-            rows, self._rows = self._rows, []
-        return rows
+        """The rows to write the log gave since the last call."""
+        return self.drain_with_muted()[0]
 
-    def drain_muted(self) -> list[dict]:
-        """The log's leader changes a polled row stood for since the last call
-        (:attr:`MetadataFold.muted`): not written, yet their epochs raise the questions the
-        polled rows could not (one without an epoch raises none)."""
+    def drain_with_muted(self) -> tuple[list[dict], list[dict]]:
+        """The rows to write the log gave since the last call, and those with the leader
+        changes a polled row stood for among them (:attr:`MetadataFold.muted`), all in the
+        log's order: the muted are not written, yet their epochs raise the questions the
+        polled rows could not (one without an epoch raises none), and a question is raised
+        only by a change newer than the last one followed."""
         with self._lock:
-            return self.fold.take_muted()
+            taken, self._rows = self._rows, []
+        return [r for r, muted in taken if not muted], [r for r, _ in taken]
 
 
 def tail_command(dirs: list[Path]) -> list[str]:

@@ -327,22 +327,20 @@ class ClusterWatcher:
         Where the metadata log is tailed and current, partition, broker and controller
         events come from it (exact); the polls still give split brains, log ends and topic
         settings, and take over the partition events while the log is not current."""
-        exact_rows = self.metadata.drain() if self.metadata is not None else []
+        exact_rows, changes = (self.metadata.drain_with_muted() if self.metadata is not None
+                               else ([], []))
         self.exact = self.metadata is not None and self.metadata.fresh()
         if exact_rows:  # written even if this poll fails: the files were read
             append_rows(self.table, "cluster_events", exact_rows)
             self.events_written += len(exact_rows)
-            self.epoch_ends.follow(exact_rows)
             if any(r["kind"] == TOPIC_CONFIG_CHANGE for r in exact_rows):
                 self._next_config = datetime.min.replace(tzinfo=UTC)  # effective ones now
-        # the log's changes that polled rows stood for, at their epochs: a poll that could
-        # ask no broker wrote a change without one, which raises no question of where the
-        # old epoch ends (a quorum's return, 2026-11-29)
-        muted = self.metadata.drain_muted() if self.metadata is not None else []
-        self.epoch_ends.follow(muted)
-        if (exact_rows or muted) and self.epoch_ends.pending:  # asked at once of the new
-            self._ask_epoch_ends_now()  # leaders the log names: not after lookups a dead
-            # broker holds up
+        # followed with the changes polled rows stood for, in the log's order, at their
+        # epochs: a poll that could ask no broker wrote a change without one, which raises
+        # no question of where the old epoch ends (a quorum's return, 2026-11-29)
+        self.epoch_ends.follow(changes)
+        if changes and self.epoch_ends.pending:  # asked at once of the new leaders the log
+            self._ask_epoch_ends_now()  # names: not after lookups a dead broker holds up
         views = self._ask_brokers()
         if views:  # every broker's own answer: the newest epoch's view of each partition
             from kafka_audit.jobs.watcher.broker_views import freshest

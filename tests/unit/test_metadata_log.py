@@ -289,6 +289,35 @@ def test_a_change_polled_without_its_epoch_still_asks_where_the_old_epoch_ends()
             for q in ends.pending] == [(3, 2, 1, 3)]
 
 
+def test_the_muted_changes_come_in_the_logs_order_with_the_written():
+    """The tail hands the watcher the rows to write and, among them in the log's order,
+    the muted leader changes: a muted change followed by one no poll saw (written) both
+    raise their question; the later one first would leave the muted one too old to."""
+    from kafka_audit.jobs.watcher.epoch_ends import EpochEnds
+
+    fold = MetadataFold()
+    created(fold, leader=3)  # leader 3 at epoch 0
+    tail = MetadataTail([], fold, 3)
+    polled_at = datetime.fromtimestamp((T0 + 100) / 1000, UTC)
+    tail.polled([{"event_time": polled_at, "topic": "orders", "partition": 0,
+                  "kind": "leader_change", "leader": 1, "isr": [1, 2],
+                  "leader_epoch": None}], polled_at)
+    tail.take(rec("PARTITION_CHANGE_RECORD", 50, partitionId=0, topicId="T1", leader=1,
+                  isr=[1, 2]))  # muted: the polled row stands for it
+    tail.take(rec("PARTITION_CHANGE_RECORD", 60, partitionId=0, topicId="T1", leader=2,
+                  isr=[1, 2]))  # written: no poll saw it
+    written, changes = tail.drain_with_muted()
+    assert [(r["kind"], r["leader"]) for r in written] == [("leader_change", 2)]
+    assert [(r["kind"], r["leader"], r["leader_epoch"]) for r in changes] == [
+        ("leader_change", 1, 1), ("leader_change", 2, 2)]
+    assert tail.drain_with_muted() == ([], [])
+    ends = EpochEnds()
+    ends.seed(("orders", 0), 3, 0)
+    ends.follow(changes)
+    assert [(q.old_leader, q.epoch, q.new_leader, q.new_epoch) for q in ends.pending] == [
+        (3, 0, 1, 1), (1, 1, 2, 2)]
+
+
 def test_a_polled_state_at_another_epoch_is_another_change():
     fold = MetadataFold()
     created(fold)
