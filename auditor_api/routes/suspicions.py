@@ -213,14 +213,15 @@ class _Settling:
         self.version = snap.version
         rows = [_utc_times(r) for r in new.to_pylist()]
         opened = {_key(raw) for raw, _ in self.open}
+        fresh = {_key(r) for r in rows} - opened  # runs with no verdicts kept yet
         gained = _appended(findings, self.findings)
         if gained is None:  # read whole (or the first time): the open runs' verdicts again
             self.judged, touched = {}, set(opened)
-            self._take(findings.data, opened)
+            self._take(findings.data, opened | fresh)
         else:
             touched = self._take(gained, opened)
+            self._take(findings.data, fresh)
         self.findings = findings.version
-        self._take(findings.data, {_key(r) for r in rows} - self.judged.keys() - opened)
         if committed != self.committed:
             touched = opened
         self.committed = committed
@@ -229,7 +230,6 @@ class _Settling:
                                   committed)
         settled = [_with_state(raw, judged) for raw in again]
         self.done.extend(r for r in settled if not r["pending"])
-        self.done.sort(key=_order, reverse=True)  # sorted runs merged: a few passes
         self.open = [(raw, r) for raw, r in self.open if _key(raw) not in touched] + [
             (raw, r) for raw, r in zip(again, settled, strict=True) if r["pending"]]
         still = {_key(raw) for raw, _ in self.open}

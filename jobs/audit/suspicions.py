@@ -64,12 +64,16 @@ from kafka_audit.store import (
     transaction_version,
 )
 
-__all__ = ["Marker", "run_marker", "APP_ID"]
+__all__ = ["Marker", "run_marker", "APP_ID", "RIPE_AFTER"]
 
 log = logging.getLogger(__name__)
 
 #: the marker's idempotent Delta transactions on ``suspicions``
 APP_ID = "kafka_audit_suspicions"
+#: how long after its acknowledgement a run acknowledged after a partition's last followed
+#: change is taken (:meth:`Marker._ripe`): the watcher's time to record a return of the
+#: leadership before it
+RIPE_AFTER = 2 * LEAD_SLACK
 
 Key = tuple[str, int]
 Spans = dict[tuple[str, str], list[tuple[int, int]]]
@@ -160,11 +164,11 @@ class Marker:
         """The partition's runs the rule may take now: those acknowledged before its last
         followed change at once (the fail-over's own writes: the watcher had recorded the
         leaderships before it); a later one (an old leader still acknowledging, or leading
-        again) once the watcher has had ``2 * LEAD_SLACK`` to record a return of the
+        again) once the watcher has had :data:`RIPE_AFTER` to record a return of the
         leadership before it: a return it has not recorded yet would make the new
         epoch's writes look like the old one's."""
         last = max(c.changed_at for c in changes)
-        ripe = now - 2 * LEAD_SLACK
+        ripe = now - RIPE_AFTER
         return [a for a in self.runs.get(key, []) if a.first_ack <= last
                 or a.first_ack <= ripe]
 

@@ -422,10 +422,6 @@ class MetadataTail:
                 if not polled.rows or polled.rows[-1] != (state, at):  # a change's kinds: once
                     polled.rows.append((state, at))
 
-    def drain(self) -> list[dict]:
-        """The rows to write the log gave since the last call."""
-        return self.drain_with_muted()[0]
-
     def drain_with_muted(self) -> tuple[list[dict], list[dict]]:
         """The rows to write the log gave since the last call, and those with the leader
         changes a polled row stood for among them (:attr:`MetadataFold.muted`), all in the

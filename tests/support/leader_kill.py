@@ -57,23 +57,22 @@ def mark_suspicions(settings) -> int:
 
     The round comes once the rule may take every acknowledged run: a run acknowledged after
     the last change (the old leader appends until it learns of it, so a hand-back's
-    truncated tail can be) is taken once the watcher has had ``2 * LEAD_SLACK`` to record a
-    return of the leadership (``Marker._ripe``); a round before that leaves it to the
+    truncated tail can be) is taken :data:`RIPE_AFTER` after it (``Marker._ripe``); a
+    round before that leaves it to the
     service's next rounds (a CI run of 2026-11-29 marked 3 s after a hand-back and missed
     its 54 writes)."""
     from datetime import UTC, datetime
 
     import pyarrow.compute as pc
 
-    from kafka_audit.jobs.audit.suspicions import Marker
-    from kafka_audit.jobs.core.suspicion import LEAD_SLACK
+    from kafka_audit.jobs.audit.suspicions import RIPE_AFTER, Marker
     from kafka_audit.scenarios.cluster import wait_until
     from kafka_audit.store import read_table
 
     last = pc.max(read_table(settings.table_path("acks"), "acks", ["last_ack_time"])
                   ["last_ack_time"]).as_py()
     if last is not None:
-        ripe = last.astimezone(UTC) + 2 * LEAD_SLACK
+        ripe = last.astimezone(UTC) + RIPE_AFTER
         wait_until(lambda: datetime.now(UTC) >= ripe, 60,
                    "every acknowledged run to be ripe for the marker", every=0.1)
     return Marker(settings.model_copy(update={"audit": settings.audit.model_copy(
