@@ -11,9 +11,12 @@ The watcher answers each leader change with an ``epoch_end`` row of ``cluster_ev
   marker first read it, if later: one that could not run meanwhile): the ledger
   commits a report up to a flush after it, and an old leader paused past its session
   may go on acknowledging when it resumes (a split brain: the rule takes its writes too);
-* reads the acknowledged runs of the followed partitions (at first those acknowledged
-  from ``audit.suspect_lookback_seconds`` before the change on and reaching at or above
-  its end offset, then the files appended since) and applies the pure rule
+* keeps the ledger's successful runs of the last minutes in memory, read once and then
+  from the files each commit appended, whether or not a change is followed: a newly
+  followed change takes from them at once those acknowledged from
+  ``audit.suspect_lookback_seconds`` before it on and reaching at or above its end
+  offset (reading them from the table at the change took seconds), then the runs
+  appended since; and applies the pure rule
   (:func:`~kafka_audit.jobs.core.suspicion.suspect`): the runs acknowledged before the
   change at once, later ones (a paused old leader's) after the watcher has had time to
   record whether the old leader leads again (:meth:`Marker._ripe`);
@@ -34,6 +37,7 @@ import functools
 import logging
 import operator
 import threading
+import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -52,6 +56,7 @@ from kafka_audit.jobs.core.suspicion import (
     suspicion_row,
 )
 from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES
+from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter
 from kafka_audit.store import (
@@ -104,6 +109,77 @@ def _above(floors: dict[Key, int]) -> pc.Expression:
                  for k, f in floors.items()])
 
 
+#: a successful run of the ledger: placed in the log, no error
+_PLACED = pc.field("error_name").is_null() & pc.field("offset").is_valid()
+#: the ledger's tail is combined into one table when it holds this many appended pieces
+_MAX_CHUNKS = 256
+
+
+class _Tail:
+    """The ledger's successful runs of the last ``keep`` (back further while a followed
+    change needs older ones), held between rounds: read whole once, then only the files
+    each commit appended. A newly followed change takes its runs from here at once;
+    reading them from the table at the change (a scan of every file of its last minutes,
+    2-9 s beside a busy audit in ``bench/latency.py --second-after``) made its suspicions
+    wait that long. Every run acknowledged last at or after ``since`` is held (older
+    ones may be)."""
+
+    def __init__(self, path: str, keep: timedelta) -> None:
+        self.path, self.keep = path, keep
+        self.version: int | None = None
+        self.since: datetime | None = None
+        #: (rows, the oldest and the newest last_ack_time among them)
+        self.chunks: list[tuple[pa.Table, datetime, datetime]] = []
+        self.rebuilt = False  # whether the last advance read the table whole
+
+    def advance(self, now: datetime, need: datetime | None) -> pa.Table | None:
+        """Take in what the ledger appended since the last call, held back to ``now -
+        keep`` or ``need`` (the oldest a followed change needs), whichever is older: the
+        table read whole the first time and when ``need`` is older than what is held. The
+        rows taken in (every one held when read whole); None while there is no ledger."""
+        floor = now - self.keep if need is None else min(now - self.keep, need)
+        self.rebuilt = self.version is None or (need is not None and need < self.since)
+        if self.rebuilt:
+            if not table_exists(self.path):
+                self.version = None
+                return None
+            version, data = table_dataset(self.path)
+            t = data.to_table(columns=_ACK_COLUMNS,
+                              filter=_PLACED & (pc.field("last_ack_time") >= _ts(floor)))
+            self.chunks, self.since = [], floor
+        else:
+            version, files, _rows = files_added_since(self.path, self.version)
+            t = read_files(files, "acks", _ACK_COLUMNS, _PLACED)
+        self.version = version
+        if t.num_rows:
+            lo, hi = pc.min_max(t.column("last_ack_time")).values()
+            self.chunks.append((t, lo.as_py(), hi.as_py()))
+        self._trim(floor)
+        return t
+
+    def _trim(self, floor: datetime) -> None:
+        """Let go of the runs acknowledged last before ``floor``."""
+        kept = []
+        for t, lo, hi in self.chunks:
+            if hi < floor:
+                continue
+            if lo < floor:
+                t = t.filter(pc.field("last_ack_time") >= _ts(floor))
+                lo = pc.min(t.column("last_ack_time")).as_py()
+            kept.append((t, lo, hi))
+        if len(kept) > _MAX_CHUNKS:
+            t = pa.concat_tables([c[0] for c in kept]).combine_chunks()
+            kept = [(t, min(c[1] for c in kept), max(c[2] for c in kept))]
+        self.chunks = kept
+        self.since = max(self.since, floor)
+
+    def rows(self, where: pc.Expression) -> pa.Table:
+        """The runs held that match ``where``."""
+        if not self.chunks:
+            return arrow_schema("acks").empty_table().select(_ACK_COLUMNS)
+        return pa.concat_tables([c[0] for c in self.chunks]).filter(where)
+
+
 class Marker:
     """Rounds of marking (:meth:`round`); what it keeps between them: the changes it
     follows, the partitions' leaderships, the followed partitions' acknowledged runs and
@@ -116,21 +192,26 @@ class Marker:
         self.follow = timedelta(seconds=settings.audit.suspect_follow_seconds)
         self.lookback = timedelta(seconds=settings.audit.suspect_lookback_seconds)
         self.events_version: int | None = None
-        self.acks_version: int | None = None
         #: per partition: each change with the time it is followed until
         self.changes: dict[Key, dict[EpochEnd, datetime]] = defaultdict(dict)
         self.leaders: dict[Key, list[Leadership]] = defaultdict(list)
         #: per partition: every change whose answer was read (where an old leader's next
         #: epoch begins, when it leads again)
         self.known: dict[Key, set[EpochEnd]] = defaultdict(set)
+        #: the ledger's successful runs of the last ``follow + 2 * lookback``: what a
+        #: change at any moment this marker may still read it needs
+        self.tail = _Tail(self.acks_path, self.follow + 2 * self.lookback)
         self.runs: dict[Key, list[AckRun]] = {}  # followed partitions' successful runs
         self.floors: dict[Key, int] = {}  # the offset above which ``runs`` were read
+        self.since: datetime | None = None  # the acknowledgement time ``runs`` begin at
         self.taken: dict[Key, Spans] = {}  # followed partitions' suspected seqs
         self.txn: int | None = None
 
     def round(self, now: datetime | None = None) -> int:
-        """One round at ``now``: the writes newly suspected (appended to ``suspicions``)."""
+        """One round at ``now``: the writes newly suspected (appended to ``suspicions``,
+        each marked at ``now`` plus the round's time until then: when it was suspected)."""
         now = now or datetime.now(UTC)
+        began = time.monotonic()
         self._read_events(now)
         followed = {k: [c for c, until in cs.items() if now <= until]
                     for k, cs in self.changes.items()}
@@ -141,23 +222,26 @@ class Marker:
             self.runs.pop(k)
             self.floors.pop(k, None)
             self.taken.pop(k, None)
+        self._read_acks(followed, now)
         if not followed:
-            self.acks_version = None
             return 0
-        self._read_acks(followed)
         taken = copy.deepcopy(self.taken)
-        rows = [suspicion_row(s, now) for k, cs in followed.items()
-                for s in suspect(self._ripe(k, cs, now), cs, self.leaders.get(k, []),
-                                 taken.setdefault(k, {}), sorted(
-                                     self.known[k], key=lambda c: c.changed_at))]
+        found = [s for k, cs in followed.items()
+                 for s in suspect(self._ripe(k, cs, now), cs, self.leaders.get(k, []),
+                                  taken.setdefault(k, {}), sorted(
+                                      self.known[k], key=lambda c: c.changed_at))]
+        marked = now + timedelta(seconds=time.monotonic() - began)
+        rows = [suspicion_row(s, marked) for s in found]
         if rows:
             self._append(rows)
         self.taken = taken
         n = sum(r["count"] for r in rows)
         if n:
-            log.info("suspected %d writes of %d runs (%s)", n, len(rows), ", ".join(sorted(
-                {f"{r['topic']}-{r['partition']} epoch {r['leader_epoch']} of broker "
-                 f"{r['old_leader']} ends at {r['end_offset']}" for r in rows})))
+            log.info("suspected %d writes of %d runs in %.2fs (%s)", n, len(rows),
+                     time.monotonic() - began, ", ".join(sorted(
+                         {f"{r['topic']}-{r['partition']} epoch {r['leader_epoch']} of "
+                          f"broker {r['old_leader']} ends at {r['end_offset']}"
+                          for r in rows})))
         return n
 
     def _ripe(self, key: Key, changes: list[EpochEnd], now: datetime) -> list[AckRun]:
@@ -205,28 +289,39 @@ class Marker:
             else:
                 del self.leaders[key]
 
-    def _read_acks(self, followed: dict[Key, list[EpochEnd]]) -> None:
-        """The followed partitions' successful runs: all of them read again when a
-        partition is newly followed (at one table version), else the files appended since."""
-        placed = pc.field("error_name").is_null() & pc.field("offset").is_valid()
+    def _read_acks(self, followed: dict[Key, list[EpochEnd]], now: datetime) -> None:
+        """Bring the ledger's tail up to date (:class:`_Tail`), then the followed
+        partitions' runs: those of a newly followed partition (or one whose lowest end
+        offset fell) taken from the tail at once, the others given the rows appended since
+        the last round."""
         floors = {k: min(c.end_offset for c in cs) for k, cs in followed.items()}
+        since = min((c.changed_at for cs in followed.values() for c in cs),
+                    default=None)
+        if since is not None:
+            since -= self.lookback
+        added = self.tail.advance(now, since)
+        if added is None:
+            return  # no ledger yet
+        if self.tail.rebuilt:
+            self.runs, self.floors = {}, {}
         new = [k for k in followed if k not in self.runs or floors[k] < self.floors[k]]
-        if new or self.acks_version is None:
-            if not table_exists(self.acks_path):
-                return
-            since = min(c.changed_at for cs in followed.values() for c in cs) - self.lookback
-            version, data = table_dataset(self.acks_path)
-            t = data.to_table(columns=_ACK_COLUMNS, filter=placed & _above(floors)
-                              & (pc.field("last_ack_time") >= _ts(since)))
-            self.runs = {k: [] for k in followed}
-            self.floors = floors
-            self._seed(list(followed), since)  # the runs since ``since``, all followed
-        else:
-            version, files, _rows = files_added_since(self.acks_path, self.acks_version)
-            t = read_files(files, "acks", _ACK_COLUMNS, placed & _above(self.floors))
-        self.acks_version = version
-        for r in t.to_pylist():
-            self.runs[(r["topic"], r["partition"])].append(ack_run_of(r))
+        held = {k: self.floors[k] for k in followed if k not in new}
+        if since is not None and (self.since is None or since > self.since):
+            for k in held:  # the oldest change followed went: so do runs before its lookback
+                self.runs[k] = [a for a in self.runs[k] if a.last_ack >= since]
+        self.since = since
+        if held and added.num_rows:
+            for r in added.filter(_above(held) & (pc.field("last_ack_time") >= _ts(since))
+                                  ).to_pylist():
+                self.runs[(r["topic"], r["partition"])].append(ack_run_of(r))
+        if new:
+            t = self.tail.rows(_above({k: floors[k] for k in new})
+                               & (pc.field("last_ack_time") >= _ts(since)))
+            for k in new:
+                self.runs[k], self.floors[k] = [], floors[k]
+            for r in t.to_pylist():
+                self.runs[(r["topic"], r["partition"])].append(ack_run_of(r))
+            self._seed(new, since)
 
     def _seed(self, keys: list[Key], since: datetime) -> None:
         """The seqs ``suspicions`` holds already for the partitions ``keys``."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow.compute as pc
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -116,7 +117,33 @@ def test_no_answered_change_writes_nothing(tmp_path):
     m = Marker(s)
     assert m.round(at(5)) == 0
     assert not table_exists(s.table_path("suspicions"))
-    assert m.acks_version is None  # the ledger is not read while no change is followed
+
+
+def test_the_ledgers_tail_is_held_for_its_window_and_read_whole_for_an_older_change(
+        tmp_path):
+    """The marker holds the ledger's runs of the last follow + 2 * lookback seconds
+    between rounds, no change followed; a change that needs older ones (read late) has
+    the table read whole again: its writes are all suspected."""
+    s = Settings(home=tmp_path)
+    keep = s.audit.suspect_follow_seconds + 2 * s.audit.suspect_lookback_seconds
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _lead(0, 1, 5, "first_seen")])
+    append_rows(s.table_path("acks"), "acks", [_ack(0, 100, 0, 1), _ack(100, 50, 100, 3)])
+    m = Marker(s)
+    assert m.round(at(5)) == 0
+    assert m.tail.rows(pc.scalar(True)).column("seq").to_pylist() == [0, 100]
+    append_rows(s.table_path("acks"), "acks", [_ack(150, 10, 120, keep + 2, broker=2)])
+    assert m.round(at(keep + 2)) == 0  # the first runs age out; the new one is taken in
+    assert m.tail.rows(pc.scalar(True)).column("seq").to_pylist() == [100, 150]
+    assert m.round(at(keep + 4)) == 0
+    assert m.tail.rows(pc.scalar(True)).column("seq").to_pylist() == [150]
+
+    # broker 2 took over at 4 s; its answer is written late: the change needs runs
+    # acknowledged from 4 s - lookback on, older than the tail holds
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        _lead(4, 2, 6), _end(keep + 5, 1, 5, 120, 4, 2, 6)])
+    assert m.round(at(keep + 6)) == 30  # seqs 120..149: the table read whole again
+    assert [r[:2] for r in _suspected(s)] == [(120, 30)]
 
 
 def test_a_suspicion_settles_by_the_verdicts_of_its_writes():
@@ -375,3 +402,53 @@ def test_the_api_settles_from_what_changed_as_from_everything(steps):
                 got = served(kept)
                 assert [g[:-1] for g in got] == _from_scratch(s)
                 assert got == served(TableReader(s))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.lists(st.tuples(st.integers(1, 20), st.booleans()), max_size=2),
+                          st.one_of(st.none(), st.integers(0, 30)), st.booleans()),
+                min_size=1, max_size=10))
+@example([([(10, False)], None, False), ([(10, True)], 5, False), ([(5, False)], None, True)])
+def test_the_marker_marks_from_its_tail_as_from_the_table_read_each_round(tmp_path_factory,
+                                                                          steps):
+    """Rounds over a ledger and leader changes growing between them: the marker that
+    takes its runs from the tail it holds suspects, round by round, what one that reads
+    the ledger whole every round suspects (the reference: the table, no state held).
+    Each step (10 s): runs acknowledged (length, by the old leader), maybe a change (the
+    old epoch ending that far below the log's end) and maybe a ledger commit late by 20 s
+    (a change's writes before its lookback are never suspected)."""
+    home = tmp_path_factory.mktemp("tail")
+    # a window of 20 + 2 * 15 s: runs age out of the tail and late changes read it whole
+    s = Settings(home=home, audit={"suspect_follow_seconds": 20,
+                                   "suspect_lookback_seconds": 15})
+    events = [_lead(0, 1, 5, "first_seen")]
+    append_rows(s.table_path("cluster_events"), "cluster_events", events)
+    held, whole = Marker(s), Marker(s)
+    whole.path = str(home / "reference")
+    leader, epoch, offset, seq = 1, 5, 0, 0
+    for i, (runs, cut, late) in enumerate(steps):
+        t = 10.0 * (i + 1)
+        rows = []
+        for n, by_old in runs:
+            broker = leader if not by_old else (1 if leader != 1 else 2)
+            rows.append(_ack(seq, n, offset, t - (20 if late else 1), broker=broker))
+            seq, offset = seq + n, offset + n
+        if rows:
+            append_rows(s.table_path("acks"), "acks", rows)
+        if cut is not None:
+            new = 2 if leader == 1 else 1
+            append_rows(s.table_path("cluster_events"), "cluster_events", [
+                _lead(t, new, epoch + 1),
+                _end(t + 0.5, leader, epoch, max(0, offset - cut), t, new, epoch + 1)])
+            leader, epoch = new, epoch + 1
+        whole.tail.version = None  # the reference reads the table whole each round
+        assert held.round(at(t + 1)) == whole.round(at(t + 1))
+    for later in (8, 30):  # the late runs ripen; every change ends being followed
+        whole.tail.version = None
+        assert held.round(at(t + later)) == whole.round(at(t + later))
+    mine = _suspected(s)
+    ref = sorted((r["seq"], r["count"], r["offset"], r["basis"], r["old_leader"],
+                  r["leader_epoch"], r["end_offset"], r["new_leader"], r["new_epoch"])
+                 for r in read_table(whole.path, "suspicions").to_pylist()) \
+        if table_exists(whole.path) else []
+    assert mine == ref
