@@ -11,12 +11,14 @@ The watcher answers each leader change with an ``epoch_end`` row of ``cluster_ev
   marker first read it, if later: one that could not run meanwhile): the ledger
   commits a report up to a flush after it, and an old leader paused past its session
   may go on acknowledging when it resumes (a split brain: the rule takes its writes too);
-* keeps the ledger's successful runs of the last minutes in memory, read once and then
-  from the files each commit appended, whether or not a change is followed: a newly
-  followed change takes from them at once those acknowledged from
-  ``audit.suspect_lookback_seconds`` before it on and reaching at or above its end
-  offset (reading them from the table at the change took seconds), then the runs
-  appended since; and applies the pure rule
+* keeps the ledger's successful runs of the last ``audit.suspect_follow_seconds`` + 2 *
+  ``audit.suspect_lookback_seconds`` (11 minutes by default) in memory, read whole once
+  and then from the files each commit appended, whether or not a change is followed
+  (reading them from the table at a change took seconds); a newly followed partition
+  takes from them at once its runs reaching at or above its lowest followed end offset
+  and acknowledged from ``audit.suspect_lookback_seconds`` before the oldest change
+  followed on, then the runs appended since (a change answered so late that it needs
+  older runs has the table read whole again); and applies the pure rule
   (:func:`~kafka_audit.jobs.core.suspicion.suspect`): the runs acknowledged before the
   change at once, later ones (a paused old leader's) after the watcher has had time to
   record whether the old leader leads again (:meth:`Marker._ripe`);
@@ -111,8 +113,9 @@ def _above(floors: dict[Key, int]) -> pc.Expression:
 
 #: a successful run of the ledger: placed in the log, no error
 _PLACED = pc.field("error_name").is_null() & pc.field("offset").is_valid()
-#: the ledger's tail is combined into one table when it holds this many appended pieces
-_MAX_CHUNKS = 256
+#: the pieces the ledger's tail took in since it last combined them (one a commit): combined
+#: into one when there are more
+_MAX_LOOSE = 256
 
 
 class _Tail:
@@ -122,14 +125,14 @@ class _Tail:
     reading them from the table at the change (a scan of every file of its last minutes,
     2-9 s beside a busy audit in ``bench/latency.py --second-after``) made its suspicions
     wait that long. Every run acknowledged last at or after ``since`` is held (older
-    ones may be)."""
+    ones may be: a piece is let go once all of its runs are older)."""
 
     def __init__(self, path: str, keep: timedelta) -> None:
         self.path, self.keep = path, keep
         self.version: int | None = None
         self.since: datetime | None = None
-        #: (rows, the oldest and the newest last_ack_time among them)
-        self.chunks: list[tuple[pa.Table, datetime, datetime]] = []
+        #: (rows, the oldest and the newest last_ack_time among them, whether combined)
+        self.chunks: list[tuple[pa.Table, datetime, datetime, bool]] = []
         self.rebuilt = False  # whether the last advance read the table whole
 
     def advance(self, now: datetime, need: datetime | None) -> pa.Table | None:
@@ -153,25 +156,23 @@ class _Tail:
         self.version = version
         if t.num_rows:
             lo, hi = pc.min_max(t.column("last_ack_time")).values()
-            self.chunks.append((t, lo.as_py(), hi.as_py()))
+            self.chunks.append((t, lo.as_py(), hi.as_py(), self.rebuilt))
         self._trim(floor)
         return t
 
     def _trim(self, floor: datetime) -> None:
-        """Let go of the runs acknowledged last before ``floor``."""
-        kept = []
-        for t, lo, hi in self.chunks:
-            if hi < floor:
-                continue
-            if lo < floor:
-                t = t.filter(pc.field("last_ack_time") >= _ts(floor))
-                lo = pc.min(t.column("last_ack_time")).as_py()
-            kept.append((t, lo, hi))
-        if len(kept) > _MAX_CHUNKS:
-            t = pa.concat_tables([c[0] for c in kept]).combine_chunks()
-            kept = [(t, min(c[1] for c in kept), max(c[2] for c in kept))]
-        self.chunks = kept
+        """Let go of the pieces whose runs were all acknowledged before ``floor``, and
+        combine the pieces taken in one by one into one when there are more than
+        :data:`_MAX_LOOSE`. A piece is not cut: cutting a combined one each round would
+        copy it each round. So the tail holds its window and, at most, one combined
+        piece's span (about ``_MAX_LOOSE`` commits) beyond it."""
+        self.chunks = [c for c in self.chunks if c[2] >= floor]
         self.since = max(self.since, floor)
+        loose = [c for c in self.chunks if not c[3]]
+        if len(loose) > _MAX_LOOSE:
+            one = (pa.concat_tables([c[0] for c in loose]).combine_chunks(),
+                   min(c[1] for c in loose), max(c[2] for c in loose), True)
+            self.chunks = [c for c in self.chunks if c[3]] + [one]
 
     def rows(self, where: pc.Expression) -> pa.Table:
         """The runs held that match ``where``."""
@@ -304,9 +305,11 @@ class Marker:
             return  # no ledger yet
         if self.tail.rebuilt:
             self.runs, self.floors = {}, {}
+        if since is not None and self.since is not None and since < self.since:
+            self.runs = {}  # a change older than those followed (answered late): all anew
         new = [k for k in followed if k not in self.runs or floors[k] < self.floors[k]]
         held = {k: self.floors[k] for k in followed if k not in new}
-        if since is not None and (self.since is None or since > self.since):
+        if since is not None and self.since is not None and since > self.since:
             for k in held:  # the oldest change followed went: so do runs before its lookback
                 self.runs[k] = [a for a in self.runs[k] if a.last_ack >= since]
         self.since = since

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+import kafka_audit.jobs.audit.suspicions as marker_module
 from kafka_audit.jobs.audit.suspicions import Marker
 from kafka_audit.schemas.suspicions import (
     BY_BROKER,
@@ -133,8 +134,9 @@ def test_the_ledgers_tail_is_held_for_its_window_and_read_whole_for_an_older_cha
     assert m.round(at(5)) == 0
     assert m.tail.rows(pc.scalar(True)).column("seq").to_pylist() == [0, 100]
     append_rows(s.table_path("acks"), "acks", [_ack(150, 10, 120, keep + 2, broker=2)])
-    assert m.round(at(keep + 2)) == 0  # the first runs age out; the new one is taken in
-    assert m.tail.rows(pc.scalar(True)).column("seq").to_pylist() == [100, 150]
+    # the new run is taken in; the first read's piece is let go once all of it is older
+    assert m.round(at(keep + 2)) == 0
+    assert m.tail.rows(pc.scalar(True)).column("seq").to_pylist() == [0, 100, 150]
     assert m.round(at(keep + 4)) == 0
     assert m.tail.rows(pc.scalar(True)).column("seq").to_pylist() == [150]
 
@@ -404,51 +406,85 @@ def test_the_api_settles_from_what_changed_as_from_everything(steps):
                 assert got == served(TableReader(s))
 
 
-@settings(max_examples=25, deadline=None)
-@given(st.lists(st.tuples(st.lists(st.tuples(st.integers(1, 20), st.booleans()), max_size=2),
-                          st.one_of(st.none(), st.integers(0, 30)), st.booleans()),
-                min_size=1, max_size=10))
-@example([([(10, False)], None, False), ([(10, True)], 5, False), ([(5, False)], None, True)])
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 1),
+                          st.lists(st.tuples(st.integers(1, 20), st.booleans()), max_size=2),
+                          st.one_of(st.none(), st.integers(0, 30)), st.booleans(),
+                          st.booleans()),
+                min_size=1, max_size=12))
+@example([(0, [(10, False)], None, False, False), (0, [(10, True)], 5, False, False),
+          (0, [(5, False)], None, True, False)])
+@example([(1, [(10, False)], None, False, False), (0, [], 0, False, True),
+          (0, [], None, False, False), (1, [], 5, False, False), (0, [], None, False, False)])
 def test_the_marker_marks_from_its_tail_as_from_the_table_read_each_round(tmp_path_factory,
                                                                           steps):
     """Rounds over a ledger and leader changes growing between them: the marker that
     takes its runs from the tail it holds suspects, round by round, what one that reads
     the ledger whole every round suspects (the reference: the table, no state held).
-    Each step (10 s): runs acknowledged (length, by the old leader), maybe a change (the
-    old epoch ending that far below the log's end) and maybe a ledger commit late by 20 s
-    (a change's writes before its lookback are never suspected)."""
+    Each step (10 s), on partition 0 or 1: runs acknowledged (length, by the old
+    leader), maybe a change (the old epoch ending that far below the log's end), maybe
+    the ledger's commit late by 20 s (a change's writes before its lookback are never
+    suspected), maybe the change answered late, after the round two steps on (the other
+    partition's change followed first)."""
     home = tmp_path_factory.mktemp("tail")
-    # a window of 20 + 2 * 15 s: runs age out of the tail and late changes read it whole
+    # a window of 20 + 2 * 25 s: runs age out of the tail and late changes read it whole
     s = Settings(home=home, audit={"suspect_follow_seconds": 20,
-                                   "suspect_lookback_seconds": 15})
-    events = [_lead(0, 1, 5, "first_seen")]
-    append_rows(s.table_path("cluster_events"), "cluster_events", events)
+                                   "suspect_lookback_seconds": 25})
+    append_rows(s.table_path("cluster_events"), "cluster_events", [
+        {**_lead(0, 1, 5, "first_seen"), "partition": p} for p in (0, 1)])
     held, whole = Marker(s), Marker(s)
     whole.path = str(home / "reference")
-    leader, epoch, offset, seq = 1, 5, 0, 0
-    for i, (runs, cut, late) in enumerate(steps):
+    loose, marker_module._MAX_LOOSE = marker_module._MAX_LOOSE, 1  # pieces combined often
+    try:
+        _rounds(s, held, whole, steps)
+    finally:
+        marker_module._MAX_LOOSE = loose
+
+    def marked(path):
+        if not table_exists(path):
+            return []
+        return sorted((r["partition"], r["seq"], r["count"], r["offset"], r["basis"],
+                       r["old_leader"], r["leader_epoch"], r["end_offset"], r["new_leader"],
+                       r["new_epoch"]) for r in read_table(path, "suspicions").to_pylist())
+
+    assert marked(s.table_path("suspicions")) == marked(whole.path)
+
+
+def _rounds(s: Settings, held: Marker, whole: Marker, steps: list) -> None:
+    """The steps of the test above, each round of ``held`` against one of ``whole``."""
+    state = {p: {"leader": 1, "epoch": 5, "offset": 0, "seq": 0} for p in (0, 1)}
+    answers: list[tuple[int, dict]] = []  # (the step after whose round it is answered, row)
+    t = 0.0
+    for i, (p, runs, cut, late, answer_late) in enumerate(steps):
         t = 10.0 * (i + 1)
+        st_ = state[p]
         rows = []
         for n, by_old in runs:
-            broker = leader if not by_old else (1 if leader != 1 else 2)
-            rows.append(_ack(seq, n, offset, t - (20 if late else 1), broker=broker))
-            seq, offset = seq + n, offset + n
+            broker = st_["leader"] if not by_old else (1 if st_["leader"] != 1 else 2)
+            rows.append({**_ack(st_["seq"], n, st_["offset"], t - (20 if late else 1),
+                                broker=broker, run=f"r{p}"), "partition": p})
+            st_["seq"] += n
+            st_["offset"] += n
         if rows:
             append_rows(s.table_path("acks"), "acks", rows)
         if cut is not None:
-            new = 2 if leader == 1 else 1
-            append_rows(s.table_path("cluster_events"), "cluster_events", [
-                _lead(t, new, epoch + 1),
-                _end(t + 0.5, leader, epoch, max(0, offset - cut), t, new, epoch + 1)])
-            leader, epoch = new, epoch + 1
+            new = 2 if st_["leader"] == 1 else 1
+            end = {**_end(t + 0.5, st_["leader"], st_["epoch"], max(0, st_["offset"] - cut),
+                          t, new, st_["epoch"] + 1), "partition": p}
+            append_rows(s.table_path("cluster_events"), "cluster_events",
+                        [{**_lead(t, new, st_["epoch"] + 1), "partition": p}]
+                        + ([] if answer_late else [end]))
+            answers += [(i + 2, end)] if answer_late else []
+            st_["leader"], st_["epoch"] = new, st_["epoch"] + 1
         whole.tail.version = None  # the reference reads the table whole each round
         assert held.round(at(t + 1)) == whole.round(at(t + 1))
+        if due := [a for n, a in answers if n <= i]:
+            append_rows(s.table_path("cluster_events"), "cluster_events",
+                        [{**a, "event_time": at(t + 2)} for a in due])
+            answers = [(n, a) for n, a in answers if n > i]
+    if answers:
+        append_rows(s.table_path("cluster_events"), "cluster_events",
+                    [{**a, "event_time": at(t + 2)} for _, a in answers])
     for later in (8, 30):  # the late runs ripen; every change ends being followed
         whole.tail.version = None
         assert held.round(at(t + later)) == whole.round(at(t + later))
-    mine = _suspected(s)
-    ref = sorted((r["seq"], r["count"], r["offset"], r["basis"], r["old_leader"],
-                  r["leader_epoch"], r["end_offset"], r["new_leader"], r["new_epoch"])
-                 for r in read_table(whole.path, "suspicions").to_pylist()) \
-        if table_exists(whole.path) else []
-    assert mine == ref

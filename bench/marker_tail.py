@@ -1,0 +1,113 @@
+"""What the suspicion marker's tail of the ledger costs and saves (``jobs/audit/suspicions.py``,
+``_Tail``), over a run's warehouse (a latency run's, say): the ``acks`` table's commits
+replayed in order into a growing copy of its log (the data files linked, nothing
+rewritten), the tail advanced after each as a round does (``now``: the commit's time):
+
+* **steady:** CPU seconds a round pays to take in the commits since the last one
+  (median, p95, max over the rounds) and the runs held at the end;
+* **at a change:** for each leader change the run's ``suspicions`` name, the runs a
+  newly followed change takes, read the way the marker read them before the tail (the
+  table loaded and scanned from the change's lookback on) against taken from the tail
+  held at that commit: CPU and wall seconds of each (median and max over the changes),
+  and whether both give the same runs.
+
+Run::
+
+    .venv/bin/python bench/marker_tail.py var/latency-s10-local-<id> [--every 1]
+
+``--every N``: a round after every N commits (1: each).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import tempfile
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from kafka_audit.jobs.audit.suspicions import _ACK_COLUMNS, _PLACED, Marker, _Tail, _ts
+from kafka_audit.settings import Settings
+from kafka_audit.store import read_table, table_dataset
+
+
+def _commits(table: Path) -> list[tuple[int, Path, datetime]]:
+    """Each commit of ``table``'s log: version, file, time."""
+    out = []
+    for f in sorted((table / "_delta_log").glob("*.json")):
+        for line in f.read_text().splitlines():
+            action = json.loads(line)
+            if "commitInfo" in action:
+                at = datetime.fromtimestamp(action["commitInfo"]["timestamp"] / 1000, UTC)
+                out.append((int(f.stem), f, at))
+    return out
+
+
+def _spread(xs: list[float]) -> str:
+    xs = sorted(xs)
+    return (f"median {statistics.median(xs):.4f}  p95 {xs[int(0.95 * (len(xs) - 1))]:.4f}  "
+            f"max {xs[-1]:.4f}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("home", type=Path, help="a run's home (its warehouse/ beneath)")
+    ap.add_argument("--every", type=int, default=1, help="commits between rounds")
+    args = ap.parse_args()
+    settings = Settings(home=args.home.resolve())
+    acks = Path(settings.table_path("acks"))
+    keep = Marker(settings).tail.keep  # the window the service's marker holds
+    lookback = timedelta(seconds=settings.audit.suspect_lookback_seconds)
+    changes = sorted({r["changed_at"] for r in read_table(
+        settings.table_path("suspicions"), "suspicions", ["changed_at"]).to_pylist()})
+    commits = _commits(acks)
+    with tempfile.TemporaryDirectory() as tmp:
+        copy = Path(tmp) / "acks"
+        (copy / "_delta_log").mkdir(parents=True)
+        for f in acks.glob("*.parquet"):
+            os.symlink(f, copy / f.name)
+        tail = _Tail(str(copy), keep)
+        steady: list[float] = []
+        old_cpu, old_wall, new_cpu, new_wall, same = [], [], [], [], 0
+        pending = list(changes)
+        for i, (_version, f, at) in enumerate(commits):
+            os.symlink(f, copy / "_delta_log" / f.name)
+            if i % args.every and i != len(commits) - 1:
+                continue
+            c0 = time.process_time()
+            tail.advance(at, None)
+            if tail.version is not None and not tail.rebuilt:
+                steady.append(time.process_time() - c0)
+            while pending and pending[0] <= at:
+                since = pending.pop(0) - lookback
+                where = _PLACED & (pc.field("last_ack_time") >= _ts(since))
+                c0, w0 = time.process_time(), time.perf_counter()
+                _v, data = table_dataset(str(copy))
+                whole = data.to_table(columns=_ACK_COLUMNS, filter=where)
+                old_cpu.append(time.process_time() - c0)
+                old_wall.append(time.perf_counter() - w0)
+                c0, w0 = time.process_time(), time.perf_counter()
+                held = tail.rows(where)
+                new_cpu.append(time.process_time() - c0)
+                new_wall.append(time.perf_counter() - w0)
+                key = ["topic", "partition", "producer_id", "run_id", "seq"]
+                same += whole.sort_by([(k, "ascending") for k in key]).equals(
+                    held.sort_by([(k, "ascending") for k in key]))
+        held_rows = sum(c[0].num_rows for c in tail.chunks)
+    print(f"{acks}: {len(commits)} commits, a round every {args.every}")
+    print(f"steady, CPU s a round: {_spread(steady)} over {len(steady)} rounds; "
+          f"{held_rows} runs held at the end ({len(tail.chunks)} pieces)")
+    if old_cpu:
+        print(f"at {len(old_cpu)} changes, the runs a new change takes: read from the table "
+              f"CPU {_spread(old_cpu)}, wall {_spread(old_wall)}")
+        print(f"  from the tail: CPU {_spread(new_cpu)}, wall {_spread(new_wall)}; "
+              f"the same runs at {same} of {len(old_cpu)}")
+
+
+if __name__ == "__main__":
+    main()
