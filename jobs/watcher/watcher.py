@@ -339,8 +339,9 @@ class ClusterWatcher:
         # epochs: a poll that could ask no broker wrote a change without one, which raises
         # no question of where the old epoch ends (a quorum's return, 2026-11-29)
         self.epoch_ends.follow(changes)
-        if changes and self.epoch_ends.pending:  # asked at once of the new leaders the log
-            self._ask_epoch_ends_now()  # names: not after lookups a dead broker holds up
+        if self.epoch_ends.pending:  # the log's new changes, and those the last poll left
+            self._ask_epoch_ends_now()  # unanswered: asked first, not after the lookups a
+            # dead broker holds up (a polled change answered at the next poll waited 2.7 s)
         views = self._ask_brokers()
         if views:  # every broker's own answer: the newest epoch's view of each partition
             from kafka_audit.jobs.watcher.broker_views import freshest
@@ -487,11 +488,13 @@ class ClusterWatcher:
         return rows
 
     def _ask_epoch_ends_now(self) -> None:
-        """The questions of the leader changes the metadata log just gave, asked before this
-        poll's lookups (each waits up to the lookup budget on a broker that died) of each
-        partition's leader as the log last named it (the last poll's view is older than the
-        change), their answers written at once: the suspicion marker reads them seconds
-        sooner. Unanswered ones are asked again at the poll's end, of its view's leader."""
+        """The pending questions (of the leader changes the metadata log just gave, and of
+        those an earlier poll left unanswered: a new leader may not answer at once), asked
+        before this poll's lookups (each waits up to the lookup budget on a broker that
+        died) of each partition's leader as last named (by the log, or by the last poll:
+        its view may be older than the change), their answers written at once: the
+        suspicion marker reads them seconds sooner. Unanswered ones are asked again at the
+        poll's end, of its view's leader."""
         rows = self._epoch_ends(dict(self.epoch_ends.leaders), datetime.now(UTC))
         if rows:
             self._append_events(rows, rows)
