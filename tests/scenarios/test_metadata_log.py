@@ -172,13 +172,19 @@ STATE_KINDS = (FIRST_SEEN, LEADER_CHANGE, OFFLINE, LEADER_REELECTED, ISR_SHRINK,
 
 
 def states_of_rows(rows: list[dict]) -> list[tuple]:
-    """The same from ``cluster_events`` rows of one partition (every source), in time."""
+    """The same from ``cluster_events`` rows of one partition (every source), in time. A
+    row that names a leader without its epoch, repeating the last state's leader and ISR,
+    is no change: a poll one client's metadata answered (no broker answered its own
+    request in time: no epochs) sighting the partition after the log's row of it."""
     states: list[tuple] = []
     for r in sorted(rows, key=lambda r: r["event_time"]):
         if r["kind"] not in STATE_KINDS:
             continue  # not a partition's state (a log end, an epoch's end, a split brain)
         state = (r["leader"], r["leader_epoch"] if r["leader"] >= 0 else None,
                  tuple(sorted(r["isr"])))
+        if (states and state[0] >= 0 and state[1] is None
+                and (state[0], state[2]) == (states[-1][0], states[-1][2])):
+            continue
         if not states or states[-1] != state:
             states.append(state)
     return states
