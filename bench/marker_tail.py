@@ -6,10 +6,14 @@ rewritten), the tail advanced after each as a round does (``now``: the commit's 
 * **steady:** CPU seconds a round pays to take in the commits since the last one
   (median, p95, max over the rounds) and the runs held at the end;
 * **at a change:** for each leader change the run's ``suspicions`` name, the runs a
-  newly followed change takes, read the way the marker read them before the tail (the
-  table loaded and scanned from the change's lookback on) against taken from the tail
-  held at that commit: CPU and wall seconds of each (median and max over the changes),
-  and whether both give the same runs.
+  newly followed change takes (its partitions' at or above their end offsets, from its
+  lookback on), read the way the marker read them before the tail (the table loaded and
+  scanned) against taken from the tail held at that commit: CPU and wall seconds of each
+  (median, p95, max over the changes), and whether both give the same runs;
+* **in the run:** each commit of its ``suspicions`` table, seconds from the change to
+  the rows' ``suspected_at`` and to the commit: before dda74c9 ``suspected_at`` was when
+  the marker's round began, so the commit minus it is the round's time; since, it is
+  when the round decided.
 
 Run::
 
@@ -31,9 +35,9 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 
-from kafka_audit.jobs.audit.suspicions import _ACK_COLUMNS, _PLACED, Marker, _Tail, _ts
+from kafka_audit.jobs.audit.suspicions import _ACK_COLUMNS, _PLACED, Marker, _above, _Tail, _ts
 from kafka_audit.settings import Settings
-from kafka_audit.store import read_table, table_dataset
+from kafka_audit.store import read_files, read_table, table_dataset
 
 
 def _commits(table: Path) -> list[tuple[int, Path, datetime]]:
@@ -63,8 +67,13 @@ def main() -> None:
     acks = Path(settings.table_path("acks"))
     keep = Marker(settings).tail.keep  # the window the service's marker holds
     lookback = timedelta(seconds=settings.audit.suspect_lookback_seconds)
-    changes = sorted({r["changed_at"] for r in read_table(
-        settings.table_path("suspicions"), "suspicions", ["changed_at"]).to_pylist()})
+    floors: dict[datetime, dict[tuple[str, int], int]] = {}  # change -> its end offsets
+    for r in read_table(settings.table_path("suspicions"), "suspicions",
+                        ["changed_at", "topic", "partition", "end_offset"]).to_pylist():
+        ends = floors.setdefault(r["changed_at"], {})
+        key = (r["topic"], r["partition"])
+        ends[key] = min(ends.get(key, r["end_offset"]), r["end_offset"])
+    changes = sorted(floors)
     commits = _commits(acks)
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "acks"
@@ -84,8 +93,9 @@ def main() -> None:
             if tail.version is not None and not tail.rebuilt:
                 steady.append(time.process_time() - c0)
             while pending and pending[0] <= at:
-                since = pending.pop(0) - lookback
-                where = _PLACED & (pc.field("last_ack_time") >= _ts(since))
+                change = pending.pop(0)
+                where = _PLACED & _above(floors[change]) & (
+                    pc.field("last_ack_time") >= _ts(change - lookback))
                 c0, w0 = time.process_time(), time.perf_counter()
                 _v, data = table_dataset(str(copy))
                 whole = data.to_table(columns=_ACK_COLUMNS, filter=where)
@@ -107,6 +117,20 @@ def main() -> None:
               f"CPU {_spread(old_cpu)}, wall {_spread(old_wall)}")
         print(f"  from the tail: CPU {_spread(new_cpu)}, wall {_spread(new_wall)}; "
               f"the same runs at {same} of {len(old_cpu)}")
+    print("in the run, each commit of its suspicions: the change, then seconds to the rows' "
+          "suspected_at and to the commit")
+    table = Path(settings.table_path("suspicions"))
+    for _version, f, at in _commits(table):
+        actions = [json.loads(line) for line in f.read_text().splitlines()]
+        added = [a["add"]["path"] for a in actions if "add" in a]
+        if not added:
+            continue
+        t = read_files([str(table / a) for a in added], "suspicions",
+                       ["changed_at", "suspected_at"])
+        changed = pc.min(t.column("changed_at")).as_py()
+        marked = pc.min(t.column("suspected_at")).as_py()
+        print(f"  {changed:%H:%M:%S.%f}"[:-3] + f"  +{(marked - changed).total_seconds():.1f}"
+              f"  +{(at - changed).total_seconds():.1f}")
 
 
 if __name__ == "__main__":

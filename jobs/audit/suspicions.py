@@ -164,8 +164,9 @@ class _Tail:
         """Let go of the pieces whose runs were all acknowledged before ``floor``, and
         combine the pieces taken in one by one into one when there are more than
         :data:`_MAX_LOOSE`. A piece is not cut: cutting a combined one each round would
-        copy it each round. So the tail holds its window and, at most, one combined
-        piece's span (about ``_MAX_LOOSE`` commits) beyond it."""
+        copy it each round. So the tail holds its window and what its oldest piece spans
+        beyond it: a whole read's piece, up to the window again (twice the window in all,
+        until it goes); a combined one, about ``_MAX_LOOSE`` commits."""
         self.chunks = [c for c in self.chunks if c[2] >= floor]
         self.since = max(self.since, floor)
         loose = [c for c in self.chunks if not c[3]]
