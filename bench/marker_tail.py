@@ -25,9 +25,7 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import statistics
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
@@ -36,26 +34,26 @@ from pathlib import Path
 import pyarrow.compute as pc
 
 from kafka_audit.jobs.audit.suspicions import _ACK_COLUMNS, _PLACED, Marker, _above, _Tail, _ts
+from kafka_audit.latency import nearest_rank
 from kafka_audit.settings import Settings
-from kafka_audit.store import read_files, read_table, table_dataset
+from kafka_audit.store import (
+    _commit_actions,
+    _data_file,
+    commit_time,
+    latest_version,
+    read_files,
+    read_table,
+    table_dataset,
+)
 
 
-def _commits(table: Path) -> list[tuple[int, Path, datetime]]:
-    """Each commit of ``table``'s log: version, file, time."""
-    out = []
-    for f in sorted((table / "_delta_log").glob("*.json")):
-        for line in f.read_text().splitlines():
-            action = json.loads(line)
-            if "commitInfo" in action:
-                at = datetime.fromtimestamp(action["commitInfo"]["timestamp"] / 1000, UTC)
-                out.append((int(f.stem), f, at))
-    return out
+def _at(path: str, version: int) -> datetime:
+    return datetime.fromtimestamp(commit_time(path, version), UTC)
 
 
 def _spread(xs: list[float]) -> str:
-    xs = sorted(xs)
-    return (f"median {statistics.median(xs):.4f}  p95 {xs[int(0.95 * (len(xs) - 1))]:.4f}  "
-            f"max {xs[-1]:.4f}")
+    return (f"median {nearest_rank(xs, 0.5):.4f}  p95 {nearest_rank(xs, 0.95):.4f}  "
+            f"max {max(xs):.4f}")
 
 
 def main() -> None:
@@ -74,7 +72,7 @@ def main() -> None:
         key = (r["topic"], r["partition"])
         ends[key] = min(ends.get(key, r["end_offset"]), r["end_offset"])
     changes = sorted(floors)
-    commits = _commits(acks)
+    versions = range(latest_version(str(acks)) + 1)
     with tempfile.TemporaryDirectory() as tmp:
         copy = Path(tmp) / "acks"
         (copy / "_delta_log").mkdir(parents=True)
@@ -84,10 +82,14 @@ def main() -> None:
         steady: list[float] = []
         old_cpu, old_wall, new_cpu, new_wall, same = [], [], [], [], 0
         pending = list(changes)
-        for i, (_version, f, at) in enumerate(commits):
-            os.symlink(f, copy / "_delta_log" / f.name)
-            if i % args.every and i != len(commits) - 1:
+        for v in versions:
+            log = f"_delta_log/{v:020d}.json"
+            if not (acks / log).exists():
+                continue  # the log's cleanup removed it: the whole read starts later
+            os.symlink(acks / log, copy / log)
+            if v % args.every and v != versions[-1]:
                 continue
+            at = _at(str(acks), v)
             c0 = time.process_time()
             tail.advance(at, None)
             if tail.version is not None and not tail.rebuilt:
@@ -109,7 +111,7 @@ def main() -> None:
                 same += whole.sort_by([(k, "ascending") for k in key]).equals(
                     held.sort_by([(k, "ascending") for k in key]))
         held_rows = sum(c[0].num_rows for c in tail.chunks)
-    print(f"{acks}: {len(commits)} commits, a round every {args.every}")
+    print(f"{acks}: {len(versions)} commits, a round every {args.every}")
     print(f"steady, CPU s a round: {_spread(steady)} over {len(steady)} rounds; "
           f"{held_rows} runs held at the end ({len(tail.chunks)} pieces)")
     if old_cpu:
@@ -119,18 +121,17 @@ def main() -> None:
               f"the same runs at {same} of {len(old_cpu)}")
     print("in the run, each commit of its suspicions: the change, then seconds to the rows' "
           "suspected_at and to the commit")
-    table = Path(settings.table_path("suspicions"))
-    for _version, f, at in _commits(table):
-        actions = [json.loads(line) for line in f.read_text().splitlines()]
-        added = [a["add"]["path"] for a in actions if "add" in a]
+    table = settings.table_path("suspicions")
+    for v in range(latest_version(table) + 1):
+        added = [_data_file(table, a["add"]["path"])
+                 for a in _commit_actions(table, v) or [] if "add" in a]
         if not added:
             continue
-        t = read_files([str(table / a) for a in added], "suspicions",
-                       ["changed_at", "suspected_at"])
+        t = read_files(added, "suspicions", ["changed_at", "suspected_at"])
         changed = pc.min(t.column("changed_at")).as_py()
         marked = pc.min(t.column("suspected_at")).as_py()
         print(f"  {changed:%H:%M:%S.%f}"[:-3] + f"  +{(marked - changed).total_seconds():.1f}"
-              f"  +{(at - changed).total_seconds():.1f}")
+              f"  +{(_at(table, v) - changed).total_seconds():.1f}")
 
 
 if __name__ == "__main__":

@@ -304,10 +304,9 @@ class Marker:
         added = self.tail.advance(now, since)
         if added is None:
             return  # no ledger yet
-        if self.tail.rebuilt:
+        if self.tail.rebuilt or (since is not None and self.since is not None
+                                 and since < self.since):  # or an older change (late): anew
             self.runs, self.floors = {}, {}
-        if since is not None and self.since is not None and since < self.since:
-            self.runs = {}  # a change older than those followed (answered late): all anew
         new = [k for k in followed if k not in self.runs or floors[k] < self.floors[k]]
         held = {k: self.floors[k] for k in followed if k not in new}
         if since is not None and self.since is not None and since > self.since:
