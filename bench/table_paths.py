@@ -11,7 +11,8 @@ table of ``--commits`` appends, on disk and in a bucket of the tests' S3-compati
 
 It also times the audit's commit point read (``committed_progress``) and the two ways to read
 one generation's state over ``audit_hot`` of 10 generations, the table's snapshot loaded once
-as inside a pass.
+as inside a pass; and an idempotent append after another writer's commit, the table loaded
+anew or kept from the last append and brought up to date (``store._kept``).
 """
 
 from __future__ import annotations
@@ -65,6 +66,29 @@ def _generations(settings, n: int, rows: int = 2000) -> None:
         store.write_arrow(settings.table_path("audit_hot"), "audit_hot", t)
 
 
+def _appends(path: str, rounds: int, kept: bool, start: int) -> float:
+    """An idempotent append each round, in a context of its own as a pass or a ledger commit
+    makes one, after another writer's commit (not timed): the table kept from the last
+    round and brought up to date, or (``kept`` False) loaded anew, as before 2026-11-30."""
+    from kafka_audit import store
+    from tests.support.rows import ledger_row
+
+    idle = store.KEPT_IDLE_SECONDS
+    store.KEPT_IDLE_SECONDS = idle if kept else -1.0
+    app = f"bench-{'kept' if kept else 'anew'}"
+    took = []
+    try:
+        for n in range(start, start + rounds):
+            store.append_once(path, "acks", [ledger_row(n)], "other", n)  # outside: not kept
+            t = time.perf_counter()
+            with store.one_snapshot_each():
+                store.append_once(path, "acks", [ledger_row(n)], app, n)
+            took.append(time.perf_counter() - t)
+    finally:
+        store.KEPT_IDLE_SECONDS = idle
+    return statistics.median(took)
+
+
 def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
     from kafka_audit import store
     from kafka_audit.settings import Settings
@@ -111,6 +135,11 @@ def one(where: str, commits: int, rounds: int, port: int) -> dict[str, float]:
             "one generation's state: its own files (read_admitting)": _loaded(
                 lambda: store.read_admitting(hot, "audit_hot", "pass_id", 10, None, state),
                 rounds),
+            # last: these append to the table the rows above timed
+            "an append behind another writer's: the table loaded anew": _appends(
+                path, rounds, False, commits),
+            "an append behind another writer's: kept, brought up to date": _appends(
+                path, rounds, True, commits + rounds),
         }
     finally:
         if server is not None:

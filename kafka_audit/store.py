@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
 import time
 import uuid
 from collections.abc import Collection, Iterator
@@ -113,7 +114,8 @@ def one_snapshot_each() -> Iterator[None]:
     load lists the Delta log and reads its checkpoint. Readers in other threads or
     processes are not affected (a context variable: a thread pool's threads start
     outside it). Only for tables nobody else changes meanwhile but by appending. Inside
-    another, it is that one."""
+    another, it is that one. A thread's next context takes each table from its last one
+    and reads only the commits since (:func:`_kept`)."""
     if _SNAPSHOTS.get() is not None:
         yield
         return
@@ -133,15 +135,53 @@ def forget(path: str) -> None:
 
 
 def _dt(path: str, version: int | None = None):
-    """The Delta table at ``path`` (a folder or an object store's URI: ``storage.py``)."""
+    """The Delta table at ``path`` (a folder or an object store's URI: ``storage.py``);
+    inside :func:`one_snapshot_each`, loaded once a context and brought up to date from the
+    thread's last context (:func:`_kept`)."""
     from deltalake import DeltaTable
 
     cache = _SNAPSHOTS.get()
     if cache is None or version is not None:
         return DeltaTable(path, version=version, storage_options=delta_options(path))
     if path not in cache:
-        cache[path] = DeltaTable(path, storage_options=delta_options(path))
+        cache[path] = _kept(path)
     return cache[path]
+
+
+#: the tables each thread's :func:`one_snapshot_each` contexts loaded, kept between them:
+#: path -> (DeltaTable, when last brought up to date, monotonic)
+_KEPT = threading.local()
+#: a kept table unused this long is loaded anew (the log's cleanup, ``trim_log``, keeps
+#: commit files for hours: the commits since a kept version are still there to read)
+KEPT_IDLE_SECONDS = 60.0
+
+
+def _kept(path: str):
+    """The table at ``path`` at its newest version, from the one this thread's last
+    context loaded: brought up to date by reading only the commits since
+    (``update_incremental``: on an object store one listing and those commits, where a
+    load reads the log's checkpoint and every commit after it again; an audit pass loads
+    its six tables, each of a ledger's appends its table). A table unused for
+    :data:`KEPT_IDLE_SECONDS`, or one whose update fails, is loaded anew."""
+    from deltalake import DeltaTable
+
+    kept = getattr(_KEPT, "tables", None)
+    if kept is None:
+        kept = _KEPT.tables = {}
+    now = time.monotonic()
+    held = kept.pop(path, None)
+    dt = None
+    if held is not None and now - held[1] <= KEPT_IDLE_SECONDS:
+        try:
+            held[0].update_incremental()
+            dt = held[0]
+        except Exception as exc:  # noqa: BLE001 - load it anew
+            log.info("%s: the table kept from the last pass could not be brought up to "
+                     "date (%s): loaded anew", path, exc)
+    if dt is None:
+        dt = DeltaTable(path, storage_options=delta_options(path))
+    kept[path] = (dt, now)
+    return dt
 
 
 def table_exists(path: str) -> bool:
@@ -469,16 +509,22 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
     whole = data if data.schema.names == declared.names else _filled(data, declared)
 
     def attempt(again: bool) -> bool:
-        if again:
-            forget(path)
+        if again or known is not None:
+            forget(path)  # as it is now (a context's load may be older than the caller's)
         done = transaction_version(path, app_id) if known is None or again else known
         if done is not None and done >= version:
             return False
-        forget(path)
-        write_deltalake(path, whole, mode="append", storage_options=delta_options(path),
-                        commit_properties=CommitProperties(
-                            custom_metadata=metadata,
-                            app_transactions=[Transaction(app_id, version)]))
+        # the table as just loaded (inside one_snapshot_each: brought up to date, not loaded
+        # anew); none yet: created by this append
+        into = _dt(path) if table_exists(path) else path
+        try:
+            write_deltalake(into, whole, mode="append",
+                            storage_options=delta_options(path) if into is path else None,
+                            commit_properties=CommitProperties(
+                                custom_metadata=metadata,
+                                app_transactions=[Transaction(app_id, version)]))
+        finally:
+            forget(path)
         return True
 
     return _past_removals(path, attempt)

@@ -55,6 +55,7 @@ from kafka_audit.schemas.tables import LEDGER_NOTES, arrow_schema
 from kafka_audit.store import (
     append_arrow_once,
     check_table,
+    one_snapshot_each,
     segment_notes,
     stage_segment,
     transaction_version,
@@ -203,6 +204,13 @@ class SpoolCommitter:
             return 0
         if self.staged:
             return self._hand_over(segments)
+        # the table kept from the last commit and brought up to date (its new commits read),
+        # not loaded anew each second: on an object store a load reads the log's checkpoint
+        with one_snapshot_each():
+            return self._append(segments)
+
+    def _append(self, segments: list[Path]) -> int:
+        """Append the spooled ``segments`` not yet in the table (:meth:`commit`)."""
         written = 0
         try:
             committed = self._committed_version()
@@ -274,8 +282,10 @@ class SpoolCommitter:
             self.notes = None
         else:
             try:
-                append_arrow_once(self.table_path, "acks", table, self.app_id, version,
-                                  known=self._committed_version(), metadata=self._metadata())
+                with one_snapshot_each():
+                    append_arrow_once(self.table_path, "acks", table, self.app_id, version,
+                                      known=self._committed_version(),
+                                      metadata=self._metadata())
             except Exception:
                 self._committed = None  # the write may have landed: read it again
                 raise

@@ -191,3 +191,33 @@ def test_a_reader_takes_an_older_table_as_it_is_and_grows_nothing(tmp_path):
     write_deltalake(path, pa.schema(list(arrow_schema("acks"))[:-1]).empty_table())
     check_table(path, "acks", grow=False)
     assert DeltaTable(path).version() == 0
+
+
+def test_a_table_kept_between_contexts_is_brought_up_to_date_not_loaded_anew(tmp_path,
+                                                                              monkeypatch):
+    """Each ``one_snapshot_each`` context sees the newest version, and a thread's later
+    context takes it from the table its last one loaded (its new commits read), so an
+    audit pass or a ledger commit does not read the whole log again."""
+    from kafka_audit import store
+
+    path = str(tmp_path / "partition_state")
+    rows = [{"topic": "t", "partition": 0, "observed_at": datetime(2026, 1, 1, tzinfo=UTC),
+             "pass_id": 1, "frontier": 5, "settled_frontier": 5, "pending": 0, "unseen": 0}]
+    append_once(path, "partition_state", rows, "app", 1)
+    with one_snapshot_each():
+        first = store._dt(path)
+        assert read_table(path, "partition_state").num_rows == 1
+        append_once(path, "partition_state", rows, "app", 2)  # written through the kept one
+        assert read_table(path, "partition_state").num_rows == 2
+    write_deltalake(path, pa.Table.from_pylist(rows, schema=arrow_schema("partition_state")),
+                    mode="append")  # another writer
+    with one_snapshot_each():
+        assert store._dt(path) is first
+        assert read_table(path, "partition_state").num_rows == 3
+        assert store.transaction_version(path, "app") == 2
+    monkeypatch.setattr(store, "KEPT_IDLE_SECONDS", -1.0)  # unused too long: loaded anew
+    with one_snapshot_each():
+        assert store._dt(path) is not first
+        assert read_table(path, "partition_state").num_rows == 3
+    outside = store._dt(path)
+    assert outside is not store._dt(path)  # outside a context: loaded each time, as before
