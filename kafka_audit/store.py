@@ -162,7 +162,10 @@ def _kept(path: str):
     (``update_incremental``: on an object store one listing and those commits, where a
     load reads the log's checkpoint and every commit after it again; an audit pass loads
     its six tables, each of a ledger's appends its table). A table unused for
-    :data:`KEPT_IDLE_SECONDS`, or one whose update fails, is loaded anew."""
+    :data:`KEPT_IDLE_SECONDS`, or one whose update fails, is loaded anew (and the thread's
+    other tables unused that long are let go). As everywhere here, a table is never
+    deleted and made again at its path while a process uses it: an update would lay the
+    new log's commits over the old state."""
     from deltalake import DeltaTable
 
     kept = getattr(_KEPT, "tables", None)
@@ -170,6 +173,9 @@ def _kept(path: str):
         kept = _KEPT.tables = {}
     now = time.monotonic()
     held = kept.pop(path, None)
+    for other, (_, at) in list(kept.items()):  # tables this thread stopped using: let go
+        if now - at > KEPT_IDLE_SECONDS:
+            del kept[other]
     dt = None
     if held is not None and now - held[1] <= KEPT_IDLE_SECONDS:
         try:
@@ -535,7 +541,10 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
 #: process growing it: :func:`check_table`) is refused by delta-rs's conflict check; it
 #: is tried again on the table as it is now, this many times
 _REMOVAL_RETRIES = 3
-_RETRIED = ("deleted data this operation read", "Metadata changed since last commit")
+_RETRIED = ("deleted data this operation read", "Metadata changed since last commit",
+            # the app's own transaction committed since the table was loaded (a context's
+            # load, older than the write): read again, the append is found done
+            "Concurrent transaction failed")
 
 
 def _past_removals(path: str, attempt):

@@ -23,6 +23,8 @@ from kafka_audit.store import (
     write_arrow,
 )
 
+from ..support.rows import ledger_row
+
 
 def test_a_table_of_another_version_is_refused_with_what_to_do(tmp_path):
     path = str(tmp_path / "audit_hot")
@@ -207,7 +209,8 @@ def test_a_table_kept_between_contexts_is_brought_up_to_date_not_loaded_anew(tmp
     with one_snapshot_each():
         first = store._dt(path)
         assert read_table(path, "partition_state").num_rows == 1
-        append_once(path, "partition_state", rows, "app", 2)  # written through the kept one
+        append_once(path, "partition_state", rows, "app", 2)
+        assert first.version() == 1  # written through the loaded table, not by its path
         assert read_table(path, "partition_state").num_rows == 2
     write_deltalake(path, pa.Table.from_pylist(rows, schema=arrow_schema("partition_state")),
                     mode="append")  # another writer
@@ -219,5 +222,20 @@ def test_a_table_kept_between_contexts_is_brought_up_to_date_not_loaded_anew(tmp
     with one_snapshot_each():
         assert store._dt(path) is not first
         assert read_table(path, "partition_state").num_rows == 3
-    outside = store._dt(path)
-    assert outside is not store._dt(path)  # outside a context: loaded each time, as before
+
+
+def test_an_append_loaded_before_its_apps_own_commit_is_found_done(tmp_path):
+    """A context loaded the table, then the same app's transaction was committed (another
+    process of it): the append is refused by Delta's conflict check, read again and found
+    done: neither an error nor a second copy."""
+    from deltalake import CommitProperties, Transaction
+
+    path = str(tmp_path / "acks")
+    append_once(path, "acks", [ledger_row(0)], "X", 1)
+    with one_snapshot_each():
+        read_table(path, "acks")
+        write_deltalake(path, pa.Table.from_pylist([ledger_row(2)], schema=arrow_schema("acks")),
+                        mode="append",
+                        commit_properties=CommitProperties(app_transactions=[Transaction("X", 2)]))
+        assert append_once(path, "acks", [ledger_row(2)], "X", 2) is False
+    assert read_table(path, "acks", ["seq"]).column("seq").to_pylist().count(2) == 1
