@@ -127,7 +127,8 @@ def one_snapshot_each() -> Iterator[None]:
 
 
 def forget(path: str) -> None:
-    """The table at ``path`` was written: :func:`one_snapshot_each` loads it again."""
+    """The table at ``path`` was written: the next :func:`_dt` of this context brings it up
+    to date (the same object, moved forward in place: a caller holding it sees it move)."""
     cache = _SNAPSHOTS.get()
     if cache is not None:
         cache.pop(path, None)
@@ -506,7 +507,7 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
                       known: int | None = None, metadata: dict | None = None) -> bool:
     """Append ``data`` as the idempotent Delta transaction ``(app_id, version)``: nothing is
     written if that app already committed ``version`` or a later one. ``known``: the app's
-    committed version if the caller knows it (the table's log is then not read).
+    committed version if the caller knows it (its transaction is then not looked up).
     ``metadata``: keys added to the commit's ``commitInfo``. True if appended."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
@@ -520,8 +521,9 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
         done = transaction_version(path, app_id) if known is None or again else known
         if done is not None and done >= version:
             return False
-        # the table as just loaded (inside one_snapshot_each: brought up to date, not loaded
-        # anew); none yet: created by this append
+        # the table as loaded (inside one_snapshot_each: the context's, brought up to date
+        # when ``known`` was given; Delta's conflict check commits it past any newer
+        # append); none yet: created by this append
         into = _dt(path) if table_exists(path) else path
         try:
             write_deltalake(into, whole, mode="append",
@@ -533,7 +535,7 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
             forget(path)
         return True
 
-    return _past_removals(path, attempt)
+    return _past_removals(path, attempt, (*_RETRIED, _OWN_TRANSACTION))
 
 
 #: an append that loaded the table before a concurrent commit removed rows (a retention
@@ -541,26 +543,29 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
 #: process growing it: :func:`check_table`) is refused by delta-rs's conflict check; it
 #: is tried again on the table as it is now, this many times
 _REMOVAL_RETRIES = 3
-_RETRIED = ("deleted data this operation read", "Metadata changed since last commit",
-            # the app's own transaction committed since the table was loaded (a context's
-            # load, older than the write): read again, the append is found done
-            "Concurrent transaction failed")
+_RETRIED = ("deleted data this operation read", "Metadata changed since last commit")
+#: refused because an app transaction the commit carries was committed since the table was
+#: loaded: only an idempotent append (which reads the transaction again and finds itself
+#: done) may try again; the staged committer that lost to another must not (its segments
+#: stay staged: :func:`commit_staged`)
+_OWN_TRANSACTION = "Concurrent transaction failed"
 
 
-def _past_removals(path: str, attempt):
+def _past_removals(path: str, attempt, retried: tuple[str, ...] = _RETRIED):
     """``attempt(again)`` (one commit; ``again``: after a refusal), tried again while
-    delta-rs refuses it because a concurrent commit removed rows it "read": an append
-    reads nothing, and its rows are the same on the new version."""
+    delta-rs refuses it for one of the ``retried`` reasons: by default because a
+    concurrent commit removed rows it "read" or changed the columns (an append reads
+    nothing, and its rows are the same on the new version)."""
     from deltalake.exceptions import CommitFailedError
 
     for n in range(_REMOVAL_RETRIES + 1):
         try:
             return attempt(n > 0)
         except CommitFailedError as exc:
-            if n == _REMOVAL_RETRIES or not any(why in str(exc) for why in _RETRIED):
+            if n == _REMOVAL_RETRIES or not any(why in str(exc) for why in retried):
                 raise
-            log.info("%s: an append lost to a concurrent removal of rows or change of "
-                     "columns, tried again on the new version", path)
+            log.info("%s: an append refused by a concurrent commit (%s), tried again on the "
+                     "new version", path, str(exc).splitlines()[0][:120])
     raise AssertionError("unreachable")
 
 

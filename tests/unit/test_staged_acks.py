@@ -149,3 +149,34 @@ def test_commit_staged_once_from_the_command_line(tmp_path, monkeypatch, capsys)
     assert capsys.readouterr().out.strip() == \
         "committed 3 staged segments (12 rows) in 1 commits; 0 committed before, dropped"
     assert keys(s.table_path("acks")) == [("h", q) for q in range(12)]
+
+
+def test_a_committer_that_lost_the_race_appends_nothing_twice(tmp_path):
+    """Another committer committed a segment (its app's transaction) after this one loaded
+    the table and before it committed the same segment: Delta's conflict check refuses
+    this one, which must not commit again on the new version (the segment is in once);
+    its segments stay staged, and the next round finds them committed."""
+    import pytest
+    from deltalake import CommitProperties, Transaction, write_deltalake
+    from deltalake.exceptions import CommitFailedError
+
+    s = Settings(home=tmp_path)
+    acks = s.table_path("acks")
+    h = host(s, "h0")
+    first = h.first_version()
+    h.spool(rows("h0", 0, 5), first)
+    h.commit()
+    assert store.commit_staged(acks, "acks").segments == 1
+    h.spool(rows("h0", 5, 5), first + 1)
+    h.commit()
+    with store.one_snapshot_each():
+        store._dt(acks)  # this committer's load
+        # the winner: the same segment, with its app's transaction, committed meanwhile
+        write_deltalake(acks, rows("h0", 5, 5), mode="append", commit_properties=
+                        CommitProperties(app_transactions=[Transaction("h0/run", first + 1)]))
+        with pytest.raises(CommitFailedError):
+            store.commit_staged(acks, "acks")
+    assert keys(acks) == [("h0", q) for q in range(10)]
+    assert staged_files(acks) != []  # left for the next round
+    assert store.commit_staged(acks, "acks").dropped == 1  # found committed: deleted unread
+    assert staged_files(acks) == [] and keys(acks) == [("h0", q) for q in range(10)]
