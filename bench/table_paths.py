@@ -69,7 +69,8 @@ def _generations(settings, n: int, rows: int = 2000) -> None:
 def _appends(path: str, rounds: int, kept: bool, start: int) -> float:
     """An idempotent append each round, in a context of its own as a pass or a ledger commit
     makes one, after another writer's commit (not timed): the table kept from the last
-    round and brought up to date, or (``kept`` False) loaded anew, as before 2026-11-30."""
+    round and brought up to date, or (``kept`` False) loaded anew, once (before 2026-11-30
+    an append loaded it twice: for its transaction, then to write)."""
     from kafka_audit import store
     from tests.support.rows import ledger_row
 
