@@ -173,12 +173,12 @@ def _kept(path: str):
     if kept is None:
         kept = _KEPT.tables = {}
     now = time.monotonic()
-    held = kept.pop(path, None)
     for other, (_, at) in list(kept.items()):  # tables this thread stopped using: let go
         if now - at > KEPT_IDLE_SECONDS:
             del kept[other]
+    held = kept.pop(path, None)
     dt = None
-    if held is not None and now - held[1] <= KEPT_IDLE_SECONDS:
+    if held is not None:
         try:
             held[0].update_incremental()
             dt = held[0]

@@ -5,6 +5,7 @@ over, one committer commits every host's in one Delta commit. On local disk here
 from pathlib import Path
 
 import pyarrow as pa
+import pytest
 from pyarrow import fs
 
 from kafka_audit import store
@@ -156,7 +157,6 @@ def test_a_committer_that_lost_the_race_appends_nothing_twice(tmp_path):
     the table and before it committed the same segment: Delta's conflict check refuses
     this one, which must not commit again on the new version (the segment is in once);
     its segments stay staged, and the next round finds them committed."""
-    import pytest
     from deltalake import CommitProperties, Transaction, write_deltalake
     from deltalake.exceptions import CommitFailedError
 
