@@ -18,6 +18,7 @@ from __future__ import annotations
 __all__ = ["EVENTS", "EVENT_KINDS", "WINDOWS", "WINDOW_KINDS", "LEADER_CHANGES", "CLUSTER_WIDE",
            "METADATA_LOG",
            "FIRST_SEEN", "LEADER_CHANGE", "LEADER_REELECTED", "OFFLINE", "UNCLEAN_ELECTION",
+           "ELR_ELECTION",
            "ISR_SHRINK", "ISR_EXPAND", "UNDER_MIN_ISR_ENTER", "UNDER_MIN_ISR_EXIT",
            "ISR_ALONE_ENTER", "ISR_ALONE_EXIT", "BLIND", "LOG_END_DROP", "TOPIC_CONFIG",
            "TOPIC_CONFIG_CHANGE", "BROKER_FENCED", "BROKER_UNFENCED", "CONTROLLER_CHANGE",
@@ -36,6 +37,10 @@ OFFLINE = "offline"
 UNDER_MIN_ISR_ENTER, UNDER_MIN_ISR_EXIT = "under_min_isr_enter", "under_min_isr_exit"
 ISR_ALONE_ENTER, ISR_ALONE_EXIT = "isr_alone_enter", "isr_alone_exit"
 UNCLEAN_ELECTION = "unclean_election"
+#: the new leader came from the partition's eligible leader replicas (KIP-966, Kafka 4.x):
+#: not in the ISR, yet holding every committed write; a clean election the classic rules
+#: would take for an unclean one
+ELR_ELECTION = "elr_election"
 FIRST_SEEN = "first_seen"
 #: a gap in the watcher's observation (``jobs/watcher/watcher.py``): nothing was seen in it
 BLIND = "watcher_blind"
@@ -66,7 +71,12 @@ EVENTS: dict[str, str] = {
     ISR_ALONE_ENTER: "the ISR became the leader alone on a replicated partition",
     ISR_ALONE_EXIT: "the ISR is no longer the leader alone",
     UNCLEAN_ELECTION: "the new leader was not in the ISR before and nothing of that ISR is "
-                      "in the new one",
+                      "in the new one (nor among the eligible leader replicas); from the "
+                      "metadata log also every election Kafka marks unclean (leader "
+                      "recovery state RECOVERING: with the ISR and the eligible replicas "
+                      "empty, the last known leader back, even with unclean election off)",
+    ELR_ELECTION: "the new leader came from the eligible leader replicas (KIP-966), not the "
+                  "ISR: it held every committed write, a clean election",
     FIRST_SEEN: "the watcher saw the partition for the first time",
     BLIND: "a gap: nothing was observed from event_time to until; topic '' and partition -1",
     LOG_END_DROP: "the log end went back",

@@ -137,6 +137,10 @@ TABLES: dict[str, list[Column]] = {
                                     "controller, previous; log_end_drop: the log "
                                     "end before; split_brain_*: each claimant's leader "
                                     "epoch"),
+        C("eligible_leader_replicas", "int_list", True,
+          "KIP-966's eligible leader replicas after the change (the metadata log of a cluster "
+          "with them on; null: not known, as from a poll)"),
+        C("previous_eligible_leader_replicas", "int_list", True, "the same before it"),
     ],
     "findings": [
         C("finding_id", "string", False, "deterministic id of the finding"),

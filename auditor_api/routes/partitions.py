@@ -42,7 +42,7 @@ from kafka_audit.auditor_api.problems import (
     bad_parameters,
     problem_responses,
 )
-from kafka_audit.schemas.events import BLIND, LEADER_CHANGES
+from kafka_audit.schemas.events import BLIND, ELR_ELECTION, LEADER_CHANGES, UNCLEAN_ELECTION
 from kafka_audit.schemas.tables import row_model
 from kafka_audit.schemas.verdicts import CAUSE_SLACK
 
@@ -99,6 +99,10 @@ class LeaderChange(BaseModel):
     leader_epoch: int | None
     isr: list[int] | None
     previous_isr: list[int] | None
+    election: str | None = Field(
+        description=f"{UNCLEAN_ELECTION} | {ELR_ELECTION} (from the eligible leader replicas, "
+                    "KIP-966: clean) where the new leader was not from the ISR; null: from "
+                    "the ISR, or no leader")
 
 
 class IsrPoint(BaseModel):
@@ -253,9 +257,13 @@ def _index(reader, topic: str, partition: int) -> _Index:
 
         e = events.data.filter(here).sort_by([("event_time", "ascending")])
         rows = e.to_pylist()
+        # an election's kind is a row of its own beside the change's, at its time
+        elections = {(r["event_time"], r["source"]): r["kind"] for r in rows
+                     if r["kind"] in (UNCLEAN_ELECTION, ELR_ELECTION)}
         leaders = [{"time": r["event_time"], "kind": r["kind"], "leader": r["leader"],
                     "previous_leader": r["previous_leader"], "leader_epoch": r["leader_epoch"],
-                    "isr": r["isr"], "previous_isr": r["previous_isr"]}
+                    "isr": r["isr"], "previous_isr": r["previous_isr"],
+                    "election": elections.get((r["event_time"], r["source"]))}
                    for r in rows if r["kind"] in LEADER_CHANGES]
         with_isr = [r for r in rows if r["isr"] is not None]
         ti = np.array([int(r["event_time"].timestamp() * _US) for r in with_isr], np.int64)
@@ -494,7 +502,7 @@ TIMELINE_EXAMPLE = {
                  "count": 99, "status": "record", "stamped_by": "demo/9f2c1a"}],
     "leader_changes": [{"time": "2026-11-22T07:51:03.1Z", "kind": "leader_change",
                         "leader": 1, "previous_leader": 2, "leader_epoch": 5,
-                        "isr": [1, 3], "previous_isr": [2, 1, 3]}],
+                        "isr": [1, 3], "previous_isr": [2, 1, 3], "election": None}],
     "isr": [{"time": "2026-11-22T07:51:03.1Z", "size": 2, "isr": [1, 3], "leader": 1,
              "kind": "leader_change"}],
     "gaps": [], "windows": None,

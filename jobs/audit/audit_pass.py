@@ -287,7 +287,8 @@ class EventLog:
             self.by_partition.setdefault((r["topic"], r["partition"]), []).append(ClusterEvent(
                 r["event_time"].astimezone(UTC), r["topic"], r["partition"], r["kind"],
                 r["leader"], r["previous_leader"], opt(r["isr"]), opt(r["previous_isr"]),
-                opt(r["replicas"]), **extra))
+                opt(r["replicas"]), previous_elr=opt(r.get("previous_eligible_leader_replicas")),
+                **extra))
 
 
 def _broker_event(r: dict) -> ClusterEvent:

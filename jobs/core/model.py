@@ -118,6 +118,8 @@ class ClusterEvent:
     until: datetime | None = None  # watcher_blind: the end of the gap (None: still blind)
     log_end: int | None = None  # log_end_drop: the log end it went back to
     broker: int | None = None  # broker_fenced / broker_unfenced: which (cluster-wide rows)
+    #: the eligible leader replicas (KIP-966) before the change (None: not known)
+    previous_elr: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)

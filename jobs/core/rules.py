@@ -250,7 +250,12 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
     leader left (``previous_isr``), so a successor from that ISR had it, unless its copy
     went: the ISR was the leader alone and that leader came back without it (``disk
     loss``), or the ISR was larger and the one elected from it came back without it
-    (every in-sync copy went at once: ``simultaneous crash``)."""
+    (every in-sync copy went at once: ``simultaneous crash``). A successor from the
+    eligible leader replicas (KIP-966: replicas that left the ISR as it fell below
+    ``min.insync.replicas``, holding every write committed until then) had it too: an
+    ``acks=all`` write is acknowledged only at ``min.insync.replicas``, so it is no ISR
+    shrunk to the leader nor an unclean election that lost it, but the eligible copy (a
+    ``disk loss``, or a ``simultaneous crash`` where every replica went down)."""
     if not changes:
         return Cause.unknown
     if ack.acks in ("0", "1"):
@@ -263,6 +268,10 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
     before = [set(e.previous_isr) for e in first if e.previous_isr is not None]
     elected = next((e for e in changes if e.leader is not None and e.leader >= 0), None)
     successor = elected.leader if elected is not None else None
+    if elected is not None and elected.previous_elr and successor in elected.previous_elr:
+        if _every_replica_down(ack.first_ack - CAUSE_SLACK, elected.event_time, events):
+            return Cause.simultaneous_crash
+        return Cause.disk_loss  # an eligible replica, elected, came back without it
     if any(len(isr) <= 1 for isr in before):
         if elected is not None and successor in left and all(
                 isr <= {successor} for isr in before):
@@ -271,7 +280,8 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
             return Cause.disk_loss  # the sole in-sync replica leads again, without it
         return Cause.isr_shrunk
     if any(e.previous_isr is not None and e.leader is not None and e.leader >= 0
-           and e.leader not in e.previous_isr for e in first):
+           and e.leader not in e.previous_isr and e.leader not in (e.previous_elr or ())
+           for e in first):
         return Cause.unclean_election
     if any(e.kind == OFFLINE for e in first) or (
             successor is not None and before and all(successor in isr for isr in before)):

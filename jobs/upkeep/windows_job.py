@@ -65,7 +65,8 @@ def _events(settings: Settings) -> tuple[dict[tuple[str, int], list[ClusterEvent
         by_partition[(r["topic"], r["partition"])].append(ClusterEvent(
             r["event_time"].astimezone(UTC), r["topic"], r["partition"], r["kind"],
             r["leader"], r["previous_leader"], _tuple(r["isr"]), _tuple(r["previous_isr"]),
-            _tuple(r["replicas"]), log_end=r["log_end"]))
+            _tuple(r["replicas"]), log_end=r["log_end"],
+            previous_elr=_tuple(r.get("previous_eligible_leader_replicas"))))
     return by_partition, min_isr
 
 

@@ -12,7 +12,11 @@ records in, event rows out) turns them into ``cluster_events`` rows with the sou
 - ``PARTITION_RECORD`` / ``PARTITION_CHANGE_RECORD``: the same event kinds the polling
   watcher derives (``jobs/watcher/watcher.py``, ``diff_partition``), from every change, none
   missed however short; the leader epoch counted as Kafka counts it (one more each time
-  a change record names a leader);
+  a change record names a leader); with what no poll sees: the eligible leader replicas
+  (KIP-966; ``CLEAR_ELR_RECORD`` empties them), so an election from them is named
+  ``elr_election``, not unclean, and the leader recovery state by which Kafka marks an
+  unclean election (``unclean_election`` also where the ISR was empty: the last known
+  leader elected back);
 - ``REGISTER_BROKER_RECORD`` (a restarted broker registers fenced),
   ``BROKER_REGISTRATION_CHANGE_RECORD``, ``FENCE_``/``UNFENCE_BROKER_RECORD``:
   ``broker_fenced`` / ``broker_unfenced``;
@@ -68,11 +72,17 @@ log = logging.getLogger(__name__)
 SOURCE = METADATA_LOG
 #: a change record's leader when the leader does not change (Kafka's NO_LEADER_CHANGE)
 NO_LEADER_CHANGE = -2
+#: a partition's leader recovery state after an unclean election (LeaderRecoveryState)
+RECOVERING = 1
 #: a CONFIG_RECORD's resourceType for a topic (ConfigResource.Type.TOPIC)
 TOPIC_RESOURCE = 2
 #: the topic settings the timeline follows (the watcher's topic_config rows hold them too)
 DURABILITY = ("min.insync.replicas", "unclean.leader.election.enable", "flush.messages",
               "flush.ms", "cleanup.policy", "retention.ms")
+
+
+def _listed(replicas: tuple[int, ...] | None) -> list[int] | None:
+    return list(replicas) if replicas is not None else None
 
 
 def metadata_dirs(paths: list[str]) -> list[Path]:
@@ -138,9 +148,8 @@ class MetadataFold:
     quiet_until: datetime | None = None
     polled: dict[tuple[str, int], Polled] = field(default_factory=dict)
     topics: dict[str, str] = field(default_factory=dict)  # topic id -> name
-    #: (topic id, partition) -> its state, and its eligible leader replicas where kept
+    #: (topic id, partition) -> its state (with its eligible leader replicas)
     partitions: dict[tuple[str, int], PartitionView] = field(default_factory=dict)
-    elr: dict[tuple[str, int], tuple[int, ...]] = field(default_factory=dict)
     fenced: dict[int, bool] = field(default_factory=dict)
     #: partition changes skipped: their partition's creation was never read (a skip, counted)
     unknown_changes: int = 0
@@ -235,13 +244,14 @@ class MetadataFold:
             self.topics.pop(tid, None)
             for key in [k for k in self.partitions if k[0] == tid]:
                 del self.partitions[key]
-                self.elr.pop(key, None)
         elif kind == "PARTITION_RECORD":
             from kafka_audit.jobs.watcher.watcher import PartitionView
 
             new = PartitionView(data.get("leader", -1), tuple(sorted(data.get("isr") or ())),
-                                tuple(data.get("replicas") or ()), data.get("leaderEpoch", 0))
-            return self._partition(data["topicId"], data["partitionId"], new, data, at)
+                                tuple(data.get("replicas") or ()), data.get("leaderEpoch", 0),
+                                elr=tuple(sorted(data.get("eligibleLeaderReplicas") or ())),
+                                recovering=data.get("leaderRecoveryState") == RECOVERING)
+            return self._partition(data["topicId"], data["partitionId"], new, at)
         elif kind == "PARTITION_CHANGE_RECORD":
             key = (data["topicId"], data["partitionId"])
             old = self.partitions.get(key)
@@ -251,14 +261,22 @@ class MetadataFold:
                             "skipped (%d so far)", data["topicId"], data["partitionId"],
                             self.unknown_changes)
                 return []
-            changes: dict = {}
+            # the recovery state a change sets (absent: unchanged) marks its election
+            changes: dict = {"recovering": data.get("leaderRecoveryState") == RECOVERING}
+            if data.get("eligibleLeaderReplicas") is not None:  # null: unchanged
+                changes["elr"] = tuple(sorted(data["eligibleLeaderReplicas"]))
             if data.get("isr") is not None:
                 changes["isr"] = tuple(sorted(data["isr"]))
             if data.get("replicas") is not None:
                 changes["replicas"] = tuple(data["replicas"])
             if data.get("leader", NO_LEADER_CHANGE) != NO_LEADER_CHANGE:
                 changes["leader"], changes["epoch"] = data["leader"], old.epoch + 1  # type: ignore[operator]
-            return self._partition(*key, replace(old, **changes), data, at)
+            return self._partition(*key, replace(old, **changes), at)
+        elif kind == "CLEAR_ELR_RECORD":  # a min.insync.replicas change: ELRs emptied
+            names = {data.get("topicName") or None}  # none named: every topic's
+            for key, view in self.partitions.items():
+                if None in names or self.topics.get(key[0]) in names:
+                    self.partitions[key] = replace(view, elr=())
         elif kind in ("REGISTER_BROKER_RECORD", "BROKER_REGISTRATION_CHANGE_RECORD",
                       "FENCE_BROKER_RECORD", "UNFENCE_BROKER_RECORD",
                       "UNREGISTER_BROKER_RECORD"):
@@ -274,8 +292,8 @@ class MetadataFold:
                                   detail={"controller": leader, "previous": before})]
         return []
 
-    def _partition(self, tid: str, pid: int, new: PartitionView, data: dict,
-                   at: datetime | None) -> list[dict]:
+    def _partition(self, tid: str, pid: int, new: PartitionView, at: datetime | None
+                   ) -> list[dict]:
         """``new`` in place of what the partition was; its rows (those of ``diff_partition``,
         the polls' own rules)."""
         from kafka_audit.jobs.watcher.watcher import diff_partition
@@ -283,19 +301,17 @@ class MetadataFold:
         key = (tid, pid)
         old = self.partitions.get(key)
         self.partitions[key] = new
-        if data.get("eligibleLeaderReplicas") is not None:
-            self.elr[key] = tuple(data["eligibleLeaderReplicas"])
         topic = self.topics.get(tid)
         if topic is None or topic.startswith(self.excluded):
             return []
         kinds = diff_partition(old, new, self.topic_min_isr.get(topic, self.min_isr.get(topic)))
-        elr = self.elr.get(key)
-        detail = {"eligible_leader_replicas": list(elr)} if elr else None
         return [self._row(at, topic, pid, k, leader=new.leader,
                           previous_leader=old.leader if old else None,
                           isr=list(new.isr), previous_isr=list(old.isr) if old else None,
                           replicas=list(new.replicas),
-                          leader_epoch=new.epoch if new.leader >= 0 else None, detail=detail)
+                          leader_epoch=new.epoch if new.leader >= 0 else None,
+                          eligible_leader_replicas=_listed(new.elr),
+                          previous_eligible_leader_replicas=_listed(old.elr) if old else None)
                 for k in kinds]
 
     def _config(self, topic: str, name: str, value: str | None, at: datetime | None

@@ -66,6 +66,7 @@ from kafka_audit.schemas.events import (
     BLIND,
     BROKER_FENCED,
     BROKER_UNFENCED,
+    ELR_ELECTION,
     FIRST_SEEN,
     ISR_ALONE_ENTER,
     ISR_ALONE_EXIT,
@@ -99,6 +100,11 @@ class PartitionView:
     isr: tuple[int, ...]
     replicas: tuple[int, ...]
     epoch: int | None = None  # the leader epoch the answer gave (None: not said)
+    #: the eligible leader replicas (KIP-966; the metadata log's, None where not known)
+    elr: tuple[int, ...] | None = None
+    #: the leader recovery state is RECOVERING: Kafka elected this leader uncleanly (the
+    #: metadata log's; None where not known, as from a poll)
+    recovering: bool | None = None
 
 
 def diff_partition(before: PartitionView | None, after: PartitionView,
@@ -109,7 +115,11 @@ def diff_partition(before: PartitionView | None, after: PartitionView,
     epoch: it was fenced or restarted and elected again, the offline moment between too
     short for a poll to see), ``unclean_election`` (the new leader was not in the ISR
     before, and nothing of that ISR is left in the new one: a clean election right after
-    an ISR expansion, both between two polls, is not one),
+    an ISR expansion, both between two polls, is not one; or the metadata log says Kafka
+    elected it uncleanly: ``after.recovering``, which also marks the last known leader
+    elected from an empty ISR and no eligible replica), ``elr_election`` instead where
+    the new leader was one of the eligible leader replicas before (KIP-966: it held every
+    committed write; a clean election),
     ``under_min_isr_enter``/``_exit`` (the ISR crossed ``min_isr``, when known) and
     ``isr_alone_enter``/``_exit`` (the ISR became, or stopped being, the leader alone on
     a replicated partition)."""
@@ -123,9 +133,9 @@ def diff_partition(before: PartitionView | None, after: PartitionView,
     kinds = []
     if after.leader != before.leader:
         kinds.append(OFFLINE if after.leader < 0 else LEADER_CHANGE)
-        if (after.leader >= 0 and before.isr and after.leader not in before.isr
-                and not set(before.isr) & set(after.isr)):
-            kinds.append(UNCLEAN_ELECTION)
+        election = _election(before, after)
+        if election is not None:
+            kinds.append(election)
     elif (after.leader >= 0 and None not in (after.epoch, before.epoch)
           and after.epoch > before.epoch):  # type: ignore[operator]
         kinds.append(LEADER_REELECTED)
@@ -145,6 +155,23 @@ def diff_partition(before: PartitionView | None, after: PartitionView,
     elif _alone(before) and not _alone(after):
         kinds.append(ISR_ALONE_EXIT)
     return kinds
+
+
+def _election(before: PartitionView, after: PartitionView) -> str | None:
+    """How a new leader (``after.leader`` >= 0, another than before) was elected, where it
+    was not from the ISR: ``unclean_election``, ``elr_election`` or None (from the ISR,
+    or not known). Kafka's own mark comes first (the metadata log's recovery state);
+    then an eligible leader replica before the change is clean; a poll, which sees
+    neither, judges by the ISRs alone."""
+    if after.leader < 0 or after.leader in before.isr:
+        return None
+    if after.recovering:
+        return UNCLEAN_ELECTION
+    if before.elr and after.leader in before.elr:
+        return ELR_ELECTION
+    if before.isr and not set(before.isr) & set(after.isr):
+        return UNCLEAN_ELECTION
+    return None
 
 
 def _alone(v: PartitionView) -> bool:

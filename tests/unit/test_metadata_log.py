@@ -403,3 +403,55 @@ def test_the_polls_and_the_late_log_together_give_each_state_once_in_order(case)
                          for r in written])
     # and the epochs where both know them
     assert all(g[2] is None or w[0] < 0 or g[2] == w[2] for g, w in zip(got, want, strict=True))
+
+
+def test_eligible_leader_replicas_and_the_recovery_state_name_the_election():
+    """The records a 4.x cluster with eligible leader replicas wrote (shapes as
+    ``MetadataTail`` printed them on a real one, ``eligible.leader.replicas.version=1``)."""
+    fold = MetadataFold(min_isr={"orders": 2})
+    created(fold, leader=3, isr=(1, 2, 3))
+    fold.apply(rec("PARTITION_CHANGE_RECORD", 10, partitionId=0, topicId="T1", isr=[2, 3]))
+    shrunk = fold.apply(rec("PARTITION_CHANGE_RECORD", 20, partitionId=0, topicId="T1",
+                            isr=[3], eligibleLeaderReplicas=[2]))
+    assert shrunk[0]["eligible_leader_replicas"] == [2]
+    assert shrunk[0]["previous_eligible_leader_replicas"] == []
+    # the leader lost, the eligible 2 elected in one record: clean
+    rows = fold.apply(rec("PARTITION_CHANGE_RECORD", 30, partitionId=0, topicId="T1",
+                          isr=[2], leader=2, eligibleLeaderReplicas=[]))
+    assert kinds(rows)[:2] == ["leader_change", "elr_election"]
+    assert "unclean_election" not in kinds(rows)
+    assert rows[0]["previous_eligible_leader_replicas"] == [2]
+    assert rows[0]["eligible_leader_replicas"] == []
+    # the ISR emptied (the last member fenced), its eligible replicas dropped on an unclean
+    # restart, the last known leader elected back: RECOVERING, an unclean election
+    fold.apply(rec("PARTITION_CHANGE_RECORD", 40, partitionId=0, topicId="T1",
+                   isr=[], leader=-1, eligibleLeaderReplicas=[2], lastKnownElr=[2]))
+    assert fold.apply(rec("PARTITION_CHANGE_RECORD", 50, partitionId=0, topicId="T1",
+                          eligibleLeaderReplicas=[])) == []  # no event of its own
+    back = fold.apply(rec("PARTITION_CHANGE_RECORD", 60, partitionId=0, topicId="T1",
+                          isr=[2], leader=2, leaderRecoveryState=1, lastKnownElr=[]))
+    assert kinds(back)[:2] == ["leader_change", "unclean_election"]
+    # recovered: no election, and the state no longer marks the next one
+    fold.apply(rec("PARTITION_CHANGE_RECORD", 70, partitionId=0, topicId="T1",
+                   isr=[2, 3], leaderRecoveryState=0))
+    handed = fold.apply(rec("PARTITION_CHANGE_RECORD", 80, partitionId=0, topicId="T1",
+                            leader=3))
+    assert kinds(handed) == ["leader_change"]
+
+
+def test_a_clear_elr_record_empties_the_eligible_replicas():
+    fold = MetadataFold()
+    created(fold, leader=3)
+    created(fold, name="other", tid="T2", leader=3)
+    for tid in ("T1", "T2"):
+        fold.apply(rec("PARTITION_CHANGE_RECORD", 10, partitionId=0, topicId=tid, isr=[3],
+                       eligibleLeaderReplicas=[1, 2]))
+    fold.apply(rec("CLEAR_ELR_RECORD", 20, topicName="orders"))
+    assert fold.partitions[("T1", 0)].elr == ()
+    assert fold.partitions[("T2", 0)].elr == (1, 2)
+    fold.apply(rec("CLEAR_ELR_RECORD", 30, topicName=""))  # every topic's
+    assert fold.partitions[("T2", 0)].elr == ()
+    # elected from an emptied set: by the ISRs alone again (3 lost, 1 not in its ISR)
+    rows = fold.apply(rec("PARTITION_CHANGE_RECORD", 40, partitionId=0, topicId="T2",
+                          isr=[1], leader=1))
+    assert "unclean_election" in kinds(rows) and "elr_election" not in kinds(rows)

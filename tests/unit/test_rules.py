@@ -1,6 +1,8 @@
 """One tiny hand-made history per verdict kind, consistent and violating, with the
 exact findings expected (in the manner of Jepsen's kafka checker tests)."""
 
+from dataclasses import replace
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -441,6 +443,30 @@ def test_a_run_acked_across_the_isr_growing_back_is_not_held_for_ever():
     # grown and alone seen at one instant after the acks: the worst counts
     tie = [shrink, isr_event(1, (1,), (1, 2, 3)), grown]
     assert change_gate(tie, at(0), at(2), 5)[1] is not None
+
+
+def test_a_leader_from_the_eligible_replicas_had_the_write_the_classic_rules_miss_it():
+    """KIP-966: ISR [1, 2, 3] at min.insync.replicas 2 acknowledged the write; 2 and 3 left
+    (3 first, then 2: eligible as the ISR fell below 2), the leader 1 was lost, 2 elected
+    from the eligible replicas. 2 held the write, so whatever lost it was no ISR shrunk to
+    the leader: 2's own copy went (disk loss), or every replica's (simultaneous crash)."""
+    lost = ack(0, 0, acks="all")
+
+    def change(elr):
+        return ClusterEvent(at(10), "t", 0, "leader_change", 2, 1, (2,), (1,), (1, 2, 3),
+                            previous_elr=elr)
+
+    # the classic rules, the eligible replicas unknown (a poll): the ISR was the leader alone
+    assert likely_cause(lost, [change(None)], at(100)) == "ISR shrunk to leader then leader lost"
+    assert likely_cause(lost, [change((2,))], at(100)) == "disk loss"
+    fenced = [ClusterEvent(at(5 + b), "", -1, "broker_fenced", broker=b) for b in (1, 2, 3)]
+    assert likely_cause(lost, [change((2,)), *fenced], at(100)) == "simultaneous crash"
+    # nor an unclean election where the eligible one took over from a larger ISR
+    wider = ClusterEvent(at(10), "t", 0, "leader_change", 3, 1, (3,), (1, 2), (1, 2, 3),
+                         previous_elr=(3,))
+    assert likely_cause(lost, [replace(wider, previous_elr=None)], at(100)) == \
+        "unclean election"
+    assert likely_cause(lost, [wider], at(100)) == "disk loss"
 
 
 def test_a_write_read_while_exposed_and_destroyed_by_a_late_unclean_election():

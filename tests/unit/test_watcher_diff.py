@@ -52,3 +52,30 @@ def test_a_clean_election_right_after_an_expansion_is_not_unclean():
                                                        "isr_alone_exit"]
     # an unclean election leaves nothing of the old ISR in the new one
     assert "unclean_election" in diff_partition(v(1, (1,)), v(2, (2,)))
+
+
+def test_an_election_from_the_eligible_replicas_is_clean_and_kafkas_mark_is_unclean():
+    def e(leader, isr, elr=None, recovering=None):
+        return PartitionView(leader, tuple(isr), (1, 2, 3), elr=elr, recovering=recovering)
+
+    # KIP-966: 2 left the ISR as it fell below min.insync.replicas (eligible), the leader 3
+    # was lost; 2 took over with every committed write. The classic rule, which sees the
+    # ISRs alone (a poll), names it unclean
+    assert diff_partition(e(3, (3,)), e(2, (2,)), min_isr=2)[:2] == [
+        "leader_change", "unclean_election"]
+    assert diff_partition(e(3, (3,), elr=(2,)), e(2, (2,), elr=()), min_isr=2)[:2] == [
+        "leader_change", "elr_election"]
+    # from an ISR emptied with the eligible replicas kept
+    assert diff_partition(e(-1, (), elr=(1, 2)), e(2, (2,), elr=(1,)))[:2] == [
+        "leader_change", "elr_election"]
+    # the last known leader back with the ISR and the eligible replicas empty: Kafka marks
+    # the election unclean (recovering), which the ISRs alone would not tell
+    assert "unclean_election" not in diff_partition(e(-1, (), elr=()), e(1, (1,), elr=()))
+    assert diff_partition(e(-1, (), elr=()), e(1, (1,), elr=(), recovering=True))[:2] == [
+        "leader_change", "unclean_election"]
+    # marked unclean, whatever the eligible replicas were
+    assert "unclean_election" in diff_partition(e(3, (3,), elr=(2,)),
+                                                e(2, (2,), recovering=True))
+    # a leader from the ISR is never either
+    assert diff_partition(e(3, (2, 3), elr=()), e(2, (2,), elr=(), recovering=False)) == [
+        "leader_change", "isr_shrink", "isr_alone_enter"]
