@@ -4,7 +4,9 @@ The Maven files in ``deploy/maven/`` (data a deployer reads: the pins) pin what 
 processes need:
 
 * ``kafka-broker.pom.xml``: the Kafka broker (``kafka.Kafka``), its storage
-  tool and a log4j2 binding;
+  tool and a log4j2 binding; at its pinned version (``kafka``), or at another of
+  :data:`KAFKA_VERSIONS` for the local cluster (``cluster.kafka_version``: the
+  property overridden, into ``kafka-<version>``);
 * ``spark-extras.pom.xml``: the Spark Kafka source at pyspark's exact version
   and Delta's jar for the Spark 4.1 line;
 * ``s3proxy.pom.xml``: the S3-compatible server of the tests (fetched by ``dev.sh``'s
@@ -39,11 +41,15 @@ from pathlib import Path
 
 from kafka_audit.errors import JarsMissing
 
-__all__ = ["jar_cache", "ensure_jars", "broker_classpath", "spark_jars", "native_jar",
-           "client_tools_jar", "plugin_library"]
+__all__ = ["jar_cache", "ensure_jars", "broker_classpath", "tools_classpath", "spark_jars",
+           "native_jar", "client_tools_jar", "plugin_library", "KAFKA_VERSIONS"]
 
 _POMS = {"kafka": "kafka-broker.pom.xml", "spark": "spark-extras.pom.xml",
          "s3proxy": "s3proxy.pom.xml"}
+#: the Kafka versions the local cluster runs (``cluster.kafka_version``), each proven by
+#: the scenario matrix: the pinned one (``kafka-broker.pom.xml``) first, then the newest
+#: 4.x Maven Central serves here
+KAFKA_VERSIONS = ("4.1.1", "4.4.0")
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 _VERSION_SUFFIX = re.compile(r"-\d[0-9A-Za-z.\-]*\.jar$")
 
@@ -60,11 +66,18 @@ def jar_cache() -> Path:
 
 
 def _pom(name: str) -> Path:
-    return _folder("kafka_audit.deploy.maven") / _POMS[name]
+    return _folder("kafka_audit.deploy.maven") / _POMS[name.split("-", 1)[0]]
+
+
+def _overrides(name: str) -> list[str]:
+    """The Maven properties a class path's name sets: ``kafka-4.4.0``, the broker's at 4.4.0."""
+    base, _, version = name.partition("-")
+    return [f"-D{base}.version={version}"] if version else []
 
 
 def _marker(name: str) -> str:
-    return hashlib.sha256(_pom(name).read_bytes()).hexdigest()
+    return hashlib.sha256(_pom(name).read_bytes()
+                          + "\n".join(_overrides(name)).encode()).hexdigest()
 
 
 def _complete(name: str) -> bool:
@@ -103,11 +116,12 @@ def ensure_jars(names: tuple[str, ...] = ("kafka", "spark"), quiet: bool = False
         if not quiet:
             print(f"fetching pinned {name} jars into {target} (once)", flush=True)
         cmd = ["mvn", "-q", "-B", "-f", str(_pom(name)), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
-               f"-DoutputDirectory={staging}", "-DincludeScope=runtime"]
+               f"-DoutputDirectory={staging}", "-DincludeScope=runtime", *_overrides(name)]
         proc = subprocess.run(cmd, capture_output=True, text=True, cwd=staging)
         if proc.returncode != 0:
             tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-            raise JarsMissing(f"mvn could not resolve {_POMS[name]}:\n{tail}")
+            raise JarsMissing(f"mvn could not resolve {_pom(name).name} "
+                              f"{' '.join(_overrides(name))}:\n{tail}")
         if name == "spark":
             _drop_provided_by_pyspark(staging)
         (staging / ".complete").write_text(_marker(name))
@@ -116,8 +130,14 @@ def ensure_jars(names: tuple[str, ...] = ("kafka", "spark"), quiet: bool = False
     return jar_cache()
 
 
-def broker_classpath() -> str:
-    folder = ensure_jars(("kafka",)) / "kafka"
+def broker_classpath(version: str | None = None) -> str:
+    """The broker's class path: the pinned version's, or ``version``'s (one of
+    :data:`KAFKA_VERSIONS`, fetched once)."""
+    if version is not None and version not in KAFKA_VERSIONS:
+        raise JarsMissing(f"Kafka {version} is not one the local cluster runs: "
+                          f"{', '.join(KAFKA_VERSIONS)}")
+    name = "kafka" if version in (None, KAFKA_VERSIONS[0]) else f"kafka-{version}"
+    folder = ensure_jars((name,)) / name
     return os.pathsep.join(str(p) for p in sorted(folder.glob("*.jar")))
 
 
@@ -181,13 +201,18 @@ def native_jar(quiet: bool = False) -> Path:
                     f"{jars}/*{os.pathsep}{extras}/*", f"pyspark {pyspark.__version__}", quiet)
 
 
+def tools_classpath() -> str:
+    """The Kafka jars the Java tools run on: the newest of :data:`KAFKA_VERSIONS`, whose
+    metadata serde reads the records of every older version (4.1's cannot read 4.4's)."""
+    return broker_classpath(KAFKA_VERSIONS[-1])
+
+
 def client_tools_jar(quiet: bool = False) -> Path:
-    """The Java tools that use Kafka's own client and metadata classes, compiled against the
-    pinned broker jars: ``kafka-audit check``'s probe (``kafka_audit/app/Preflight.java``) and
-    the watcher's metadata-log tail (``jobs/watcher/MetadataTail.java``)."""
+    """The Java tools that use Kafka's own client and metadata classes, compiled against
+    :func:`tools_classpath`: ``kafka-audit check``'s probe (``kafka_audit/app/Preflight.java``)
+    and the watcher's metadata-log tail (``jobs/watcher/MetadataTail.java``)."""
     return _compile("client-tools", _sources("kafka_audit.app", "kafka_audit.jobs.watcher"),
-                    broker_classpath(),
-                    "the pinned Kafka jars", quiet)
+                    tools_classpath(), f"Kafka {KAFKA_VERSIONS[-1]}'s jars", quiet)
 
 
 def spark_jars() -> str:

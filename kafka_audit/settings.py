@@ -43,6 +43,7 @@ from pydantic_settings import (
 )
 
 from kafka_audit.errors import ConfigError
+from kafka_audit.jars import KAFKA_VERSIONS
 from kafka_audit.profile import ProfileSettings
 
 # the one secret rule: what config show, errors and logs hide (re-exported for them)
@@ -90,6 +91,16 @@ class ClusterSettings(_Section):
     broker_overrides: dict[str, Any] = Field(
         default_factory=dict, description="broker properties (conf/defaults.yaml sets the "
                                           "local cluster's: failures noticed in seconds)")
+    kafka_version: str = Field(
+        KAFKA_VERSIONS[0], description="the Kafka version the local cluster runs: "
+        + " or ".join(KAFKA_VERSIONS) + " (the first pinned in "
+        "deploy/maven/kafka-broker.pom.xml; another fetched once by Maven into the jar "
+        "cache); the watcher's metadata-log tail and `check` run on the newest's jars, "
+        "whose serde reads every older version's records")
+    eligible_leader_replicas: bool = Field(
+        False, description="format the cluster with KIP-966's eligible leader replicas on "
+        "(eligible.leader.replicas.version=1: a partition whose ISR emptied elects a clean "
+        "leader from them); off: the classic elections, as clusters formatted before 4.1")
     ready_timeout_seconds: float = Field(
         90, description="`cluster up` waits this long for each step of readiness (ports open, "
         "brokers registered, an acks=all write to the probe topic; the secured listener's "
@@ -111,6 +122,14 @@ class ClusterSettings(_Section):
     def _two_users(cls, v: str, info: Any) -> str:
         if v == info.data.get("secure_auditor_user"):
             raise ValueError("secure_noread_user must differ from secure_auditor_user")
+        return v
+
+    @field_validator("kafka_version")
+    @classmethod
+    def _a_version_we_run(cls, v: str) -> str:
+        if v not in KAFKA_VERSIONS:
+            raise ValueError(f"the local cluster runs Kafka {' or '.join(KAFKA_VERSIONS)}, "
+                             f"not {v}")
         return v
 
     @field_validator("host")

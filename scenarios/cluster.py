@@ -2,7 +2,8 @@
 
 Started from the jars pinned in ``deploy/maven/kafka-broker.pom.xml``; data and
 logs live under ``<home>/kafka/node<N>``. ``up`` formats storage once (static
-quorum, classic leader election: ``eligible.leader.replicas.version=0``) and
+quorum; classic leader election, ``eligible.leader.replicas.version=0``, unless
+``cluster.eligible_leader_replicas`` is on) and
 returns only when every broker is registered and a probe topic with RF=3
 accepts an ``acks=all`` write. Single-node actions (``kill``, ``stop``,
 ``start``) exist for fault tests.
@@ -164,7 +165,7 @@ class LocalCluster:
         return ["java", *self.cfg.heap.split(), *self.cfg.jvm_options.split(), "-XX:+UseG1GC",
                 "-Djava.awt.headless=true",
                 f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={logs}",
-                "-cp", broker_classpath(), main, *args]
+                "-cp", broker_classpath(self.cfg.kafka_version), main, *args]
 
     # ---- storage ------------------------------------------------------------------
     def format(self) -> None:
@@ -188,7 +189,8 @@ class LocalCluster:
             # would hand to the tool's argument parser as an option (1 id in 64 starts so)
             cmd = self._java("kafka.tools.StorageTool", "format", f"--cluster-id={cluster_id}",
                              "-c", str(conf),
-                             "--feature", "eligible.leader.replicas.version=0", *scram,
+                             "--feature", "eligible.leader.replicas.version="
+                             f"{int(self.cfg.eligible_leader_replicas)}", *scram,
                              node=node)
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:

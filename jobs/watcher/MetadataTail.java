@@ -17,11 +17,11 @@ import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.metadata.MetadataJsonConverters;
 import org.apache.kafka.common.metadata.MetadataRecordType;
 import org.apache.kafka.common.protocol.ByteBufferAccessor;
-import org.apache.kafka.common.record.ControlRecordType;
-import org.apache.kafka.common.record.ControlRecordUtils;
-import org.apache.kafka.common.record.FileLogInputStream.FileChannelRecordBatch;
-import org.apache.kafka.common.record.FileRecords;
-import org.apache.kafka.common.record.Record;
+import org.apache.kafka.common.record.internal.ControlRecordType;
+import org.apache.kafka.common.record.internal.ControlRecordUtils;
+import org.apache.kafka.common.record.internal.FileLogInputStream.FileChannelRecordBatch;
+import org.apache.kafka.common.record.internal.FileRecords;
+import org.apache.kafka.common.record.internal.Record;
 import org.apache.kafka.metadata.MetadataRecordSerde;
 import org.apache.kafka.server.common.ApiMessageAndVersion;
 
@@ -194,7 +194,7 @@ public final class MetadataTail {
         }
       }
     } finally {
-      records.closeHandlers(); // never close(): it trims, a write to the broker's file
+      records.channel().close(); // never close(): before 4.4 it trims, a write to the broker's file
     }
     return end;
   }
@@ -246,7 +246,7 @@ public final class MetadataTail {
         if (!unchanged(c, records)) {
           // a divergent tail dropped and perhaps written anew: read the node again
           c.reset();
-          records.closeHandlers();
+          records.channel().close();
           read(c, next);
           return;
         }
@@ -269,7 +269,7 @@ public final class MetadataTail {
           }
         }
       } finally {
-        records.closeHandlers(); // never close(): it trims, a write to the broker's file
+        records.channel().close(); // never close(): before 4.4 it trims, a write to the broker's file
       }
     }
   }

@@ -450,9 +450,10 @@ class MetadataTail:
 
 
 def tail_command(dirs: list[Path]) -> list[str]:
-    """The Java tail of ``dirs`` (a look every 200 ms), on the pinned Kafka jars."""
-    from kafka_audit.jars import broker_classpath, client_tools_jar
+    """The Java tail of ``dirs`` (a look every 200 ms), on the newest Kafka jars we run
+    (:func:`~kafka_audit.jars.tools_classpath`: they read every older version's records)."""
+    from kafka_audit.jars import client_tools_jar, tools_classpath
 
-    classpath = f"{client_tools_jar(quiet=True)}:{broker_classpath()}"
+    classpath = f"{client_tools_jar(quiet=True)}:{tools_classpath()}"
     return ["java", "-Xmx64m", "-XX:+UseSerialGC", "-cp", classpath,
             "kafka_audit.jobs.watcher.MetadataTail", "200", *map(str, dirs)]

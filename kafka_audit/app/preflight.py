@@ -158,12 +158,12 @@ def _tls_reason(text: str) -> str:
 
 def _java_probe(settings: Settings, timeout: float) -> dict:
     """The Java client's view (the Spark Kafka source's client), properties on stdin."""
-    from kafka_audit.jars import broker_classpath, client_tools_jar
+    from kafka_audit.jars import client_tools_jar, tools_classpath
 
     props = {k.removeprefix("kafka."): v for k, v in
              spark_kafka_options(settings.profile, settings.cluster.bootstrap).items()}
     text = "".join(f"{k}={_escape(v)}\n" for k, v in props.items())
-    cp = f"{broker_classpath()}:{client_tools_jar(quiet=True)}"
+    cp = f"{tools_classpath()}:{client_tools_jar(quiet=True)}"
     try:
         done = subprocess.run(["java", "-cp", cp, "kafka_audit.app.preflight.Preflight",
                                str(int(timeout))], input=text, capture_output=True, text=True,

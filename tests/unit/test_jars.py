@@ -1,4 +1,5 @@
-"""The Maven pins agree with the pyspark wheel they join on Spark's class path."""
+"""The Maven pins agree with the pyspark wheel they join on Spark's class path, and the
+local cluster's Kafka versions with the broker's pin."""
 
 import re
 import xml.etree.ElementTree as ET
@@ -6,13 +7,13 @@ from pathlib import Path
 
 import pyspark
 
-from kafka_audit.jars import _pom
+from kafka_audit.jars import KAFKA_VERSIONS, _marker, _overrides, _pom
 
 _NS = {"m": "http://maven.apache.org/POM/4.0.0"}
 
 
-def _property(name: str) -> str:
-    root = ET.parse(_pom("spark")).getroot()
+def _property(name: str, pom: str = "spark") -> str:
+    root = ET.parse(_pom(pom)).getroot()
     return root.find(f"m:properties/m:{name}", _NS).text.strip()
 
 
@@ -32,3 +33,12 @@ def test_hadoop_aws_is_at_the_hadoop_version_pyspark_ships():
     shipped = _shipped("hadoop-client-api")
     assert len(shipped) == 1, shipped
     assert _property("hadoop.version") == shipped.pop()
+
+
+def test_the_first_kafka_version_is_the_pinned_one_and_each_other_its_own_class_path():
+    assert KAFKA_VERSIONS[0] == _property("kafka.version", "kafka")
+    assert KAFKA_VERSIONS == tuple(sorted(KAFKA_VERSIONS, key=lambda v: tuple(
+        map(int, v.split(".")))))  # the tools run on the last: the newest
+    assert _overrides("kafka") == [] and _overrides("kafka-4.4.0") == ["-Dkafka.version=4.4.0"]
+    # another version is fetched anew, never taken for the pinned one's complete folder
+    assert _pom("kafka-4.4.0") == _pom("kafka") and _marker("kafka-4.4.0") != _marker("kafka")
