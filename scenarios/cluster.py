@@ -15,7 +15,11 @@ waits until the ``auditor`` user can list the topics over it. Every other
 listener's principal (``User:ANONYMOUS``) is a super user, so with or without it
 the PLAINTEXT, replication and controller listeners work alike.
 
-Command: ``kafka-audit cluster up|status|down|kill N|stop N|start N``.
+The Kafka version (``cluster.kafka_version``) and the election rules are fixed at the
+format, written beside the nodes (``format.json``): ``up`` refuses a cluster formatted
+otherwise rather than run it under the wrong name; ``discard`` removes it.
+
+Command: ``kafka-audit cluster up|status|down|discard|kill N|stop N|start N``.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -34,7 +39,7 @@ from pathlib import Path
 
 from kafka_audit.clients import admin_client, producer_config
 from kafka_audit.errors import ClusterError
-from kafka_audit.jars import broker_classpath
+from kafka_audit.jars import KAFKA_VERSIONS, broker_classpath
 from kafka_audit.scenarios import cgroups
 from kafka_audit.scenarios.security import LISTENER, SCRAM_MECHANISM, ClusterSecurity
 from kafka_audit.settings import ClusterSettings, Settings
@@ -42,6 +47,13 @@ from kafka_audit.settings import ClusterSettings, Settings
 __all__ = ["LocalCluster", "PartitionInfo", "wait_until"]
 
 PROBE_TOPIC = "_kafka_audit_probe"
+#: what the nodes' storage was formatted with (``LocalCluster.formatted_as``), in the root
+FORMAT_FILE = "format.json"
+
+
+def _said(form: dict) -> str:
+    return (f"Kafka {form.get('kafka_version')} with eligible leader replicas "
+            f"{'on' if form.get('eligible_leader_replicas') else 'off'}")
 
 
 def wait_until(check: Callable[[], object], timeout: float, what: str, every: float = 0.25):
@@ -178,6 +190,12 @@ class LocalCluster:
         cluster_id = id_file.read_text().strip()
         todo = [n for n in self.nodes
                 if not (self.meta_dir(n) / "meta.properties").exists()]
+        formed = self.formatted_as()
+        if len(todo) < len(self.nodes) and formed != self._form():
+            raise ClusterError(
+                f"the local cluster under {self.root} was formatted as {_said(formed)}, and "
+                f"this asks for {_said(self._form())}: `kafka-audit cluster discard` "
+                f"removes it (its data), or give this run another home")
         scram: list[str] = []
         if todo and self.cfg.secure:
             # the SCRAM users exist from the first moment the SECURE listener serves
@@ -198,6 +216,25 @@ class LocalCluster:
                 for arg in scram[1::2]:  # a salted password is a credential too
                     output = output.replace(arg, "SCRAM-SHA-512=[***]")
                 raise ClusterError(f"format of node {node} failed: {output}")
+        if todo:
+            (self.root / FORMAT_FILE).write_text(json.dumps(self._form()))
+
+    def _form(self) -> dict:
+        return {"kafka_version": self.cfg.kafka_version,
+                "eligible_leader_replicas": self.cfg.eligible_leader_replicas}
+
+    def formatted_as(self) -> dict:
+        """The Kafka version and election rules the nodes' storage was formatted with (a
+        cluster formatted before this was written: the pinned version, classic rules)."""
+        try:
+            return json.loads((self.root / FORMAT_FILE).read_text())
+        except (OSError, ValueError):
+            return {"kafka_version": KAFKA_VERSIONS[0], "eligible_leader_replicas": False}
+
+    def discard(self) -> None:
+        """Stop every node and remove the cluster's folder: its data, its format."""
+        self.down(discard=True)
+        shutil.rmtree(self.root, ignore_errors=True)
 
     # ---- processes ----------------------------------------------------------------
     def pid(self, node: int) -> int | None:

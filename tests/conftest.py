@@ -74,16 +74,17 @@ def cluster():
 
 
 def test_settings(home: Path, **more) -> Settings:
-    """A test's settings: the test cluster, a quick audit, a free API port."""
+    """A test's settings: the test cluster, a quick audit, a free API port (``more``
+    replaces any of these sections whole, or adds others)."""
     # the watcher tails the test cluster's KRaft metadata log, as it does beside the local
     # cluster (its folders are not under this test's home)
     meta = [str(CLUSTER_HOME / "kafka" / f"node{n}" / "meta") for n in (1, 2, 3)]
-    return Settings(home=home, cluster=CLUSTER,
-                    audit={"settle_seconds": 1, "interval_seconds": 1,
-                           # above the test cluster's replica.lag.time.max.ms (4 s)
-                           "beyond_end_seconds": 15},
-                    watch={"metadata_log_dirs": meta},
-                    api={"port": free_port()}, **more)
+    return Settings(home=home, **{"cluster": CLUSTER,
+                                  "audit": {"settle_seconds": 1, "interval_seconds": 1,
+                                            # above the cluster's replica.lag.time.max.ms (4 s)
+                                            "beyond_end_seconds": 15},
+                                  "watch": {"metadata_log_dirs": meta},
+                                  "api": {"port": free_port()}, **more})
 
 
 test_settings.__test__ = False  # a helper, not a test

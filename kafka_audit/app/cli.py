@@ -20,6 +20,7 @@ import traceback
 from kafka_audit import __version__
 from kafka_audit.clients import LIBRDKAFKA_LOGGER
 from kafka_audit.errors import AuditorError
+from kafka_audit.jars import KAFKA_VERSIONS
 from kafka_audit.log_format import JsonLines
 from kafka_audit.redact import ScrubFilter, redacted, scrub
 from kafka_audit.settings import get_settings
@@ -75,6 +76,9 @@ def _cluster(args) -> int:
     elif args.action == "down":
         c.down()
         print("cluster stopped")
+    elif args.action == "discard":
+        c.discard()
+        print(f"cluster stopped and {c.root} removed")
     elif args.action == "status":
         print(c.status())
     else:
@@ -207,9 +211,14 @@ def _scenario(args) -> int:
     if args.seeds < 1:
         raise AuditorError("--seeds must be at least 1")
     s = get_settings()
-    s = s.model_copy(update={"audit": s.audit.model_copy(
-        update={"settle_seconds": args.settle})})
+    cfg = {"kafka_version": args.kafka_version,
+           "eligible_leader_replicas": {"on": True, "off": False, None: None}[args.elr]}
+    s = s.model_copy(update={
+        "audit": s.audit.model_copy(update={"settle_seconds": args.settle}),
+        "cluster": s.cluster.model_copy(update={k: v for k, v in cfg.items() if v is not None})})
     cluster = LocalCluster(s)
+    if args.fresh:
+        cluster.discard()
     cluster.up(print)
     rows = []
     try:
@@ -354,9 +363,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_setup)
 
     s = sub.add_parser("cluster", help="the local 3-node KRaft cluster")
-    s.add_argument("action", choices=["up", "down", "status", "kill", "stop", "start"],
-                   help="up: start (formatted on first use); status: nodes, leaders and "
-                   "ISRs; down: stop all; kill N: SIGKILL node N; stop N / start N")
+    s.add_argument("action", choices=["up", "down", "discard", "status", "kill", "stop",
+                                      "start"],
+                   help="up: start (formatted on first use, as cluster.kafka_version and "
+                   "cluster.eligible_leader_replicas say); status: nodes, leaders and "
+                   "ISRs; down: stop all; discard: stop all and remove the cluster's data; "
+                   "kill N: SIGKILL node N; stop N / start N")
     s.add_argument("node", nargs="?", type=int, help="node number for kill/stop/start")
     s.set_defaults(fn=_cluster)
 
@@ -435,6 +447,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--settle", type=float, default=5,
                    help="audit.settle_seconds for the run (default 5)")
     s.add_argument("--keep-running", action="store_true", help="leave the cluster up afterwards")
+    s.add_argument("--kafka-version", choices=KAFKA_VERSIONS, default=None,
+                   help="run the local cluster at this Kafka version (cluster.kafka_version)")
+    s.add_argument("--elr", choices=["on", "off"], default=None,
+                   help="eligible leader replicas (KIP-966) on or off "
+                   "(cluster.eligible_leader_replicas)")
+    s.add_argument("--fresh", action="store_true",
+                   help="discard the local cluster first (its data): needed to run another "
+                   "version or election rules than it was formatted with")
     s.set_defaults(fn=_scenario)
 
     s = sub.add_parser("serve", help="REST API (uvicorn)")

@@ -1,16 +1,18 @@
-"""KIP-966's eligible leader replicas on a real cluster that has them on
-(``cluster.eligible_leader_replicas``: formatted with ``eligible.leader.replicas.version=1``).
+"""Each Kafka version the local cluster runs (``cluster.kafka_version``), formatted with
+KIP-966's eligible leader replicas on (``cluster.eligible_leader_replicas``), a cluster of
+its own beside the session's: the catalog runs on the session's cluster (the pinned
+version, classic elections), one scenario here on each of these.
 
-The partition's followers are cut off from the leader's replication listener, so the ISR
-shrinks to the leader and the followers become eligible (the ISR fell below
-``min.insync.replicas``); the leader is then killed. Kafka elects an eligible follower:
-a clean election, where the classic rules (the ISRs alone, what a poll sees) name an
-unclean one. The watcher's fold of the real metadata log must name it ``elr_election``,
-and the new leader must hold every write acknowledged with ``acks=all`` (a trickle of
-``acks=1`` writes during the cut, which the followers miss, makes them fall out of sync).
+The ELR election: the partition's followers are cut off from the leader's replication
+listener, so the ISR shrinks to the leader and the followers become eligible (the ISR fell
+below ``min.insync.replicas``); the leader is then killed. Kafka elects an eligible
+follower: a clean election, where the classic rules (the ISRs alone, what a poll sees)
+name an unclean one. The watcher's fold of the real metadata log must name it
+``elr_election``, and the new leader must hold every write acknowledged with
+``acks=all`` (a trickle of ``acks=1`` writes during the cut, which the followers miss,
+makes them fall out of sync).
 """
 
-import shutil
 import time
 from dataclasses import replace
 
@@ -22,9 +24,10 @@ from kafka_audit.jobs.watcher.metadata_log import MetadataFold, MetadataTail
 from kafka_audit.jobs.watcher.watcher import PartitionView, diff_partition
 from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.scenarios.faults import cut_port
+from kafka_audit.scenarios.runner import run_scenario
 from kafka_audit.settings import Settings
 
-from ..conftest import CLUSTER
+from ..conftest import CLUSTER, test_settings
 
 WRITES = 300
 
@@ -32,16 +35,29 @@ WRITES = 300
 @pytest.fixture(scope="module", params=KAFKA_VERSIONS)
 def elr_cluster(request, tmp_path_factory):
     """A second cluster beside the session's, its ports 10 above it, with ELR on, in each
-    Kafka version the local cluster runs (the metadata log read with the pinned jars)."""
+    Kafka version the local cluster runs (its metadata log read with the newest's jars)."""
     ports = {k: v + 10 for k, v in CLUSTER.items() if k.endswith("_port")}
     settings = Settings(home=tmp_path_factory.mktemp("elr"),
                         cluster={**CLUSTER, **ports, "eligible_leader_replicas": True,
                                  "kafka_version": request.param})
     c = LocalCluster(settings)
     c.up(print)
+    assert c.formatted_as() == {"kafka_version": request.param,
+                                "eligible_leader_replicas": True}
     yield c
-    c.down(discard=True)
-    shutil.rmtree(c.root, ignore_errors=True)
+    c.discard()
+
+
+def test_a_scenario_on_this_version_matches_a_full_read(elr_cluster, spark, tmp_path):
+    """The ISR shrunk to the leader, the leader lost, an unclean election: every loss found
+    with a cause the scenario allows (Kafka marks the election RECOVERING here)."""
+    c = elr_cluster
+    settings = test_settings(tmp_path, cluster=c.cfg.model_dump(), watch={
+        "metadata_log_dirs": [str(c.node_dir(n) / "meta") for n in c.nodes]})
+    report = run_scenario("isr-shrunk-unclean", settings, c, spark, seed=1, seconds=8,
+                          out_dir=tmp_path, progress=print)
+    print(report.text())
+    assert report.ok and report.found_lost, report.text()
 
 
 def test_an_election_from_the_eligible_replicas_is_named_so_not_unclean(elr_cluster):
