@@ -12,6 +12,7 @@ import org.apache.kafka.clients.admin.AdminClientConfig;
 import org.apache.kafka.clients.admin.DescribeClusterResult;
 import org.apache.kafka.clients.admin.FeatureMetadata;
 import org.apache.kafka.clients.admin.FinalizedVersionRange;
+import org.apache.kafka.clients.admin.SupportedVersionRange;
 import org.apache.kafka.common.Node;
 import org.apache.kafka.server.common.MetadataVersion;
 
@@ -20,11 +21,14 @@ import org.apache.kafka.server.common.MetadataVersion;
  * Kafka source uses: the same profile, mapped to Java properties, must connect and
  * authenticate here too. Reads the properties from stdin (never from the command line,
  * which other users can see: they may hold a password), prints one line of JSON: the
- * cluster id, the brokers and the finalized metadata.version (the Kafka release level,
- * e.g. "4.1-IV1"). Runs on the pinned broker jars' Java client (kafka-clients 4.1).
+ * cluster id, the brokers, the finalized metadata.version (the Kafka release level,
+ * e.g. "4.1-IV1") and the eligible leader replicas' feature (finalized level, highest
+ * supported). Runs on the newest broker jars' Java client (kafka_audit/jars.py).
  * An error prints {"error": ...} and exits 1.
  */
 public final class Preflight {
+  private static final String ELR = "eligible.leader.replicas.version";
+
   private Preflight() {}
 
   public static void main(String[] args) throws Exception {
@@ -49,9 +53,16 @@ public final class Preflight {
           release = "newer than this client knows (level " + mv.maxVersionLevel() + ")";
         }
       }
+      // KIP-966's eligible leader replicas: the finalized level (absent: 0, off) and the
+      // highest the brokers support (absent: a Kafka without them, before 4.0)
+      FinalizedVersionRange elr = finalized.get(ELR);
+      SupportedVersionRange elrSupported = features.supportedFeatures().get(ELR);
       StringBuilder out = new StringBuilder("{\"cluster_id\": ").append(quote(id))
           .append(", \"brokers\": ").append(nodes.size())
           .append(", \"metadata_version\": ").append(quote(release))
+          .append(", \"elr_level\": ").append(elr == null ? 0 : elr.maxVersionLevel())
+          .append(", \"elr_supported\": ")
+          .append(elrSupported == null ? 0 : elrSupported.maxVersion())
           .append("}");
       System.out.println(out);
     } catch (ExecutionException e) {

@@ -7,7 +7,9 @@ saying what to change:
 2. the cluster answers and accepts the credentials, through librdkafka (the
    watcher, the re-reads, the producers) and through the Java client (what the
    Spark Kafka source uses: the same profile mapped to Java properties); the
-   Kafka version (the finalized ``metadata.version``) comes from there;
+   Kafka version (the finalized ``metadata.version``) comes from there, and the
+   election rules (KIP-966's eligible leader replicas on, off, or not supported: off is
+   a risk, with the command that turns them on);
 3. the permissions the auditor needs: describe the cluster; describe, describe
    the configs of and read every audited topic;
 4. per audited topic, its durability and the risk it carries: replication factor
@@ -38,7 +40,8 @@ from kafka_audit.schemas.policy import Durability, allowed_because
 from kafka_audit.schemas.verdicts import Kind
 from kafka_audit.settings import Settings
 
-__all__ = ["Finding", "Report", "run_check", "CheckFailed", "transport_risks"]
+__all__ = ["Finding", "Report", "run_check", "CheckFailed", "transport_risks",
+           "election_rules"]
 
 #: the permissions the auditor needs, and what each is for
 NEEDED_ON_TOPICS = {"READ": "the consume job and the re-reads read every record",
@@ -69,6 +72,8 @@ class Report:
     cluster_id: str | None = None
     brokers: int | None = None
     kafka_metadata_version: str | None = None
+    #: KIP-966's eligible leader replicas: on | off | not supported (:func:`election_rules`)
+    eligible_leader_replicas: str | None = None
     topics: dict[str, dict] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     #: what the check proved, one line each: which client connected how, which
@@ -85,7 +90,8 @@ class Report:
     def text(self) -> str:
         lines = [f"profile {self.profile!r}: {self.security_protocol} to {self.bootstrap}",
                  f"cluster {self.cluster_id}, {self.brokers} brokers, metadata.version "
-                 f"{self.kafka_metadata_version}", ""]
+                 f"{self.kafka_metadata_version}, eligible leader replicas "
+                 f"{self.eligible_leader_replicas}", ""]
         if self.topics:
             lines.append(f"{'topic':<32} {'RF':>3} {'min.isr':>7} {'unclean':>8}  producers")
             for name, t in sorted(self.topics.items()):
@@ -258,10 +264,14 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
     report.verified.append(f"librdkafka (the producers', the watcher's and the re-reads' "
                            f"client): connected over {settings.profile.security_protocol}"
                            f"{as_whom}, described the cluster")
-    report.kafka_metadata_version = _java_probe(settings, 3 * timeout)["metadata_version"]
+    probe = _java_probe(settings, 3 * timeout)
+    report.kafka_metadata_version = probe["metadata_version"]
     report.verified.append(f"the Java client (the one Spark's consume job uses): connected "
                            f"with the same profile, read metadata.version "
                            f"{report.kafka_metadata_version}")
+    said, finding = election_rules(probe.get("elr_level", 0), probe.get("elr_supported", 0))
+    report.eligible_leader_replicas = said
+    report.findings += [finding] if finding else []
     ops = {op.name for op in cluster.authorized_operations or []}
     if "DESCRIBE" in ops:
         report.verified.append("permission DESCRIBE on the cluster")
@@ -315,6 +325,25 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
                                                  for p, a, i, *_ in producers})}
         _risks(report, t, rf, min_isr, unclean, producers)
     return report
+
+
+def election_rules(level: int, supported: int) -> tuple[str, Finding | None]:
+    """The election rules a cluster follows, from its eligible leader replicas feature
+    (KIP-966: the finalized level, the highest its brokers support), and the advice that
+    fits them: "on"; "off" (a risk: the brokers support them, a command turns them on);
+    "not supported" (a Kafka before 4.0, the classic rules)."""
+    if level >= 1:
+        return "on", None
+    if supported < 1:
+        return "not supported", None
+    return "off", Finding(
+        "risk", "cluster", "eligible leader replicas (KIP-966) are off: a partition whose ISR "
+        "fell below min.insync.replicas and then lost its last member has no clean leader: it "
+        "stays offline until that broker is back, or, with unclean election on, elects an "
+        "out-of-sync replica and loses acknowledged writes",
+        "kafka-features.sh --bootstrap-server ... upgrade --feature "
+        "eligible.leader.replicas.version=1 (clusters formatted at Kafka 4.1 or later have "
+        "them on); the auditor names elections from them elr_election")
 
 
 def transport_risks(librdkafka: dict[str, str], java: dict[str, str]) -> list[Finding]:

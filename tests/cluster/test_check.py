@@ -35,6 +35,10 @@ def test_check_reports_durability_risks_of_each_audited_topic(cluster, settings,
     assert code == 0, err
     report = json.loads(out)
     assert report["brokers"] == 3 and report["kafka_metadata_version"].startswith("4.1")
+    # formatted with the classic elections, on brokers that support KIP-966: advised
+    assert report["eligible_leader_replicas"] == "off"
+    assert [f["fix"].split(" upgrade")[0] for f in report["findings"]
+            if f["subject"] == "cluster"] == ["kafka-features.sh --bootstrap-server ..."]
     assert report["topics"][topic]["replication_factor"] == 3
     assert report["topics"][risky] == {"replication_factor": 1, "min_isr": 1, "unclean": True,
                                        "producers": ["fast (acks=1)"]}

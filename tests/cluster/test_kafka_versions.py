@@ -117,3 +117,13 @@ def test_an_election_from_the_eligible_replicas_is_named_so_not_unclean(elr_clus
     # (Kafka wrote ISR [leader] -> [elected] in one record: unclean by the ISRs alone)
     classic = diff_partition(replace(before, elr=None), after)
     assert "unclean_election" in classic and "elr_election" not in classic, classic
+
+
+def test_check_reads_the_version_and_the_election_rules(elr_cluster, tmp_path):
+    from kafka_audit.app.preflight import run_check
+
+    c = elr_cluster
+    report = run_check(test_settings(tmp_path, cluster=c.cfg.model_dump()))
+    assert report.kafka_metadata_version.startswith(c.cfg.kafka_version.rsplit(".", 1)[0])
+    assert report.eligible_leader_replicas == "on"
+    assert not [f for f in report.findings if f.subject == "cluster"], report.text()

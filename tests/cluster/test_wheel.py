@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from kafka_audit.jars import jar_cache
+from kafka_audit.jars import KAFKA_VERSIONS, jar_cache, tools_classpath
 from kafka_audit.scenarios.harness import settings_file
 
 from ..support.extras_env import build_wheel
@@ -37,7 +37,8 @@ def test_the_wheel_sets_itself_up_and_runs_from_any_directory(cluster, settings,
     elsewhere.mkdir()
     xdg_cache, xdg_data = tmp_path / "xdg-cache", tmp_path / "xdg-data"
     seeded = xdg_cache / "kafka-audit" / "jars"
-    for name in ("kafka", "spark"):  # the pinned Maven jars: not downloaded twice
+    tools_classpath()  # the newest Kafka's jars, which the Java tools run on: fetched here
+    for name in ("kafka", "spark", f"kafka-{KAFKA_VERSIONS[-1]}"):  # not downloaded twice
         shutil.copytree(jar_cache() / name, seeded / name)
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAFKA_AUDIT_")}
     env.update(XDG_CACHE_HOME=str(xdg_cache), XDG_DATA_HOME=str(xdg_data), HOME=str(tmp_path),

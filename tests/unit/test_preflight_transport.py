@@ -74,3 +74,13 @@ def test_certificate_verification_off(tmp_path):
 
 def test_hostname_verification_does_not_matter_without_tls(tmp_path):
     assert risks(tmp_path, librdkafka={"ssl.endpoint.identification.algorithm": "none"}) == []
+
+
+def test_the_election_rules_and_their_advice():
+    from kafka_audit.app.preflight import election_rules
+
+    assert election_rules(1, 1) == ("on", None)
+    assert election_rules(0, 0) == ("not supported", None)  # a Kafka before 4.0
+    said, finding = election_rules(0, 1)
+    assert said == "off" and finding.severity == "risk" and finding.subject == "cluster"
+    assert "eligible.leader.replicas.version=1" in finding.fix
