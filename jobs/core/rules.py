@@ -84,6 +84,8 @@ from kafka_audit.schemas.events import (
     OFFLINE,
     SPLIT_BRAIN,
     SPLIT_BRAIN_END,
+    UNDER_MIN_ISR_ENTER,
+    UNDER_MIN_ISR_EXIT,
 )
 from kafka_audit.schemas.verdicts import (
     CAUSE_SLACK,
@@ -376,8 +378,14 @@ def beyond_end(a: AckRun, events: Sequence[ClusterEvent], clock: Clock) -> bool:
     change that replaced it). Every truncation comes with one. A high watermark that stalls
     without one (the followers down and the controller quorum with them, so the ISR cannot
     shrink) leaves writes on the leader above it: they are not past the log's end, and
-    wait."""
+    wait. So does an ISR below ``min.insync.replicas`` (the watcher's last
+    ``under_min_isr_enter`` not yet exited): since Kafka 3.7 (KIP-966) the leader holds its
+    high watermark there, however long, while it acknowledges ``acks=1`` writes above it
+    (measured on 4.1.1: ISR [1] at min.insync.replicas 2, the high watermark stayed at 100
+    while the leader acknowledged up to 699, and reached 700 once the ISR was whole)."""
     if clock.log_end is None or clock.settled_frontier < clock.log_end:
+        return False
+    if _under_min_isr(events):
         return False
     since = clock.now - timedelta(seconds=clock.beyond_end_seconds)
     if a.last_ack >= since or any(
@@ -387,6 +395,13 @@ def beyond_end(a: AckRun, events: Sequence[ClusterEvent], clock: Clock) -> bool:
     moved = a.first_ack - timedelta(seconds=clock.lookback_seconds)
     return any(e.kind in LEADER_CHANGES and e.event_time >= moved
                and (a.broker is None or e.leader != a.broker) for e in events)
+
+
+def _under_min_isr(events: Sequence[ClusterEvent]) -> bool:
+    """Whether the partition's ISR is below ``min.insync.replicas`` now, as the watcher last
+    said (never said, or ``min.insync.replicas`` unknown: False)."""
+    said = [e for e in events if e.kind in (UNDER_MIN_ISR_ENTER, UNDER_MIN_ISR_EXIT)]
+    return bool(said) and max(said, key=lambda e: e.event_time).kind == UNDER_MIN_ISR_ENTER
 
 
 def change_gate(events: Sequence[ClusterEvent], first_ack: datetime, last_ack: datetime,

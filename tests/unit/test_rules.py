@@ -613,3 +613,26 @@ def test_merged_spans_overlap_what_the_spans_overlap(spans, queries):
         by_merged = any(lo < e and hi > s for s, e in merged)
         by_spans = any(lo < e and hi > s for s, e in spans)
         assert by_merged == by_spans if hi > lo else by_merged >= by_spans
+
+
+def test_a_write_above_a_high_watermark_held_under_min_isr_is_not_past_the_log_end():
+    """Kafka (3.7+) holds the high watermark while the ISR is below min.insync.replicas: an
+    acks=1 write the leader acknowledged above it is on the leader, not truncated, however
+    long the consume job has read the whole log below it."""
+    from kafka_audit.jobs.core.model import Clock
+    from kafka_audit.jobs.core.rules import beyond_end
+
+    run = ack(100, 0, count=5, t=10, acks="1")  # the Python ledger names no broker
+    moved = leader_change(8, leader=2, previous=1)  # just before: leadership moved
+
+    def past(*more):
+        clock = Clock(now=at(100), settled_frontier=100, log_end=100, lookback_seconds=30,
+                      beyond_end_seconds=60)
+        return beyond_end(run, [moved, *more], clock)
+
+    def said(t, kind):
+        return ClusterEvent(at(t), "t", 0, kind, 2, 2, (2,), (2, 3))
+
+    assert past()  # the log ends below it, long enough: truncated (a re-read says so)
+    assert not past(said(20, "under_min_isr_enter"))  # held below the write: it waits
+    assert past(said(20, "under_min_isr_enter"), said(30, "under_min_isr_exit"))
