@@ -31,12 +31,15 @@ and librdkafka header, into ``<jar_cache()>/kaudit-plugin``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import importlib.util
 import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 from kafka_audit.errors import JarsMissing
@@ -102,42 +105,60 @@ def _drop_provided_by_pyspark(folder: Path) -> list[str]:
     return dropped
 
 
+@contextlib.contextmanager
+def _locked(name: str) -> Iterator[None]:
+    """``<cache>/<name>.lock`` held: one process at a time fetches or builds ``name`` (two
+    test sessions, a CI clone beside a checkout), the others wait and then find it done."""
+    jar_cache().mkdir(parents=True, exist_ok=True)
+    with open(jar_cache() / f"{name}.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def ensure_jars(names: tuple[str, ...] = ("kafka", "spark"), quiet: bool = False) -> Path:
     """Fetch every named class path that is not complete yet; return the cache root."""
     for name in names:
         if _complete(name):
             continue
-        if shutil.which("mvn") is None:
-            raise JarsMissing("Maven (mvn) is needed once to fetch the pinned jars")
-        target = jar_cache() / name
-        staging = target.with_name(name + ".staging")
-        shutil.rmtree(staging, ignore_errors=True)
-        staging.mkdir(parents=True)
-        if not quiet:
-            print(f"fetching pinned {name} jars into {target} (once)", flush=True)
-        cmd = ["mvn", "-q", "-B", "-f", str(_pom(name)), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
-               f"-DoutputDirectory={staging}", "-DincludeScope=runtime", *_overrides(name)]
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=staging)
-        if proc.returncode != 0:
-            tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
-            raise JarsMissing(f"mvn could not resolve {_pom(name).name} "
-                              f"{' '.join(_overrides(name))}:\n{tail}")
-        if name == "spark":
-            _drop_provided_by_pyspark(staging)
-        (staging / ".complete").write_text(_marker(name))
-        shutil.rmtree(target, ignore_errors=True)
-        staging.rename(target)
+        with _locked(name):
+            if not _complete(name):  # another process may have fetched it meanwhile
+                _fetch(name, quiet)
     return jar_cache()
 
 
-def broker_classpath(version: str | None = None) -> str:
+def _fetch(name: str, quiet: bool) -> None:
+    if shutil.which("mvn") is None:
+        raise JarsMissing("Maven (mvn) is needed once to fetch the pinned jars")
+    target = jar_cache() / name
+    staging = target.with_name(name + ".staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    staging.mkdir(parents=True)
+    if not quiet:
+        print(f"fetching pinned {name} jars into {target} (once)", flush=True)
+    cmd = ["mvn", "-q", "-B", "-f", str(_pom(name)), f"{_DEPENDENCY_PLUGIN}:copy-dependencies",
+           f"-DoutputDirectory={staging}", "-DincludeScope=runtime", *_overrides(name)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=staging)
+    if proc.returncode != 0:
+        tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-15:])
+        raise JarsMissing(f"mvn could not resolve {_pom(name).name} "
+                          f"{' '.join(_overrides(name))}:\n{tail}")
+    if name == "spark":
+        _drop_provided_by_pyspark(staging)
+    (staging / ".complete").write_text(_marker(name))
+    shutil.rmtree(target, ignore_errors=True)
+    staging.rename(target)
+
+def broker_classpath(version: str | None = None, quiet: bool = False) -> str:
     """The broker's class path: the pinned version's, or ``version``'s (one of
-    :data:`KAFKA_VERSIONS`, fetched once)."""
+    :data:`KAFKA_VERSIONS`, fetched once; ``quiet``: without a progress line)."""
     if version is not None and version not in KAFKA_VERSIONS:
         raise JarsMissing(f"Kafka {version} is not one the local cluster runs: "
                           f"{', '.join(KAFKA_VERSIONS)}")
     name = "kafka" if version in (None, KAFKA_VERSIONS[0]) else f"kafka-{version}"
-    folder = ensure_jars((name,)) / name
+    folder = ensure_jars((name,), quiet=quiet) / name
     return os.pathsep.join(str(p) for p in sorted(folder.glob("*.jar")))
 
 
@@ -165,8 +186,23 @@ def _compile(name: str, sources: list[Path], classpath: str, against: str,
         digest.update(src.read_bytes())
     folder = jar_cache() / name
     jar, marker = folder / f"{name}.jar", folder / ".complete"
-    if jar.exists() and marker.exists() and marker.read_text().strip() == digest.hexdigest():
+
+    def built() -> bool:
+        return jar.exists() and marker.exists() and \
+            marker.read_text().strip() == digest.hexdigest()
+
+    if built():
         return jar
+    with _locked(name):
+        if not built():  # another process may have built it meanwhile
+            _build(name, sources, classpath, against, quiet, digest.hexdigest())
+    return jar
+
+
+def _build(name: str, sources: list[Path], classpath: str, against: str, quiet: bool,
+           digest: str) -> None:
+    folder = jar_cache() / name
+    jar = folder / f"{name}.jar"
     for tool in ("javac", "jar"):
         if shutil.which(tool) is None:
             raise JarsMissing(f"the JDK's {tool} is needed once to build {jar.name}")
@@ -183,10 +219,9 @@ def _compile(name: str, sources: list[Path], classpath: str, against: str,
         if proc.returncode != 0:
             raise JarsMissing(f"{cmd[0]} failed:\n{proc.stdout}{proc.stderr}")
     shutil.rmtree(staging / "classes")
-    (staging / ".complete").write_text(digest.hexdigest())
+    (staging / ".complete").write_text(digest)
     shutil.rmtree(folder, ignore_errors=True)
     staging.rename(folder)
-    return jar
 
 
 def native_jar(quiet: bool = False) -> Path:
@@ -201,10 +236,10 @@ def native_jar(quiet: bool = False) -> Path:
                     f"{jars}/*{os.pathsep}{extras}/*", f"pyspark {pyspark.__version__}", quiet)
 
 
-def tools_classpath() -> str:
+def tools_classpath(quiet: bool = False) -> str:
     """The Kafka jars the Java tools run on: the newest of :data:`KAFKA_VERSIONS`, whose
     metadata serde reads the records of every older version (4.1's cannot read 4.4's)."""
-    return broker_classpath(KAFKA_VERSIONS[-1])
+    return broker_classpath(KAFKA_VERSIONS[-1], quiet)
 
 
 def client_tools_jar(quiet: bool = False) -> Path:
@@ -212,7 +247,7 @@ def client_tools_jar(quiet: bool = False) -> Path:
     :func:`tools_classpath`: ``kafka-audit check``'s probe (``kafka_audit/app/Preflight.java``)
     and the watcher's metadata-log tail (``jobs/watcher/MetadataTail.java``)."""
     return _compile("client-tools", _sources("kafka_audit.app", "kafka_audit.jobs.watcher"),
-                    tools_classpath(), f"Kafka {KAFKA_VERSIONS[-1]}'s jars", quiet)
+                    tools_classpath(quiet), f"Kafka {KAFKA_VERSIONS[-1]}'s jars", quiet)
 
 
 def spark_jars() -> str:

@@ -454,6 +454,6 @@ def tail_command(dirs: list[Path]) -> list[str]:
     (:func:`~kafka_audit.jars.tools_classpath`: they read every older version's records)."""
     from kafka_audit.jars import client_tools_jar, tools_classpath
 
-    classpath = f"{client_tools_jar(quiet=True)}:{tools_classpath()}"
+    classpath = f"{client_tools_jar(quiet=True)}:{tools_classpath(quiet=True)}"
     return ["java", "-Xmx64m", "-XX:+UseSerialGC", "-cp", classpath,
             "kafka_audit.jobs.watcher.MetadataTail", "200", *map(str, dirs)]

@@ -42,3 +42,40 @@ def test_the_first_kafka_version_is_the_pinned_one_and_each_other_its_own_class_
     assert _overrides("kafka") == [] and _overrides("kafka-4.4.0") == ["-Dkafka.version=4.4.0"]
     # another version is fetched anew, never taken for the pinned one's complete folder
     assert _pom("kafka-4.4.0") == _pom("kafka") and _marker("kafka-4.4.0") != _marker("kafka")
+
+
+def test_two_fetches_at_once_run_maven_once_and_leave_one_whole_folder(tmp_path,
+                                                                      monkeypatch):
+    """Two processes needing the same jars (two test sessions, a CI clone beside a checkout)
+    fetch them once: the second waits on the lock and finds the folder complete."""
+    import os
+    import threading
+
+    from kafka_audit import jars
+
+    calls = tmp_path / "calls"
+    fake = tmp_path / "bin" / "mvn"
+    fake.parent.mkdir()
+    # a Maven that takes a while and copies one jar into -DoutputDirectory
+    fake.write_text(f'#!/bin/sh\necho run >> "{calls}"\nsleep 1\nfor a in "$@"; do case '
+                    '"$a" in -DoutputDirectory=*) touch "${a#-DoutputDirectory=}/x-1.0.jar";; '
+                    'esac; done\n')
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{fake.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("KAFKA_AUDIT_JAR_CACHE", str(tmp_path / "cache"))
+    errors = []
+
+    def fetch():
+        try:
+            jars.ensure_jars(("kafka-4.4.0",), quiet=True)
+        except Exception as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=fetch) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors and calls.read_text().count("run") == 1
+    assert jars._complete("kafka-4.4.0")
+    assert [p.name for p in (tmp_path / "cache" / "kafka-4.4.0").glob("*.jar")] == ["x-1.0.jar"]
