@@ -190,12 +190,10 @@ class LocalCluster:
         cluster_id = id_file.read_text().strip()
         todo = [n for n in self.nodes
                 if not (self.meta_dir(n) / "meta.properties").exists()]
-        formed = self.formatted_as()
-        if len(todo) < len(self.nodes) and formed != self._form():
-            raise ClusterError(
-                f"the local cluster under {self.root} was formatted as {_said(formed)}, and "
-                f"this asks for {_said(self._form())}: `kafka-audit cluster discard` "
-                f"removes it (its data), or give this run another home")
+        if len(todo) < len(self.nodes):
+            self._refuse_another_format()
+        else:  # written first: a format interrupted halfway is still known for what it was
+            (self.root / FORMAT_FILE).write_text(json.dumps(self._form()))
         scram: list[str] = []
         if todo and self.cfg.secure:
             # the SCRAM users exist from the first moment the SECURE listener serves
@@ -216,8 +214,14 @@ class LocalCluster:
                 for arg in scram[1::2]:  # a salted password is a credential too
                     output = output.replace(arg, "SCRAM-SHA-512=[***]")
                 raise ClusterError(f"format of node {node} failed: {output}")
-        if todo:
-            (self.root / FORMAT_FILE).write_text(json.dumps(self._form()))
+
+    def _refuse_another_format(self) -> None:
+        formed = self.formatted_as()
+        if formed != self._form():
+            raise ClusterError(
+                f"the local cluster under {self.root} was formatted as {_said(formed)}, and "
+                f"this asks for {_said(self._form())}: `kafka-audit cluster discard` "
+                f"removes it (its data), or give this run another home")
 
     def _form(self) -> dict:
         return {"kafka_version": self.cfg.kafka_version,
@@ -257,6 +261,8 @@ class LocalCluster:
     def start(self, node: int) -> int:
         if (pid := self.pid(node)) is not None:
             return pid
+        if (self.meta_dir(node) / "meta.properties").exists():
+            self._refuse_another_format()  # another version's jars on its storage: never
         conf = self._write_config(node)
         out = open(self.node_dir(node) / "logs" / "stdout.log", "ab")
         group = cgroups.prepare(self.cgroup(node))  # None: no cgroup v2 to write here

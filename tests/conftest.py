@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from kafka_audit.jars import KAFKA_VERSIONS
 from kafka_audit.scenarios.cluster import LocalCluster
 from kafka_audit.settings import Settings
 
@@ -34,9 +35,12 @@ OFFSET = int(os.environ.get("AUDIT_TEST_PORT_OFFSET", "0"))
 # the brokers' JIT stops at its first tier: a broker restarted beside a producer and Spark
 # on 2 cores rejoins its ISRs sooner (``bench/broker_restart.py --busy 1``), and the tests'
 # loads are far below what the brokers' fully compiled code would carry
+# (the pinned Kafka with the classic elections, whatever the environment says: the tests
+# of other versions and election rules start clusters of their own)
 CLUSTER = {"broker_base_port": 19091 + OFFSET, "controller_base_port": 19191 + OFFSET,
            "replication_base_port": 19291 + OFFSET, "secure_base_port": 19391 + OFFSET,
-           "jvm_options": "-XX:TieredStopAtLevel=1"}
+           "jvm_options": "-XX:TieredStopAtLevel=1", "kafka_version": KAFKA_VERSIONS[0],
+           "eligible_leader_replicas": False}
 CLUSTER_HOME = ROOT / "var" / ("test-cluster" if not OFFSET else f"test-cluster-{OFFSET}")
 S3_PORT = 19491 + OFFSET  # the local S3-compatible server (scenarios/object_store.py)
 

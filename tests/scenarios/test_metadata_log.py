@@ -128,7 +128,8 @@ def committed_partition_records(cluster, topic: str) -> dict[int, list[dict]]:
         folder = cluster.meta_dir(node) / "__cluster_metadata-0"
         files = sorted(str(p) for p in folder.glob("*.log"))
         out = subprocess.run(
-            ["java", "-Xmx128m", "-cp", broker_classpath(), "kafka.tools.DumpLogSegments",
+            ["java", "-Xmx128m", "-cp", broker_classpath(cluster.cfg.kafka_version),
+             "kafka.tools.DumpLogSegments",
              "--cluster-metadata-decoder", "--files", ",".join(files)],
             capture_output=True, text=True, timeout=120, check=True).stdout
         for line in out.splitlines():
