@@ -169,7 +169,7 @@ def _java_probe(settings: Settings, timeout: float) -> dict:
     props = {k.removeprefix("kafka."): v for k, v in
              spark_kafka_options(settings.profile, settings.cluster.bootstrap).items()}
     text = "".join(f"{k}={_escape(v)}\n" for k, v in props.items())
-    cp = f"{tools_classpath()}:{client_tools_jar(quiet=True)}"
+    cp = f"{tools_classpath(quiet=True)}:{client_tools_jar(quiet=True)}"
     try:
         done = subprocess.run(["java", "-cp", cp, "kafka_audit.app.preflight.Preflight",
                                str(int(timeout))], input=text, capture_output=True, text=True,
@@ -269,7 +269,8 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
     report.verified.append(f"the Java client (the one Spark's consume job uses): connected "
                            f"with the same profile, read metadata.version "
                            f"{report.kafka_metadata_version}")
-    said, finding = election_rules(probe.get("elr_level", 0), probe.get("elr_supported", 0))
+    said, finding = election_rules(probe.get("elr_level", 0), probe.get("elr_supported", 0),
+                                   report.kafka_metadata_version)
     report.eligible_leader_replicas = said
     report.findings += [finding] if finding else []
     ops = {op.name for op in cluster.authorized_operations or []}
@@ -327,21 +328,31 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
     return report
 
 
-def election_rules(level: int, supported: int) -> tuple[str, Finding | None]:
+#: the metadata.version eligible leader replicas need (Kafka's ELRV_1 depends on it)
+ELR_METADATA_VERSION = (4, 0, 1)
+
+
+def election_rules(level: int, supported: int, metadata_version: str | None = None
+                   ) -> tuple[str, Finding | None]:
     """The election rules a cluster follows, from its eligible leader replicas feature
     (KIP-966: the finalized level, the highest its brokers support), and the advice that
-    fits them: "on"; "off" (a risk: the brokers support them, a command turns them on);
-    "not supported" (a Kafka before 4.0, the classic rules)."""
+    fits them: "on"; "off" (a risk: the brokers support them, a command turns them on,
+    after one that raises ``metadata.version`` where it is below 4.0-IV1, which Kafka
+    would refuse first); "not supported" (a Kafka before 4.0, the classic rules)."""
     if level >= 1:
         return "on", None
     if supported < 1:
         return "not supported", None
+    m = re.fullmatch(r"(\d+)\.(\d+)-IV(\d+)", metadata_version or "")
+    first = ("first raise metadata.version: kafka-features.sh --bootstrap-server ... upgrade "
+             "--metadata 4.0-IV1, then " if m and tuple(map(int, m.groups()))
+             < ELR_METADATA_VERSION else "")
     return "off", Finding(
         "risk", "cluster", "eligible leader replicas (KIP-966) are off: a partition whose ISR "
         "fell below min.insync.replicas and then lost its last member has no clean leader: it "
         "stays offline until that broker is back, or, with unclean election on, elects an "
         "out-of-sync replica and loses acknowledged writes",
-        "kafka-features.sh --bootstrap-server ... upgrade --feature "
+        f"{first}kafka-features.sh --bootstrap-server ... upgrade --feature "
         "eligible.leader.replicas.version=1 (clusters formatted at Kafka 4.1 or later have "
         "them on); the auditor names elections from them elr_election")
 

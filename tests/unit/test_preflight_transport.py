@@ -84,3 +84,9 @@ def test_the_election_rules_and_their_advice():
     said, finding = election_rules(0, 1)
     assert said == "off" and finding.severity == "risk" and finding.subject == "cluster"
     assert "eligible.leader.replicas.version=1" in finding.fix
+    assert election_rules(0, 1, "4.1-IV1")[1].fix.startswith("kafka-features.sh")
+    # brokers of 4.x at a metadata.version Kafka's ELR feature cannot stand on yet
+    for older in ("4.0-IV0", "3.9-IV0"):
+        assert election_rules(0, 1, older)[1].fix.startswith(
+            "first raise metadata.version: kafka-features.sh --bootstrap-server ... upgrade "
+            "--metadata 4.0-IV1, then kafka-features.sh")
