@@ -7,7 +7,8 @@ For every (version, ELR) pair: the local cluster discarded and formatted anew th
 ``--scenarios`` run as ``kafka-audit scenario run`` runs it (``scenarios/runner.py``):
 its losses, duplicates and reorders equal the full read's, the causes among those the
 scenario allows, the windows it expects there. A row per run, printed and written to
-``<home>/matrix-<time>.md`` (the table the README carries) and ``.json``.
+``<home>/matrix-<time>.md`` (the table ``docs/scenarios.md`` carries) and ``.json``.
+The local cluster under that home is discarded first and after: give it a home of its own.
 
 Run (a home and ports of its own, so a demo or benchmark may run beside it)::
 
@@ -45,7 +46,8 @@ SCENARIOS = ("acks1-leader-kill", "isr-shrunk-unclean", "min-isr-2", "simultaneo
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--versions", nargs="*", default=list(KAFKA_VERSIONS))
+    ap.add_argument("--versions", nargs="*", default=list(KAFKA_VERSIONS),
+                    choices=KAFKA_VERSIONS)
     ap.add_argument("--elr", nargs="*", default=["off", "on"], choices=["off", "on"])
     ap.add_argument("--scenarios", nargs="*", default=list(SCENARIOS))
     ap.add_argument("--seconds", type=float, default=12, help="seconds of traffic a run")

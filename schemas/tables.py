@@ -138,8 +138,8 @@ TABLES: dict[str, list[Column]] = {
                                     "end before; split_brain_*: each claimant's leader "
                                     "epoch"),
         C("eligible_leader_replicas", "int_list", True,
-          "KIP-966's eligible leader replicas after the change (the metadata log of a cluster "
-          "with them on; null: not known, as from a poll)"),
+          "KIP-966's eligible leader replicas after the change, from the metadata log "
+          "([] on a cluster without them); null: not known (a poll)"),
         C("previous_eligible_leader_replicas", "int_list", True, "the same before it"),
     ],
     "findings": [

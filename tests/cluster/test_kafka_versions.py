@@ -26,6 +26,7 @@ from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.scenarios.faults import cut_port
 from kafka_audit.scenarios.runner import run_scenario
 from kafka_audit.settings import Settings
+from kafka_audit.store import read_table
 
 from ..conftest import CLUSTER, test_settings
 
@@ -50,7 +51,7 @@ def elr_cluster(request, tmp_path_factory):
 
 def test_a_scenario_on_this_version_matches_a_full_read(elr_cluster, spark, tmp_path):
     """The ISR shrunk to the leader, the leader lost, an unclean election: every loss found
-    with a cause the scenario allows (Kafka marks the election RECOVERING here)."""
+    with a cause the scenario allows, and the election named unclean in the timeline."""
     c = elr_cluster
     settings = test_settings(tmp_path, cluster=c.cfg.model_dump(), watch={
         "metadata_log_dirs": [str(c.node_dir(n) / "meta") for n in c.nodes]})
@@ -58,6 +59,9 @@ def test_a_scenario_on_this_version_matches_a_full_read(elr_cluster, spark, tmp_
                           out_dir=tmp_path, progress=print)
     print(report.text())
     assert report.ok and report.found_lost, report.text()
+    assert [r for r in read_table(settings.table_path("cluster_events"),
+                                  "cluster_events").to_pylist()
+            if r["topic"] == report.topic and r["kind"] == "unclean_election"]
 
 
 def test_an_election_from_the_eligible_replicas_is_named_so_not_unclean(elr_cluster):
