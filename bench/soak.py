@@ -162,6 +162,25 @@ def lines(samples: list[dict]) -> dict[str, dict[str, list[tuple[float, float]]]
     return out
 
 
+#: minutes a low of the whole home's bytes is taken over: with retention in minutes the
+#: bytes are a sawtooth (files replaced every minute, vacuumed an hour later), whose
+#: lows show the trend its slope hides
+LOW_WINDOW = 10
+
+
+def lows(samples: list[dict], after: float = 10) -> list[tuple[float, dict]]:
+    """The sample with the fewest bytes in the home, per whole :data:`LOW_WINDOW` minutes
+    from minute ``after`` on: (the window's first minute, that sample)."""
+    out = []
+    start = after
+    while any(s["minute"] >= start + LOW_WINDOW - 1 for s in samples):
+        window = [s for s in samples if start <= s["minute"] < start + LOW_WINDOW]
+        if window:
+            out.append((start, min(window, key=lambda s: s["home_mb"])))
+        start += LOW_WINDOW
+    return out
+
+
 def slopes(samples: list[dict], after: float = 10) -> dict[str, dict[str, float | None]]:
     return {panel: {name: slope_per_hour([p for p in pts if p[0] >= after])
                     for name, pts in named.items()}
@@ -204,6 +223,9 @@ def report(samples: list[dict], kills: list[float], plot_path: Path | None,
             span = f"{min(vals):.1f}..{max(vals):.1f}" if vals else "-"
             print(f"  {name:32s} slope {v if v is None else f'{v:+.2f}'}/h   "
                   f"(after minute {after:g}: {span})")
+    for start, low in lows(samples, after):
+        print(f"  the whole home's low in minutes {start:g}-{start + LOW_WINDOW:g}: "
+              f"{low['home_mb']:.1f} MB (minute {low['minute']:g})")
     if plot_path is not None:
         plot(samples, kills, plot_path, after)
         print(f"plot: {plot_path} ({plot_path.stat().st_size // 1024} KB)")
