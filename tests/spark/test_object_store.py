@@ -73,7 +73,10 @@ def test_concurrent_ledger_writers_lose_and_double_nothing(s3_settings, tmp_path
     assert [r["left"] for r in results] == [0] * WRITERS
     assert [r["rows"] for r in results] == [COMMITS * ROWS] * WRITERS
     latest = store.latest_version(acks)
-    assert latest == WRITERS * COMMITS  # one version a commit, after version 0
+    # one version a segment, after version 0; a commit that failed (its retries spent on
+    # lost races, on a busy machine) kept its segment, committed with the next in one
+    failed = sum(r["failures"] for r in results)
+    assert WRITERS * COMMITS - failed <= latest <= WRITERS * COMMITS, (latest, failed)
     gaps = [v for v in range(latest + 1) if store._commit_actions(acks, v) is None]
     assert gaps == []
     t = store.read_table(acks, "acks", ["producer_id", "seq"])
