@@ -69,7 +69,7 @@ def jar_cache() -> Path:
 
 
 def _pom(name: str) -> Path:
-    return _folder("kafka_audit.deploy.maven") / _POMS[name.split("-", 1)[0]]
+    return _folder("kafka_audit.deploy.maven") / _POMS[name.partition("-")[0]]
 
 
 def _overrides(name: str) -> list[str]:
@@ -150,6 +150,7 @@ def _fetch(name: str, quiet: bool) -> None:
     (staging / ".complete").write_text(_marker(name))
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
+
 
 def broker_classpath(version: str | None = None, quiet: bool = False) -> str:
     """The broker's class path: the pinned version's, or ``version``'s (one of

@@ -271,15 +271,11 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
     elected = next((e for e in changes if e.leader is not None and e.leader >= 0), None)
     successor = elected.leader if elected is not None else None
     if elected is not None and elected.previous_elr and successor in elected.previous_elr:
-        if _every_replica_down(ack.first_ack - CAUSE_SLACK, elected.event_time, events):
-            return Cause.simultaneous_crash
-        return Cause.disk_loss  # an eligible replica, elected, came back without it
+        return _copy_lost(ack, elected, events)  # an eligible replica back without it
     if any(len(isr) <= 1 for isr in before):
         if elected is not None and successor in left and all(
                 isr <= {successor} for isr in before):
-            if _every_replica_down(ack.first_ack - CAUSE_SLACK, elected.event_time, events):
-                return Cause.simultaneous_crash  # the ISR shrank as the others went down too
-            return Cause.disk_loss  # the sole in-sync replica leads again, without it
+            return _copy_lost(ack, elected, events)  # the sole in-sync replica, without it
         return Cause.isr_shrunk
     if any(e.previous_isr is not None and e.leader is not None and e.leader >= 0
            and e.leader not in e.previous_isr and e.leader not in (e.previous_elr or ())
@@ -289,6 +285,15 @@ def _cause_of(ack: AckRun, changes: Sequence[ClusterEvent],
             successor is not None and before and all(successor in isr for isr in before)):
         return Cause.simultaneous_crash  # elected from the ISR that had it, back without it
     return Cause.unknown
+
+
+def _copy_lost(ack: AckRun, elected: ClusterEvent, events: Sequence[ClusterEvent]) -> str:
+    """The successor held the write and leads without it: its copy went. Every replica
+    fenced between the ack and that election (the ISR shrinking as the others went down
+    too): a ``simultaneous crash``; else a ``disk loss``."""
+    if _every_replica_down(ack.first_ack - CAUSE_SLACK, elected.event_time, events):
+        return Cause.simultaneous_crash
+    return Cause.disk_loss
 
 
 def _every_replica_down(since: datetime, until: datetime,
@@ -381,11 +386,10 @@ def beyond_end(a: AckRun, events: Sequence[ClusterEvent], clock: Clock) -> bool:
     wait. So does an ISR below ``min.insync.replicas`` (the watcher's last
     ``under_min_isr_enter`` not yet exited): since Kafka 3.7 (KIP-966) the leader holds its
     high watermark there, however long, while it acknowledges ``acks=1`` writes above it
-    (measured on 4.1.1: ISR [1] at min.insync.replicas 2, the high watermark stayed at 100
-    while the leader acknowledged up to 699, and reached 700 once the ISR was whole)."""
+    (``bench/held_watermark.py`` on 4.1.1: ISR [3] at min.insync.replicas 2, the high
+    watermark stayed at 100 while the leader acknowledged up to 649, and was 650 once the
+    ISR was whole)."""
     if clock.log_end is None or clock.settled_frontier < clock.log_end:
-        return False
-    if _under_min_isr(events):
         return False
     since = clock.now - timedelta(seconds=clock.beyond_end_seconds)
     if a.last_ack >= since or any(
@@ -394,7 +398,8 @@ def beyond_end(a: AckRun, events: Sequence[ClusterEvent], clock: Clock) -> bool:
         return False
     moved = a.first_ack - timedelta(seconds=clock.lookback_seconds)
     return any(e.kind in LEADER_CHANGES and e.event_time >= moved
-               and (a.broker is None or e.leader != a.broker) for e in events)
+               and (a.broker is None or e.leader != a.broker) for e in events) \
+        and not _under_min_isr(events)
 
 
 def _under_min_isr(events: Sequence[ClusterEvent]) -> bool:

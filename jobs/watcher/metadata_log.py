@@ -273,9 +273,9 @@ class MetadataFold:
                 changes["leader"], changes["epoch"] = data["leader"], old.epoch + 1  # type: ignore[operator]
             return self._partition(*key, replace(old, **changes), at)
         elif kind == "CLEAR_ELR_RECORD":  # a min.insync.replicas change: ELRs emptied
-            names = {data.get("topicName") or None}  # none named: every topic's
+            name = data.get("topicName") or None  # none named: every topic's
             for key, view in self.partitions.items():
-                if None in names or self.topics.get(key[0]) in names:
+                if name is None or self.topics.get(key[0]) == name:
                     self.partitions[key] = replace(view, elr=())
         elif kind in ("REGISTER_BROKER_RECORD", "BROKER_REGISTRATION_CHANGE_RECORD",
                       "FENCE_BROKER_RECORD", "UNFENCE_BROKER_RECORD",

@@ -211,11 +211,11 @@ def _scenario(args) -> int:
     if args.seeds < 1:
         raise AuditorError("--seeds must be at least 1")
     s = get_settings()
-    cfg = {"kafka_version": args.kafka_version,
-           "eligible_leader_replicas": {"on": True, "off": False, None: None}[args.elr]}
+    cluster_cfg = {**({"kafka_version": args.kafka_version} if args.kafka_version else {}),
+                   **({"eligible_leader_replicas": args.elr == "on"} if args.elr else {})}
     s = s.model_copy(update={
         "audit": s.audit.model_copy(update={"settle_seconds": args.settle}),
-        "cluster": s.cluster.model_copy(update={k: v for k, v in cfg.items() if v is not None})})
+        "cluster": s.cluster.model_copy(update=cluster_cfg)})
     cluster = LocalCluster(s)
     if args.fresh:
         cluster.discard()
