@@ -52,11 +52,14 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
                    report: Callable[[AuditSummary], None] = lambda s: print(s.line(),
                                                                               flush=True),
                    stop: threading.Event | None = None,
-                   wake: threading.Event | None = None) -> None:
+                   wake: threading.Event | None = None,
+                   behind: Callable[[], int] | None = None) -> None:
     """Run passes every ``audit.interval_seconds`` (one with ``once``, which raises on a
     failed pass), sharing one set of cluster lookups and warm state; ``report`` gets each
     pass's summary. ``wake``: set by the consume job when it commits a micro-batch, it
-    starts the next pass early. Runs until ``stop`` is set."""
+    starts the next pass early. ``behind``: the records the consume job still has to read
+    (:class:`~kafka_audit.jobs.consume.consume_job.Backlog`); while there are some, passes
+    are ``steady.backlog_pass_seconds`` apart. Runs until ``stop`` is set."""
     stop = stop or threading.Event()
     lookups = ClusterLookups(settings)
     warm = Warm()
@@ -85,7 +88,8 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
             report(summary)
             if once:
                 return
-            _wait(settings, stop, wake, _due(summary), sum(summary.seconds.values()))
+            _wait(settings, stop, wake, _due(summary), sum(summary.seconds.values()),
+                  behind)
     finally:
         if upkeep is not None:
             upkeep.close()
@@ -93,7 +97,8 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
 
 
 def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | None,
-          due: float | None = None, pass_seconds: float = 0.0) -> None:
+          due: float | None = None, pass_seconds: float = 0.0,
+          behind: Callable[[], int] | None = None) -> None:
     """Until the next pass: ``audit.interval_seconds``, or less once ``wake`` is set (but
     at least ``steady.min_pass_gap_seconds``), or until ``stop``.
 
@@ -101,19 +106,36 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
     (:attr:`AuditSummary.suspects_settle`). A pass starts then at the latest; and one that
     would start less than ``pass_seconds`` (the last pass's length) before it waits for it
     instead, since begun sooner it would still be running then and leave them to the pass
-    after."""
+    after.
+
+    ``behind()``: records the consume job has yet to read. While there are some, neither
+    a wake nor the interval starts a pass before ``steady.backlog_pass_seconds`` have
+    passed (``due`` still does): a pass judging the backlog's first batches took a core
+    and the interpreter from the reading, which the catch-up after an outage waited for
+    (bench/catchup.py). The commit that ends the backlog wakes the pass at once."""
     start = time.monotonic()
     end = start + settings.audit.interval_seconds
     if due is not None and due - end < pass_seconds:
         end = max(due, start)  # the interval ends too close to it: wait for it
+    hold = start + settings.steady.backlog_pass_seconds
+    if due is not None:
+        hold = min(hold, due)  # writes that settle are judged when they do
+
+    def held() -> bool:  # a backlog is being read, and the pass may still wait for it
+        return behind is not None and time.monotonic() < hold and behind() > 0
+
     gap = min(settings.steady.min_pass_gap_seconds, settings.audit.interval_seconds)
-    if wake is None:
-        stop.wait(end - start)
-        return
     if stop.wait(min(gap, end - start)):
         return
-    while not stop.is_set() and (left := end - time.monotonic()) > 0:
-        if wake.wait(min(left, 0.25)):
+    while not stop.is_set():
+        now = time.monotonic()
+        if held():
+            stop.wait(min(hold - now, 0.25))
+        elif now >= end:
+            return
+        elif wake is None:
+            stop.wait(min(end - now, 0.25))
+        elif wake.wait(min(end - now, 0.25)) and not held():
             if due is not None and 0 < (until_due := due - time.monotonic()) < pass_seconds:
                 stop.wait(until_due)  # woken too close to it: wait for it
             return

@@ -52,7 +52,7 @@ from kafka_audit.settings import Settings
 from kafka_audit.store import check_table, commit_metadata
 
 __all__ = ["start_consume", "run_consume", "consume_app_id", "last_batch_written",
-           "stop_quietly", "QUERY_NAME", "DEFAULT_PATTERN"]
+           "stop_quietly", "Backlog", "QUERY_NAME", "DEFAULT_PATTERN"]
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,20 @@ QUERY_NAME = "kafka_audit_consume"
 #: Anchored: Spark finds a subscribe pattern anywhere in a name, so "[^_].*" alone
 #: matched "_kafka_audit_probe" from its second character
 DEFAULT_PATTERN = "^[^_].*$"
+
+
+class Backlog:
+    """What the consume query's last micro-batch left to read: the records Spark knew were
+    in the topics past the batch's end when it planned it (0: it read to the end it knew,
+    or no batch ran yet, or the query is failing). ``kafka-audit run``'s audit loop reads it
+    (:func:`~kafka_audit.jobs.audit.audit_job.run_audit_loop`): while a backlog is read its
+    passes wait, and the reading has the machine."""
+
+    def __init__(self) -> None:
+        self.records = 0  # one int, set by the consume thread, read by the audit loop's
+
+    def __call__(self) -> int:
+        return self.records
 
 
 class LedgerTopics:
@@ -218,13 +232,15 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
 
 def run_consume(spark, settings: Settings, pattern: str | None = None, once: bool = False,
                 stop: threading.Event | None = None,
-                on_commit: Callable[[], None] | None = None) -> None:
+                on_commit: Callable[[], None] | None = None,
+                backlog: Backlog | None = None) -> None:
     """Run the consume query until ``stop`` (or, with ``once``, until it has read to the
     end), restarting it after an error; its progress goes to the status file. Without a
     ``pattern``, the audited topics are looked up every ``spark.topic_refresh_seconds``:
     when they change (a producer wrote to a new topic), the query restarts on the new
     pattern from its checkpoint (the new topic's partitions start at their beginning).
-    ``on_commit``: see :func:`start_consume`."""
+    ``on_commit``: see :func:`start_consume`; ``backlog`` is kept up to date with each
+    progress (:class:`Backlog`)."""
     import time
 
     from kafka_audit.stamp_key import stamp_mac
@@ -232,6 +248,8 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
 
     stamp_mac(settings)  # a stamp key file that is no key: an error now, not an outage
     stop = stop or threading.Event()
+    if backlog is not None:
+        backlog.records = 0  # unknown until this run's first progress
     restarts = 0  # queries started again after an error, shown in the status file
     outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
@@ -255,7 +273,10 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                 progress = query.lastProgress
                 if progress is not None and progress["timestamp"] != seen:
                     seen = progress["timestamp"]
-                    outage.succeeded(restarts=restarts, **_progress_detail(progress))
+                    detail = _progress_detail(progress)
+                    if backlog is not None:
+                        backlog.records = detail["behind"]
+                    outage.succeeded(restarts=restarts, **detail)
                 if done:
                     if once:
                         return  # read to the end
@@ -274,6 +295,8 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                 stop_quietly(spark, query, halting)
                 return
         except Exception as exc:  # noqa: BLE001 - restarted after a wait, never dies of it
+            if backlog is not None:
+                backlog.records = 0  # not reading: the passes need not wait for it
             if once:
                 raise
             raise_if_jvm_died(spark, exc)  # but of its JVM: the service gives it a new one
@@ -431,18 +454,27 @@ def _progress_detail(progress) -> dict:
         except ValueError:
             pass
     committed: dict[str, dict[str, int]] = {}
+    behind = 0
     for source in raw["sources"] or []:
         end = _offsets(source["endOffset"])
+        latest = _offsets(source.get("latestOffset"))
         for topic, parts in end.items():
             if isinstance(parts, dict):
-                committed.setdefault(str(topic), {}).update(
-                    {str(p): int(o) for p, o in parts.items()})
+                ends = {str(p): int(o) for p, o in parts.items()}
+                committed.setdefault(str(topic), {}).update(ends)
+                known = latest.get(topic)
+                if isinstance(known, dict):
+                    behind += sum(max(0, int(o) - ends[str(p)]) for p, o in known.items()
+                                  if str(p) in ends)
     durations = raw.get("durationMs") or {}
     return {"batch": raw["batchId"], "progress_at": raw["timestamp"], "committed": committed,
             # how long the batch took, and in the sink (the fold and its commit)
             "records": raw.get("numInputRows"),
             "seconds": round(durations.get("triggerExecution", 0) / 1000, 3),
-            "sink_seconds": round(durations.get("addBatch", 0) / 1000, 3)}
+            "sink_seconds": round(durations.get("addBatch", 0) / 1000, 3),
+            # what the batch left for the next ones: the records Spark knew were there when
+            # it planned it, past its end (more than spark.max_offsets_per_trigger waited)
+            "behind": behind}
 
 
 def _offsets(value) -> dict:

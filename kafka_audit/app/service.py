@@ -27,8 +27,11 @@ writes, never those an earlier run left.
 
 Steady state: the consume job wakes the audit loop when it commits a micro-batch (an
 in-process event, ``steady.wake_on_commit``), so a loss is judged soon after its
-settle period rather than up to an interval later; the Spark session is shared and
-kept with bounded bookkeeping (:data:`LONG_RUNNING_SPARK`).
+settle period rather than up to an interval later; while it reads a backlog (after an
+outage: more than ``spark.max_offsets_per_trigger`` waited when it planned its last
+micro-batch) a pass starts at most every ``steady.backlog_pass_seconds`` instead, so
+the reading has the machine; the Spark session is shared and kept with bounded
+bookkeeping (:data:`LONG_RUNNING_SPARK`).
 """
 
 from __future__ import annotations
@@ -187,7 +190,7 @@ def build(settings: Settings, spark_factory=None) -> Service:
     from kafka_audit.app.api_process import supervise_api_process, supervise_child
     from kafka_audit.app.marker_process import MODULE as MARKER
     from kafka_audit.jobs.audit.audit_job import run_audit_loop
-    from kafka_audit.jobs.consume.consume_job import run_consume
+    from kafka_audit.jobs.consume.consume_job import Backlog, run_consume
     from kafka_audit.jobs.spark import forget_dead_session, jvm_alive
     from kafka_audit.jobs.upkeep.staged_acks import run_staged_commits
     from kafka_audit.jobs.watcher.watcher import ClusterWatcher
@@ -220,12 +223,15 @@ def build(settings: Settings, spark_factory=None) -> Service:
 
     # set by each consume commit, it starts the next audit pass early
     wake = threading.Event() if settings.steady.wake_on_commit else None
+    backlog = Backlog()  # what the consume job still has to read: the passes wait for it
 
     def consume(stop: threading.Event) -> None:
-        run_consume(spark(), settings, stop=stop, on_commit=wake.set if wake else None)
+        run_consume(spark(), settings, stop=stop, on_commit=wake.set if wake else None,
+                    backlog=backlog)
 
     def audit(stop: threading.Event) -> None:
-        run_audit_loop(spark(), settings, stop=stop, wake=wake, report=lambda s: log.info(
+        run_audit_loop(spark(), settings, stop=stop, wake=wake, behind=backlog,
+                       report=lambda s: log.info(
             "%s [%s]", s.line(), " ".join(f"{k.replace(' ', '_')} {v:.1f}"
                                           for k, v in s.seconds.items())))
 

@@ -1,24 +1,39 @@
 """When the audit loop starts its next pass (``jobs/audit_job._wait``): on a commit, at the
-interval's end, and at the instant the writes that look lost settle. Timing is checked
+interval's end, at the instant the writes that look lost settle, and not while the
+consume job reads a backlog. Timing is checked
 as bounds on the monotonic clock (the wait may run late on a loaded machine, never early)."""
 
 import threading
 import time
 
 from kafka_audit.jobs.audit.audit_job import _wait
+from kafka_audit.jobs.consume.consume_job import Backlog
 from kafka_audit.settings import Settings
 
 
 def waited(tmp_path, interval: float, due_in: float | None = None, pass_seconds: float = 0.0,
-           wake_after: float | None = None) -> float:
+           wake_after: float | None = None, backlog: Backlog | None = None,
+           hold: float = 60, caught_up_after: float | None = None) -> float:
     settings = Settings(home=tmp_path, audit={"interval_seconds": interval},
-                        steady={"min_pass_gap_seconds": 0.05})
+                        steady={"min_pass_gap_seconds": 0.05, "backlog_pass_seconds": hold})
     stop, wake = threading.Event(), threading.Event()
     if wake_after is not None:
         threading.Timer(wake_after, wake.set).start()
+    if caught_up_after is not None:
+        def caught_up():
+            backlog.records = 0
+            wake.set()  # the commit of the backlog's last batch
+        threading.Timer(caught_up_after, caught_up).start()
     t0 = time.monotonic()
-    _wait(settings, stop, wake, None if due_in is None else t0 + due_in, pass_seconds)
+    _wait(settings, stop, wake, None if due_in is None else t0 + due_in, pass_seconds,
+          backlog)
     return time.monotonic() - t0
+
+
+def behind(records: int) -> Backlog:
+    backlog = Backlog()
+    backlog.records = records
+    return backlog
 
 
 def test_a_commit_starts_the_next_pass_early(tmp_path):
@@ -51,3 +66,27 @@ def test_settled_already_starts_at_once_and_stop_ends_the_wait(tmp_path):
     t0 = time.monotonic()
     _wait(settings, stop, threading.Event(), t0 + 60, 100)
     assert time.monotonic() - t0 < 10
+
+
+def test_a_commit_of_a_backlog_batch_does_not_start_a_pass_until_the_backlog_is_read(tmp_path):
+    # woken at 0.1 s by a batch that left 2 M records to read: the pass waits until the
+    # batch that reads the rest commits (1.0 s), then starts at once
+    took = waited(tmp_path, interval=0.2, wake_after=0.1, backlog=behind(2_000_000),
+                  caught_up_after=1.0)
+    assert 1.0 <= took < 10
+    # with nothing left to read the same commit starts it at once
+    assert waited(tmp_path, interval=30, wake_after=0.1, backlog=behind(0)) < 1.0
+
+
+def test_a_long_backlog_still_gets_a_pass_every_backlog_pass_seconds(tmp_path):
+    took = waited(tmp_path, interval=0.2, wake_after=0.1, backlog=behind(2_000_000), hold=1.5)
+    assert 1.5 <= took < 10
+    # 0: no waiting for a backlog
+    assert waited(tmp_path, interval=30, wake_after=0.1, backlog=behind(2_000_000),
+                  hold=0) < 1.0
+
+
+def test_writes_that_settle_during_a_backlog_are_judged_when_they_do(tmp_path):
+    took = waited(tmp_path, interval=30, due_in=0.8, wake_after=0.1,
+                  backlog=behind(2_000_000))
+    assert 0.8 <= took < 10

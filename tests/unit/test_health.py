@@ -227,7 +227,8 @@ def test_the_consume_job_reports_the_offsets_it_committed():
         "sources": [{"description": "KafkaV2[SubscribePattern[^(?:a|b)$]]",
                      "startOffset": {"a": {"0": 60, "1": 40}, "b": {"2": 7}},
                      "endOffset": {"a": {"0": 100, "1": 40}, "b": {"2": 7}},
-                     "latestOffset": {"a": {"0": 100, "1": 40}, "b": {"2": 7}},
+                     # more than maxOffsetsPerTrigger waited: 150 left for the next batch
+                     "latestOffset": {"a": {"0": 250, "1": 40}, "b": {"2": 7}},
                      "numInputRows": 40, "inputRowsPerSecond": 20.0,
                      "processedRowsPerSecond": 49.3, "metrics": {}}],
         "sink": {"description": "ForeachBatchSink", "numOutputRows": -1}}
@@ -235,12 +236,12 @@ def test_the_consume_job_reports_the_offsets_it_committed():
     assert progress["sources"][0]["endOffset"].startswith("{'a'")  # a repr, not JSON
     want = {"batch": 4, "progress_at": "2026-01-01T12:00:00.000Z",
             "committed": {"a": {"0": 100, "1": 40}, "b": {"2": 7}},
-            "records": 140, "seconds": 0.812, "sink_seconds": 0.7}
+            "records": 140, "seconds": 0.812, "sink_seconds": 0.7, "behind": 150}
     assert _progress_detail(progress) == want
     assert _progress_detail(spark_json) == want  # a plain dict (older pyspark)
     reprs = {**spark_json, "sources": [{"endOffset": str(spark_json["sources"][0]["endOffset"])},
                                        {"endOffset": None}, {"endOffset": "not offsets"}]}
-    assert _progress_detail(reprs) == want
+    assert _progress_detail(reprs) == {**want, "behind": 0}  # no latest offsets: none known
 
 
 def test_readyz_reports_the_measured_lag_while_the_last_progress_said_0(tmp_path):
