@@ -122,9 +122,9 @@ def get_spark(settings: Settings, app_name: str = "kafka-audit"):
         # a Delta checkpoint costs seconds here; every 10 commits (the default) that is a
         # tax of ~10% on each consume micro-batch and audit pass: new tables take 100
         .config("spark.databricks.delta.properties.defaults.checkpointInterval", "100")
-        # removed files named in checkpoints for 2 hours, not a week (store.py says why)
+        # removed files named in checkpoints for hours, not a week (store.py says why)
         .config("spark.databricks.delta.properties.defaults.deletedFileRetentionDuration",
-                tombstone_retention())
+                tombstone_retention(settings.steady.tombstone_retention_hours))
         # an audit pass reads the files added since the last one by path: list them on the
         # driver, not with a Spark job per pass once there are more than 32
         .config("spark.sql.sources.parallelPartitionDiscovery.threshold", "100000")

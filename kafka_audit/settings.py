@@ -507,6 +507,16 @@ class SteadySettings(_Section):
     vacuum_retention_hours: int = Field(
         1, ge=1, description="files a compaction replaced are deleted this long after: "
         "longer than any reader holds an older version (an audit pass: seconds)")
+    tombstone_retention_hours: float = Field(
+        2, gt=0, description="each table names the files a compaction or a drop removed "
+        "in its checkpoints this long (delta.deletedFileRetentionDuration, set on every "
+        "table by the upkeep; Delta's default, a week, made every load of a table "
+        "appended every second read half a million names): at least vacuum_retention_hours "
+        "plus a compaction round, or the vacuum misses files (left to the unnamed one). "
+        "Below an hour (soaks, tests, small disks) both vacuums keep files this long "
+        "instead of vacuum_retention_hours and unnamed_retention_hours, which delta-rs "
+        "takes in whole hours: no writer may then take longer from writing a file to "
+        "committing it")
     unnamed_retention_hours: int = Field(
         24, ge=1, description="a table's files that no live commit names (a writer's that "
         "failed between writing a file and committing it; a replaced file whose name left "
@@ -557,6 +567,17 @@ class SteadySettings(_Section):
         "glibc's, capped by malloc_arenas and trimmed every trim_every_seconds; pymalloc, "
         "Python's default, keeps each 1 MB arena while one object in it lives (bench/HISTORY.md); "
         "empty: Python's default")
+
+    @model_validator(mode="after")
+    def _tombstones_outlive_the_vacuum(self) -> SteadySettings:
+        least = self.vacuum_retention_hours + self.compact_every_seconds / 3600
+        if 1 <= self.tombstone_retention_hours < least:
+            raise ValueError(
+                f"tombstone_retention_hours ({self.tombstone_retention_hours:g}) must be at "
+                f"least vacuum_retention_hours plus a compaction round ({least:g}), or below "
+                f"1 (then both vacuums follow it): a removed file whose name leaves the "
+                f"checkpoints before its vacuum stays on disk for unnamed_retention_hours")
+        return self
 
 
 class RetentionSettings(_Section):

@@ -62,8 +62,8 @@ __all__ = ["table_exists", "check_table", "read_table", "append_rows",
            "AppendedRows", "conform", "table_dataset", "read_files", "read_file",
            "probe_version", "commit_time",
            "max_in_files", "rows_in_files", "live_files",
-           "compact", "vacuum", "vacuum_unnamed", "checkpoint", "trim_log", "Footprint",
-           "footprint", "Progress",
+           "compact", "vacuum", "vacuum_unnamed", "keep_tombstones", "checkpoint", "trim_log",
+           "Footprint", "footprint", "Progress",
            "committed_progress", "committed_pass", "one_snapshot_each", "forget",
            "RETENTION_APP", "applied_round", "table_state", "DropPlan", "plan_drop",
            "commit_drop"]
@@ -83,21 +83,38 @@ RETENTION_APP = "kafka_audit_retention"
 #: the ledger's checkpoint named 3,086 removed files beside 1 live one, a week's would
 #: name half a million. Two hours is more than the upkeep's vacuum retention
 #: (``steady.vacuum_retention_hours``, 1 h) plus its round; a file whose name expired
-#: before its vacuum is deleted by the listing one (:func:`vacuum_unnamed`).
+#: before its vacuum is deleted by the listing one (:func:`vacuum_unnamed`). The default
+#: of new tables; ``steady.tombstone_retention_hours`` sets it on every table
+#: (:func:`keep_tombstones`, from the upkeep)
 TOMBSTONE_RETENTION_HOURS = 2
+#: the table property holding it
+TOMBSTONE_PROPERTY = "delta.deletedFileRetentionDuration"
 
 
-def tombstone_retention() -> str:
-    """:data:`TOMBSTONE_RETENTION_HOURS` as a Delta interval (Spark's and delta-rs's)."""
-    hours = TOMBSTONE_RETENTION_HOURS
+def tombstone_retention(hours: float | None = None) -> str:
+    """``hours`` (:data:`TOMBSTONE_RETENTION_HOURS`) as a Delta interval (Spark's and
+    delta-rs's)."""
+    hours = TOMBSTONE_RETENTION_HOURS if hours is None else hours
     return (f"interval {int(hours)} hours" if hours == int(hours)
             else f"interval {round(hours * 3600)} seconds")
 
 
+def keep_tombstones(path: str, hours: float) -> bool:
+    """Set the table at ``path`` to name removed files in its checkpoints for ``hours``
+    (:data:`TOMBSTONE_PROPERTY`), if it says otherwise; whether it changed. A metadata
+    commit: a writer committing at the same instant fails on it and tries again."""
+    want = tombstone_retention(hours)
+    dt = _dt(path)
+    if dt.metadata().configuration.get(TOMBSTONE_PROPERTY) == want:
+        return False
+    dt.alter.set_table_properties({TOMBSTONE_PROPERTY: want})
+    forget(path)
+    return True
+
+
 def _new_table() -> dict[str, str]:
     """What new tables get (Spark gives the tables it creates the same: jobs/spark.py)."""
-    return {"delta.checkpointInterval": "100",
-            "delta.deletedFileRetentionDuration": tombstone_retention()}
+    return {"delta.checkpointInterval": "100", TOMBSTONE_PROPERTY: tombstone_retention()}
 
 
 #: the tables loaded in this context's :func:`one_snapshot_each` by path, and their live
@@ -1222,13 +1239,15 @@ def compact(path: str, target_size: int | None = None) -> dict | None:
     return metrics
 
 
-def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
+def vacuum(path: str, retention_hours: int | None, keep_last_versions: int = 0) -> int:
     """Delete the data files no version newer than ``retention_hours`` references (and,
     with ``keep_last_versions``, none of the last so many versions: a reader that loaded
-    one of them a moment ago still finds its files). Returns the files deleted.
+    one of them a moment ago still finds its files). Returns the files deleted. None:
+    the table's own tombstone retention (:data:`TOMBSTONE_PROPERTY`, which may be
+    minutes; delta-rs takes whole hours otherwise).
 
     Only the files the log names as removed (delta-rs's default vacuum): those names
-    leave the checkpoints after :data:`TOMBSTONE_RETENTION_HOURS`; what that misses is
+    leave the checkpoints after the tombstone retention; what that misses is
     :func:`vacuum_unnamed`'s."""
     if not table_exists(path):
         return 0
@@ -1238,13 +1257,14 @@ def vacuum(path: str, retention_hours: int, keep_last_versions: int = 0) -> int:
     return _vacuum(path, dt, retention_hours=retention_hours, keep_versions=keep)
 
 
-def vacuum_unnamed(path: str, hours: int) -> int:
+def vacuum_unnamed(path: str, hours: int | None) -> int:
     """Delete the table's files that no live version names and that were written (or
     removed) ``hours`` ago: a file replaced while the service was stopped longer than
-    :data:`TOMBSTONE_RETENTION_HOURS` (its name gone from the checkpoints before
-    :func:`vacuum` saw it), a failed writer's file that no commit names. The folder is
-    listed (delta-rs's ``full`` vacuum). ``hours`` must exceed what any writer takes from
-    writing a file to committing it: a younger file may be about to be committed."""
+    the tombstone retention (its name gone from the checkpoints before :func:`vacuum`
+    saw it), a failed writer's file that no commit names. The folder is listed
+    (delta-rs's ``full`` vacuum). ``hours`` must exceed what any writer takes from
+    writing a file to committing it: a younger file may be about to be committed. None:
+    the table's tombstone retention, as for :func:`vacuum`."""
     if not table_exists(path):
         return 0
     return _vacuum(path, _dt(path), retention_hours=hours, full=True)

@@ -11,9 +11,11 @@ slow down and disk use grows for as long as the service runs. The schedule (sett
   few files; then each is **vacuumed**: the files a compaction replaced more than
   ``vacuum_retention_hours`` (1 h) ago are deleted, and files that no commit names,
   ``unnamed_retention_hours`` (24 h) after they were written (a failed writer's; one
-  replaced while the service was stopped longer than the 2 hours new tables keep the
-  names of removed files in their checkpoints: ``store.TOMBSTONE_RETENTION_HOURS``),
-  ``audit_hot``'s too (a listing of its folder every round, not between passes);
+  replaced while the service was stopped longer than the tables keep the names of
+  removed files in their checkpoints: ``tombstone_retention_hours``, 2 h, which the
+  round sets on each table), ``audit_hot``'s too (a listing of its folder every round,
+  not between passes); with tombstones kept less than an hour (a soak's minutes) both
+  vacuums keep files that long instead;
 * **audit_hot**: every pass appends a generation and every ``audit.hot_rewrite_passes``
   (10) passes one overwrites them all. After each rewrite the table is checkpointed;
   half-way to the next rewrite it is vacuumed with no retention but the files of its
@@ -61,7 +63,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from kafka_audit.settings import Settings
-from kafka_audit.store import checkpoint, compact, footprint, trim_log, vacuum, vacuum_unnamed
+from kafka_audit.store import (
+    checkpoint,
+    compact,
+    footprint,
+    keep_tombstones,
+    trim_log,
+    vacuum,
+    vacuum_unnamed,
+)
 
 if TYPE_CHECKING:
     from kafka_audit.jobs.upkeep.windows_job import WindowInputs
@@ -149,6 +159,9 @@ class Upkeep:
         round_ = pass_id // self.settings.audit.hot_rewrite_passes
         try:
             if p.hot_checkpoint:
+                # set here, not by the worker: a metadata commit beside the loop's own
+                # write of audit_hot would fail that pass
+                keep_tombstones(path, self.settings.steady.tombstone_retention_hours)
                 checkpoint(path)
                 self.done.hot_checkpoint_round = round_
                 n = trim_log(path, self.settings.steady.hot_log_retention_hours)
@@ -248,8 +261,10 @@ class Upkeep:
                             f"{metrics['numFilesAdded']}" if metrics else "compaction lost "
                             "to a concurrent commit")
             if size is not None:
-                n = vacuum(path, s.vacuum_retention_hours)
-                n += vacuum_unnamed(path, s.unnamed_retention_hours)
+                if keep_tombstones(path, s.tombstone_retention_hours):
+                    what.append(f"tombstones kept {s.tombstone_retention_hours:g} h")
+                n = vacuum(path, self.vacuum_hours(s.vacuum_retention_hours))
+                n += vacuum_unnamed(path, self.vacuum_hours(s.unnamed_retention_hours))
                 what.append(f"{n} files vacuumed")
                 what.append(f"{trim_log(path, s.log_retention_hours)} log entries deleted")
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
@@ -257,13 +272,18 @@ class Upkeep:
             what.append(f"failed: {exc}")
         return "; ".join(what), round(time.perf_counter() - t, 3)
 
+    def vacuum_hours(self, hours: int) -> int | None:
+        """A vacuum's retention: ``hours``, or with tombstones kept less than an hour, the
+        table's own tombstone retention (None: delta-rs reads it from the table)."""
+        return None if self.settings.steady.tombstone_retention_hours < 1 else hours
+
     def vacuum_hot_unnamed(self) -> None:
         """audit_hot's files that no version names, once ``unnamed_retention_hours`` old:
         a listing of its folder, so once a compaction round, not between passes (safe
         beside the table's writer: its files in flight are seconds old)."""
         try:
             n = vacuum_unnamed(self.settings.table_path("audit_hot"),
-                               self.settings.steady.unnamed_retention_hours)
+                               self.vacuum_hours(self.settings.steady.unnamed_retention_hours))
             log.debug("audit_hot: %d unnamed files vacuumed", n)
         except Exception as exc:  # noqa: BLE001 - upkeep never stops the audit; next round
             log.warning("audit_hot upkeep failed, tried again later: %s", exc)

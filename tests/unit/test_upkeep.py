@@ -27,6 +27,7 @@ from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.settings import Settings
 from kafka_audit.store import (
+    TOMBSTONE_PROPERTY,
     AppendedRows,
     append_once,
     append_rows,
@@ -353,6 +354,53 @@ def test_new_tables_name_removed_files_for_hours_not_a_week(tmp_path, monkeypatc
     assert vacuum(path, 1) + vacuum_unnamed(path, 24) == 11
     assert not any(os.path.exists(f) for f in [*replaced, str(stray)])
     assert seqs_in(DeltaTable(path).file_uris()) == list(range(appended))
+
+
+def test_tombstones_kept_for_seconds_are_set_on_every_table_and_both_vacuums_follow(
+        tmp_path):
+    """``steady.tombstone_retention_hours`` below an hour (a soak's minutes, here ten
+    seconds): the round sets it on a table made with the default, and its vacuums delete
+    what a compaction replaced once that long ago (delta-rs takes whole hours else), the
+    names still in the checkpoints or not; nothing live is touched."""
+    settings = Settings(home=tmp_path, steady={"tombstone_retention_hours": 10 / 3600,
+                                               "compact_min_files": 3})
+    path = settings.table_path("acks")
+    for s in range(10):
+        append_rows(path, "acks", [ack(s)])
+    assert DeltaTable(path).metadata().configuration[TOMBSTONE_PROPERTY] == \
+        "interval 2 hours"  # a new table's default
+    replaced = DeltaTable(path).file_uris()
+    upkeep = Upkeep(settings)
+    did = upkeep.compact_table("acks")[0]
+    assert did.startswith("compacted 10 files into 1; tombstones kept 0.00277778 h"), did
+    assert DeltaTable(path).metadata().configuration[TOMBSTONE_PROPERTY] == \
+        "interval 10 seconds"
+    assert all(os.path.exists(f) for f in replaced)  # removed a moment ago
+    appended = 10
+
+    def vacuumed() -> bool:
+        nonlocal appended
+        append_rows(path, "acks", [ack(appended)])  # the table goes on being written
+        appended += 1
+        did = upkeep.compact_table("acks")[0]
+        assert "tombstones kept" not in did  # set once
+        return not any(os.path.exists(f) for f in replaced)
+
+    wait_until(vacuumed, 60, "the replaced files to be vacuumed", every=1)
+    assert seqs_in(DeltaTable(path).file_uris()) == list(range(appended))
+
+
+@pytest.mark.parametrize("hours,ok", [(2, True), (1.5, True), (1.1, False), (0.5, True),
+                                      (0.01, True)])
+def test_tombstones_outlive_the_vacuum_and_its_round_or_are_minutes(tmp_path, hours, ok):
+    def make():
+        return Settings(home=tmp_path, steady={"tombstone_retention_hours": hours})
+
+    if ok:
+        assert make().steady.tombstone_retention_hours == hours
+    else:
+        with pytest.raises(ValueError, match="at least vacuum_retention_hours plus"):
+            make()
 
 
 def test_audit_hot_s_unnamed_files_go_in_the_compaction_round_not_between_passes(tmp_path):
