@@ -244,10 +244,10 @@ class SparkSettings(_Section):
         "...), set last: they win over the project's")
     max_offsets_per_trigger: int = Field(
         1_000_000, gt=0, description="most offsets one consume micro-batch takes when "
-        "catching up: a backlog is read in steps of this many, each judged before the next "
-        "is done, and the fold's rows of one batch (a row a record when producers "
-        "interleave) are held at once; each batch costs some fixed work, about a second "
-        "(bench/catchup.py)")
+        "catching up: a backlog is read in steps of this many (the passes wait for it: "
+        "steady.backlog_pass_seconds), and the fold's rows of one batch (a row a record "
+        "when producers interleave) are held at once; each batch costs some fixed work, "
+        "about a second (bench/catchup.py)")
     driver_rows: int = Field(
         200_000, ge=0, description="Delta data of at most this many rows moves through the "
         "driver as Arrow and is committed with delta-rs (tens of ms, against about half a "
@@ -520,7 +520,7 @@ class SteadySettings(_Section):
     unnamed_retention_hours: int = Field(
         24, ge=1, description="a table's files that no live commit names (a writer's that "
         "failed between writing a file and committing it; a replaced file whose name left "
-        "the checkpoints, store.TOMBSTONE_RETENTION_HOURS, before its vacuum: a service "
+        "the checkpoints, tombstone_retention_hours, before its vacuum: a service "
         "stopped that long) are deleted this long after they were written: longer than "
         "any writer takes from writing a file to committing it")
     log_retention_hours: float = Field(
