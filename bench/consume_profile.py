@@ -11,9 +11,14 @@ warm-up), each as an ``availableNow`` stream with the consume job's batch size:
   into ``noop``;
 * ``consume``: the consume job itself (fold plus the Delta append).
 
-Prints each one's wall time and its micro-batches' ``addBatch`` milliseconds.
-Deletes its topic at the end. Run: ``.venv/bin/python bench/consume_profile.py
-[--messages 10000000] [--rounds 2]``.
+Prints each one's wall time, the CPU seconds of the Spark JVM (local mode: the tasks
+run in it) and of this Python process (the ``foreachBatch`` callbacks, delta-rs's
+appends), and its micro-batches' ``addBatch`` milliseconds. With ``--producers N`` the
+topic is filled by N instrumented producers in turn, each sending batches of ``--batch``
+records, so their runs interleave on every partition as in ``bench/catchup.py`` (the
+fold's worst case: a row every ``--batch`` records). Deletes its topic at the end. Run:
+``.venv/bin/python bench/consume_profile.py [--messages 10000000] [--rounds 2]
+[--producers 20 --batch 5]``.
 """
 
 from __future__ import annotations
@@ -32,20 +37,65 @@ from kafka_audit.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from audit_bench import bare_source, bench_topic, drop_topic, fill  # noqa: E402 - shared
+from steady import _cpu_s  # noqa: E402 - shared
+
+
+def fill_interleaved(settings: Settings, topic: str, n: int, producers: int, batch: int
+                     ) -> None:
+    """``n`` writes by ``producers`` instrumented producers in turn, each batching at
+    most ``batch`` records (librdkafka's ``batch.num.messages``)."""
+    from kafka_audit.producers.instrumented import AuditedProducer
+
+    conf = {"bootstrap.servers": settings.cluster.bootstrap, "acks": "all",
+            "enable.idempotence": True, "message.timeout.ms": 600_000,
+            "linger.ms": 5, "batch.num.messages": batch,
+            "queue.buffering.max.messages": 20_000}
+    ps = [AuditedProducer(conf, f"bench-{i}", settings) for i in range(producers)]
+    payload = b"x" * 100
+    for i in range(n):
+        p = ps[i % producers]
+        while True:
+            try:
+                p.produce(topic, payload)
+                break
+            except BufferError:
+                p.poll(0.05)
+        if i % 1000 == 0:
+            for q in ps:
+                q.poll(0)
+    for p in ps:
+        p.close()
+    acked = sum(p.acked for p in ps)
+    if acked != n:
+        raise RuntimeError(f"acked {acked} of {n}")
+
+
+def jvm_pid(spark) -> int:
+    """The Spark driver JVM's pid (pyspark's gateway process execs java)."""
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=10_000_000)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--producers", type=int, default=1)
+    ap.add_argument("--batch", type=int, default=10_000)
     args = ap.parse_args()
     base, cluster, topic = bench_topic("profile")
     root = Path(tempfile.mkdtemp(prefix="kafka-audit-profile-"))
     settings = Settings(home=root / "fill", cluster=base.cluster.model_dump())
     spark = None
     try:
-        fill(settings, topic, args.messages)
+        t = time.perf_counter()
+        if args.producers > 1:
+            fill_interleaved(settings, topic, args.messages, args.producers, args.batch)
+        else:
+            fill(settings, topic, args.messages)
+        print(f"filled {topic}: {args.messages} in {time.perf_counter() - t:.1f}s",
+              flush=True)
         spark = get_spark(settings, "kafka-audit-profile")
+        jvm = jvm_pid(spark)
 
         def stream(work: Path, each_batch=None):
             src = bare_source(spark, settings, topic)
@@ -70,13 +120,15 @@ def main() -> int:
         }
         for r in range(args.rounds + 1):
             for name, run in ways.items():
-                t = time.perf_counter()
+                t, cpu = time.perf_counter(), (_cpu_s(jvm), time.process_time())
                 query = run(root / f"{name}-{r}")
                 query.awaitTermination()
                 took = time.perf_counter() - t
+                jvm_s, py_s = _cpu_s(jvm) - cpu[0], time.process_time() - cpu[1]
                 batches = [p["durationMs"].get("addBatch", 0) for p in query.recentProgress]
                 label = "warm-up" if r == 0 else f"round {r}"
-                print(f"{label:<8} {name:<8} {took:6.1f}s   addBatch ms {batches}", flush=True)
+                print(f"{label:<8} {name:<8} {took:6.1f}s  cpu jvm {jvm_s:6.1f}s python "
+                      f"{py_s:5.1f}s  addBatch ms {batches}", flush=True)
     finally:
         if spark is not None:
             spark.stop()
