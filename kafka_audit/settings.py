@@ -468,6 +468,12 @@ class ApiSettings(_Section):
         return v
 
 
+#: the least ``steady.tombstone_retention_hours`` (5 minutes): below an hour both vacuums
+#: keep a removed or unnamed file this long, longer than any pass reads it or any writer
+#: holds it uncommitted (a catch-up's pass: under a minute, bench/catchup.py)
+MIN_TOMBSTONE_HOURS = 5 / 60
+
+
 class SteadySettings(_Section):
     """Steady state: how soon a loss is answered, and the upkeep that keeps a long run's
     cost flat (compaction, vacuum, checkpoints; ``jobs/upkeep/maintenance.py``)."""
@@ -513,10 +519,10 @@ class SteadySettings(_Section):
         "table by the upkeep; Delta's default, a week, made every load of a table "
         "appended every second read half a million names): at least vacuum_retention_hours "
         "plus a compaction round, or the vacuum misses files (left to the unnamed one). "
-        "Below an hour (soaks, tests, small disks) both vacuums keep files this long "
-        "instead of vacuum_retention_hours and unnamed_retention_hours, which delta-rs "
-        "takes in whole hours: no writer may then take longer from writing a file to "
-        "committing it")
+        "Below an hour (soaks, tests, small disks; at least 5 minutes) both vacuums keep "
+        "files this long instead of vacuum_retention_hours and unnamed_retention_hours, "
+        "which delta-rs takes in whole hours: no pass may then read a replaced file, nor "
+        "a writer hold one uncommitted, for longer")
     unnamed_retention_hours: int = Field(
         24, ge=1, description="a table's files that no live commit names (a writer's that "
         "failed between writing a file and committing it; a replaced file whose name left "
@@ -570,6 +576,12 @@ class SteadySettings(_Section):
 
     @model_validator(mode="after")
     def _tombstones_outlive_the_vacuum(self) -> SteadySettings:
+        if self.tombstone_retention_hours < MIN_TOMBSTONE_HOURS:
+            raise ValueError(
+                f"tombstone_retention_hours ({self.tombstone_retention_hours:g}) must be at "
+                f"least {MIN_TOMBSTONE_HOURS:g} (5 minutes): below an hour the vacuums keep "
+                f"files this long, and a file must outlive any audit pass reading it and any "
+                f"writer between writing it and committing it")
         least = self.vacuum_retention_hours + self.compact_every_seconds / 3600
         if 1 <= self.tombstone_retention_hours < least:
             raise ValueError(

@@ -102,7 +102,10 @@ def tombstone_retention(hours: float | None = None) -> str:
 def keep_tombstones(path: str, hours: float) -> bool:
     """Set the table at ``path`` to name removed files in its checkpoints for ``hours``
     (:data:`TOMBSTONE_PROPERTY`), if it says otherwise; whether it changed. A metadata
-    commit: a writer committing at the same instant fails on it and tries again."""
+    commit: a delta-rs writer that loaded the table before it tries again
+    (:func:`_past_removals`), Spark's fails its micro-batch or pass, which is run again.
+    New tables are made with the default, so this commits only when the setting differs
+    from it (a soak's minutes) or for a table made before the setting was."""
     want = tombstone_retention(hours)
     dt = _dt(path)
     if dt.metadata().configuration.get(TOMBSTONE_PROPERTY) == want:
@@ -545,6 +548,7 @@ def append_arrow_once(path: str, table: str, data: pa.Table, app_id: str, versio
         try:
             write_deltalake(into, whole, mode="append",
                             storage_options=delta_options(path) if into is path else None,
+                            configuration=_new_table() if into is path else None,
                             commit_properties=CommitProperties(
                                 custom_metadata=metadata,
                                 app_transactions=[Transaction(app_id, version)]))
@@ -1166,7 +1170,8 @@ def files_added_since(path: str, version: int, skip_apps: Collection[str] = (),
     Exact for append-only tables (``acks``, ``consumed``, ``cluster_events``), also across
     compactions: the appended files are those of :func:`data_changes_since` (a file a
     later compaction removed is still read: vacuum keeps it for
-    ``steady.vacuum_retention_hours``, far longer than one audit pass). Should a commit
+    ``steady.vacuum_retention_hours``, or below an hour ``tombstone_retention_hours``,
+    at least 5 minutes: longer than one audit pass). Should a commit
     file after ``version`` be gone (:func:`trim_log` keeps ``steady.log_retention_hours`` of
     log), the answer falls back to the live files now less those live at ``version``,
     which is exact only if no compaction ran in between (logged); :class:`TableError` if

@@ -112,7 +112,8 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
     a wake nor the interval starts a pass before ``steady.backlog_pass_seconds`` have
     passed (``due`` still does): a pass judging the backlog's first batches took a core
     and the interpreter from the reading, which the catch-up after an outage waited for
-    (bench/catchup.py). The commit that ends the backlog wakes the pass at once."""
+    (bench/catchup.py). The pass starts as soon as the consume thread has seen the
+    progress of the batch that ended the backlog (it looks every 2 s)."""
     start = time.monotonic()
     end = start + settings.audit.interval_seconds
     if due is not None and due - end < pass_seconds:
