@@ -7,6 +7,8 @@ processes need:
   tool and a log4j2 binding; at its pinned version (``kafka``), or at another of
   :data:`KAFKA_VERSIONS` for the local cluster (``cluster.kafka_version``: the
   property overridden, into ``kafka-<version>``);
+* ``kafka-zookeeper.pom.xml``: the same for the ZooKeeper-era versions
+  (:data:`ZOOKEEPER_VERSIONS`): Kafka 3.9, its ZooKeeper server and log4j 1 (reload4j);
 * ``spark-extras.pom.xml``: the Spark Kafka source at pyspark's exact version
   and Delta's jar for the Spark 4.1 line;
 * ``s3proxy.pom.xml``: the S3-compatible server of the tests (fetched by ``dev.sh``'s
@@ -45,14 +47,20 @@ from pathlib import Path
 from kafka_audit.errors import JarsMissing
 
 __all__ = ["jar_cache", "ensure_jars", "broker_classpath", "tools_classpath", "spark_jars",
-           "native_jar", "client_tools_jar", "plugin_library", "KAFKA_VERSIONS"]
+           "native_jar", "client_tools_jar", "plugin_library", "KAFKA_VERSIONS",
+           "ZOOKEEPER_VERSIONS", "LOCAL_VERSIONS"]
 
 _POMS = {"kafka": "kafka-broker.pom.xml", "spark": "spark-extras.pom.xml",
          "s3proxy": "s3proxy.pom.xml"}
-#: the Kafka versions the local cluster runs (``cluster.kafka_version``), each proven by
+#: the KRaft versions the local cluster runs (``cluster.kafka_version``), each proven by
 #: the scenario matrix: the pinned one (``kafka-broker.pom.xml``) first, then the newest
-#: 4.x Maven Central serves here
+#: 4.x Maven Central serves here (the tools' jars: :func:`tools_classpath`)
 KAFKA_VERSIONS = ("4.1.1", "4.4.0")
+#: the ZooKeeper-era versions it runs too (``kafka-zookeeper.pom.xml``: a ZooKeeper
+#: server beside the brokers, no KRaft): Kafka 3.9, the last line with ZooKeeper
+ZOOKEEPER_VERSIONS = ("3.9.2",)
+#: every version the local cluster runs
+LOCAL_VERSIONS = KAFKA_VERSIONS + ZOOKEEPER_VERSIONS
 _DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1"
 _VERSION_SUFFIX = re.compile(r"-\d[0-9A-Za-z.\-]*\.jar$")
 
@@ -69,6 +77,8 @@ def jar_cache() -> Path:
 
 
 def _pom(name: str) -> Path:
+    if name.partition("-")[2] in ZOOKEEPER_VERSIONS:
+        return _folder("kafka_audit.deploy.maven") / "kafka-zookeeper.pom.xml"
     return _folder("kafka_audit.deploy.maven") / _POMS[name.partition("-")[0]]
 
 
@@ -155,9 +165,9 @@ def _fetch(name: str, quiet: bool) -> None:
 def broker_classpath(version: str | None = None, quiet: bool = False) -> str:
     """The broker's class path: the pinned version's, or ``version``'s (one of
     :data:`KAFKA_VERSIONS`, fetched once; ``quiet``: without a progress line)."""
-    if version is not None and version not in KAFKA_VERSIONS:
+    if version is not None and version not in LOCAL_VERSIONS:
         raise JarsMissing(f"Kafka {version} is not one the local cluster runs: "
-                          f"{', '.join(KAFKA_VERSIONS)}")
+                          f"{', '.join(LOCAL_VERSIONS)}")
     name = "kafka" if version in (None, KAFKA_VERSIONS[0]) else f"kafka-{version}"
     folder = ensure_jars((name,), quiet=quiet) / name
     return os.pathsep.join(str(p) for p in sorted(folder.glob("*.jar")))

@@ -43,7 +43,7 @@ from pydantic_settings import (
 )
 
 from kafka_audit.errors import ConfigError
-from kafka_audit.jars import KAFKA_VERSIONS
+from kafka_audit.jars import KAFKA_VERSIONS, LOCAL_VERSIONS, ZOOKEEPER_VERSIONS
 from kafka_audit.profile import ProfileSettings
 
 # the one secret rule: what config show, errors and logs hide (re-exported for them)
@@ -93,10 +93,14 @@ class ClusterSettings(_Section):
                                           "local cluster's: failures noticed in seconds)")
     kafka_version: str = Field(
         KAFKA_VERSIONS[0], description="the Kafka version the local cluster runs: "
-        + " or ".join(KAFKA_VERSIONS) + " (the first pinned in "
+        + " or ".join(LOCAL_VERSIONS) + " (the first pinned in "
         "deploy/maven/kafka-broker.pom.xml; another fetched once by Maven into the jar "
         "cache); the watcher's metadata-log tail and `check` run on the newest's jars, "
-        "whose serde reads every older version's records")
+        "whose serde reads every older version's records. "
+        + " and ".join(ZOOKEEPER_VERSIONS) + " run in ZooKeeper mode: a ZooKeeper server "
+        "beside the brokers (its client port: the controller port of node nodes + 1), each "
+        "broker's controller port its control-plane listener; no eligible leader replicas, "
+        "no secured listener")
     eligible_leader_replicas: bool = Field(
         False, description="format the cluster with KIP-966's eligible leader replicas on "
         "(eligible.leader.replicas.version=1: a partition whose ISR emptied elects a clean "
@@ -127,10 +131,32 @@ class ClusterSettings(_Section):
     @field_validator("kafka_version")
     @classmethod
     def _a_version_we_run(cls, v: str) -> str:
-        if v not in KAFKA_VERSIONS:
-            raise ValueError(f"the local cluster runs Kafka {' or '.join(KAFKA_VERSIONS)}, "
+        if v not in LOCAL_VERSIONS:
+            raise ValueError(f"the local cluster runs Kafka {' or '.join(LOCAL_VERSIONS)}, "
                              f"not {v}")
         return v
+
+    @model_validator(mode="after")
+    def _zookeeper_mode_as_it_was(self) -> ClusterSettings:
+        if self.zookeeper:
+            if self.eligible_leader_replicas:
+                raise ValueError(f"Kafka {self.kafka_version} (ZooKeeper) has no eligible "
+                                 f"leader replicas: they came with KRaft in 4.0")
+            if self.secure:
+                raise ValueError(f"the local cluster's secured listener is KRaft's: not "
+                                 f"with Kafka {self.kafka_version} (ZooKeeper)")
+        return self
+
+    @property
+    def zookeeper(self) -> bool:
+        """Whether the local cluster runs in ZooKeeper mode (Kafka 3.9)."""
+        return self.kafka_version in ZOOKEEPER_VERSIONS
+
+    @property
+    def zookeeper_port(self) -> int:
+        """The ZooKeeper server's client port (ZooKeeper mode): the controller port of the
+        node after the last."""
+        return self.controller_port(self.nodes + 1)
 
     @field_validator("host")
     @classmethod
@@ -313,6 +339,13 @@ class WatchSettings(_Section):
         "metadata.log.dir or its __cluster_metadata-0): the exact timeline "
         "(jobs/watcher/metadata_log.py); a record counts once a majority of them hold it, so "
         "list every controller's. None: the local cluster's, for the local profile; []: off")
+    zookeeper_connect: str | None = Field(
+        None, description="a ZooKeeper-era cluster's (Kafka 3.x) ZooKeeper, "
+        "host:port[,host:port...][/chroot] as the brokers' zookeeper.connect: the watcher "
+        "reads the partitions' leaders, epochs and ISRs, the brokers and the controller "
+        "from its state, read-only (jobs/watcher/zookeeper.py), as exact as ZooKeeper keeps "
+        "them. None: the local cluster's in ZooKeeper mode (cluster.kafka_version 3.9.2); "
+        "\"\": off")
     metadata_log_stale_seconds: float = Field(
         3, gt=0, description="the metadata log counts as current while its newest record is "
         "younger than this (the active controller writes one every 500 ms); else the "

@@ -1,4 +1,5 @@
-"""A real three-node Kafka cluster (KRaft, combined broker+controller) on loopback.
+"""A real three-node Kafka cluster (KRaft, combined broker+controller; or ZooKeeper mode)
+on loopback.
 
 Started from the jars pinned in ``deploy/maven/kafka-broker.pom.xml``; data and
 logs live under ``<home>/kafka/node<N>``. ``up`` formats storage once (static
@@ -18,6 +19,14 @@ the PLAINTEXT, replication and controller listeners work alike.
 The Kafka version (``cluster.kafka_version``) and the election rules are fixed at the
 format, written beside the nodes (``format.json``): ``up`` refuses a cluster formatted
 otherwise rather than run it under the wrong name; ``discard`` removes it.
+
+ZooKeeper mode (``cluster.kafka_version: 3.9.2``, the ZooKeeper era's last line): no
+KRaft, no format; ``up`` first starts one standalone ZooKeeper server (``<home>/kafka/
+zookeeper``, its client port ``cluster.zookeeper_port``), then the brokers, which register
+there and elect a controller among themselves. Each broker's controller port is its
+control-plane listener (``control.plane.listener.name``), so the fault that cuts a
+leader's replication leaves the controller's requests as they are, as in KRaft mode;
+``isolate`` cuts a node from ZooKeeper too. ``down`` stops ZooKeeper last.
 
 Command: ``kafka-audit cluster up|status|down|discard|kill N|stop N|start N``.
 """
@@ -49,6 +58,8 @@ __all__ = ["LocalCluster", "PartitionInfo", "wait_until"]
 PROBE_TOPIC = "_kafka_audit_probe"
 #: what the nodes' storage was formatted with (``LocalCluster.formatted_as``), in the root
 FORMAT_FILE = "format.json"
+#: broker settings of KRaft alone, left out of a ZooKeeper-mode broker's properties
+KRAFT_ONLY = frozenset({"broker.session.timeout.ms", "broker.heartbeat.interval.ms"})
 
 
 def _said(form: dict) -> str:
@@ -133,6 +144,8 @@ class LocalCluster:
             tls={"ca_file": self.security.ca_file})
 
     def _properties(self, node: int) -> str:
+        if self.cfg.zookeeper:
+            return self._zookeeper_broker_properties(node)
         c = self.cfg
         voters = ",".join(f"{n}@{c.host}:{c.controller_port(n)}" for n in self.nodes)
         # clients use PLAINTEXT, followers fetch over REPLICATION: a fault can cut a
@@ -162,6 +175,83 @@ class LocalCluster:
         return "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
                        for k, v in props.items())
 
+    def _zookeeper_broker_properties(self, node: int) -> str:
+        """A ZooKeeper-mode broker (Kafka 3.9): registered in the ZooKeeper server, one of
+        them elected controller there. Clients use PLAINTEXT, followers fetch over
+        REPLICATION, and the controller's requests (LeaderAndIsr, UpdateMetadata,
+        StopReplica) go over CONTROL (``control.plane.listener.name``), each on its own
+        port as in KRaft mode: a fault that cuts a leader's replication leaves the
+        controller's reach as it is (by default they share the inter-broker listener)."""
+        c = self.cfg
+        listeners = {"PLAINTEXT": c.broker_port(node), "REPLICATION": c.replication_port(node),
+                     "CONTROL": c.controller_port(node)}
+        advertised = ",".join(f"{name}://{c.host}:{port}" for name, port in listeners.items())
+        props: dict[str, object] = {
+            "broker.id": node,
+            "zookeeper.connect": f"{c.host}:{c.zookeeper_port}",
+            # a broker cut off from ZooKeeper loses its session, and its registration, in
+            # seconds (the KRaft nodes' broker.session.timeout.ms in conf/defaults.yaml)
+            "zookeeper.session.timeout.ms": 4000,
+            "listeners": advertised,
+            "advertised.listeners": advertised,
+            "listener.security.protocol.map":
+                ",".join(f"{k}:PLAINTEXT" for k in listeners),
+            "inter.broker.listener.name": "REPLICATION",
+            "control.plane.listener.name": "CONTROL",
+            "log.dirs": str(self.node_dir(node) / "data"),
+            **{k: v for k, v in c.broker_overrides.items() if k not in KRAFT_ONLY},
+        }
+        return "".join(f"{k}={str(v).lower() if isinstance(v, bool) else v}\n"
+                       for k, v in props.items())
+
+    # ---- the ZooKeeper server (ZooKeeper mode) --------------------------------------
+    def zookeeper_dir(self) -> Path:
+        return self.root / "zookeeper"
+
+    def zookeeper_pid(self) -> int | None:
+        return _our_pid(self.zookeeper_dir() / "zookeeper.pid", b"ZooKeeperServerMain",
+                        str(self.zookeeper_dir()))
+
+    def start_zookeeper(self) -> int:
+        """The ZooKeeper server of a ZooKeeper-mode cluster (one, standalone), started if
+        it is not running; its data under ``<home>/kafka/zookeeper``."""
+        if (pid := self.zookeeper_pid()) is not None:
+            return pid
+        d = self.zookeeper_dir()
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        conf = d / "zoo.cfg"
+        conf.write_text("".join(f"{k}={v}\n" for k, v in {
+            # sessions of 1 to 10 s (2 and 20 ticks): the brokers' 4 s fits
+            "tickTime": 500, "dataDir": d / "data",
+            "clientPort": self.cfg.zookeeper_port, "clientPortAddress": self.cfg.host,
+            "admin.enableServer": "false", "maxClientCnxns": 0,
+            "4lw.commands.whitelist": "ruok,srvr"}.items()))
+        out = open(d / "logs" / "stdout.log", "ab")
+        proc = subprocess.Popen(
+            self._java("org.apache.zookeeper.server.ZooKeeperServerMain", str(conf),
+                       logs=d / "logs"),
+            stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        (d / "zookeeper.pid").write_text(str(proc.pid))
+        return proc.pid
+
+    def _zookeeper_serves(self) -> bool:
+        import socket
+
+        try:
+            with socket.create_connection((self.cfg.host, self.cfg.zookeeper_port), 2) as sock:
+                sock.sendall(b"ruok")
+                return sock.recv(4) == b"imok"
+        except OSError:
+            return False
+
+    def stop_zookeeper(self, kill: bool = False) -> None:
+        pid = self.zookeeper_pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+            if not _wait_exit(pid, 30, raise_on_timeout=False):
+                os.kill(pid, signal.SIGKILL)
+                _wait_exit(pid, 30)
+
     def _write_config(self, node: int) -> Path:
         if self.cfg.secure:
             self.security.ensure()  # the key and trust stores the properties name
@@ -171,25 +261,35 @@ class LocalCluster:
         path.write_text(self._properties(node))
         return path
 
-    def _java(self, main: str, *args: str, node: int | None = None) -> list[str]:
-        logs = self.node_dir(node) / "logs" if node else self.root
-        log4j = resources.files("kafka_audit.conf").joinpath("broker-log4j2.xml")
+    def _java(self, main: str, *args: str, node: int | None = None,
+              logs: Path | None = None) -> list[str]:
+        logs = logs or (self.node_dir(node) / "logs" if node else self.root)
+        conf = resources.files("kafka_audit.conf")
+        logging = [f"-Dlog4j.configuration=file:{conf.joinpath('broker-log4j.properties')}"] \
+            if self.cfg.zookeeper else \
+            [f"-Dlog4j2.configurationFile={conf.joinpath('broker-log4j2.xml')}"]
         return ["java", *self.cfg.heap.split(), *self.cfg.jvm_options.split(), "-XX:+UseG1GC",
-                "-Djava.awt.headless=true",
-                f"-Dlog4j2.configurationFile={log4j}", f"-Dkafka.logs.dir={logs}",
+                "-Djava.awt.headless=true", *logging, f"-Dkafka.logs.dir={logs}",
                 "-cp", broker_classpath(self.cfg.kafka_version), main, *args]
 
     # ---- storage ------------------------------------------------------------------
     def format(self) -> None:
-        """Format every node's storage once, with one cluster id."""
+        """Format every node's storage once, with one cluster id (ZooKeeper mode: nothing
+        to format, the brokers register in ZooKeeper; what the cluster is still written)."""
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.cfg.zookeeper:
+            if (self.root / FORMAT_FILE).exists() or any(
+                    self._formatted(n) for n in self.nodes):
+                self._refuse_another_format()
+            else:
+                (self.root / FORMAT_FILE).write_text(json.dumps(self._form()))
+            return
         id_file = self.root / "cluster.id"
         if not id_file.exists():
             # Kafka's cluster id: a random 16-byte UUID, base64url without padding
             id_file.write_text(base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("="))
         cluster_id = id_file.read_text().strip()
-        todo = [n for n in self.nodes
-                if not (self.meta_dir(n) / "meta.properties").exists()]
+        todo = [n for n in self.nodes if not self._formatted(n)]
         if len(todo) < len(self.nodes):
             self._refuse_another_format()
         else:  # written first: a format interrupted halfway is still known for what it was
@@ -214,6 +314,12 @@ class LocalCluster:
                 for arg in scram[1::2]:  # a salted password is a credential too
                     output = output.replace(arg, "SCRAM-SHA-512=[***]")
                 raise ClusterError(f"format of node {node} failed: {output}")
+
+    def _formatted(self, node: int) -> bool:
+        """Whether the node's storage was formatted (ZooKeeper mode: its log dir written
+        by a broker that ran)."""
+        return (self.meta_dir(node) / "meta.properties").exists() or \
+            (self.node_dir(node) / "data" / "meta.properties").exists()
 
     def _refuse_another_format(self) -> None:
         formed = self.formatted_as()
@@ -242,26 +348,12 @@ class LocalCluster:
 
     # ---- processes ----------------------------------------------------------------
     def pid(self, node: int) -> int | None:
-        try:
-            pid = int(self._pid_file(node).read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return None
-        # a recycled pid must still be our broker
-        try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-        except OSError:
-            return None
-        return pid if b"kafka.Kafka" in cmdline and str(self.node_dir(node)).encode() in cmdline \
-            else None
+        return _our_pid(self._pid_file(node), b"kafka.Kafka", str(self.node_dir(node)))
 
     def start(self, node: int) -> int:
         if (pid := self.pid(node)) is not None:
             return pid
-        if (self.meta_dir(node) / "meta.properties").exists():
+        if self._formatted(node):
             self._refuse_another_format()  # another version's jars on its storage: never
         conf = self._write_config(node)
         out = open(self.node_dir(node) / "logs" / "stdout.log", "ab")
@@ -316,6 +408,11 @@ class LocalCluster:
     # ---- cluster lifecycle ------------------------------------------------------------
     def up(self, progress: Callable[[str], None] = lambda _m: None) -> None:
         self.format()
+        if self.cfg.zookeeper:
+            self.start_zookeeper()
+            wait_until(self._zookeeper_serves, self.cfg.ready_timeout_seconds,
+                       f"ZooKeeper to serve at {self.cfg.host}:{self.cfg.zookeeper_port}")
+            progress(f"ZooKeeper serving at {self.cfg.host}:{self.cfg.zookeeper_port}")
         for node in self.nodes:
             self.start(node)
         progress(f"started nodes {self.nodes}; waiting for registration")
@@ -360,6 +457,7 @@ class LocalCluster:
                 _wait_exit(pid, 30)
         for n in self.nodes:
             cgroups.remove(self.cgroup(n))
+        self.stop_zookeeper(kill=discard)  # last: the brokers' controlled shutdown needs it
 
     def admin(self):
         return admin_client(self.bootstrap, **{"socket.timeout.ms": 5000})
@@ -471,7 +569,15 @@ class LocalCluster:
         combined mode a kill of that node is two fail-overs: the quorum elects another
         controller, which then waits a whole broker session before it fences the dead
         broker and moves its partitions (a leader kill alone: one session). ``nodes``:
-        the nodes to ask (the running ones by default)."""
+        the nodes to ask (the running ones by default). ZooKeeper mode: the broker the
+        cluster names controller (elected in ZooKeeper; ``nodes`` is not asked)."""
+        if self.cfg.zookeeper:
+            admin = self.admin()  # referenced until its future resolves
+            try:
+                node = admin.describe_cluster(request_timeout=5).result(10).controller
+            except Exception:  # noqa: BLE001 - no answer: none known
+                return None
+            return None if node is None or node.id < 0 else node.id
         best: tuple[int, int] | None = None
         for node in self.running() if nodes is None else nodes:
             path = self.meta_dir(node) / "__cluster_metadata-0" / "quorum-state"
@@ -495,6 +601,10 @@ class LocalCluster:
         for n in self.nodes:
             pid = self.pid(n)
             lines.append(f"{n:<5} {pid or '-':<8} {'running' if pid else 'stopped'}")
+        if self.cfg.zookeeper:
+            pid = self.zookeeper_pid()
+            lines.append(f"{'zk':<5} {pid or '-':<8} {'running' if pid else 'stopped'} "
+                         f"(ZooKeeper at {self.cfg.host}:{self.cfg.zookeeper_port})")
         try:
             parts = self.partitions()
         except Exception as exc:  # noqa: BLE001 - status must print what it can
@@ -506,6 +616,21 @@ class LocalCluster:
             lines.append(f"{p.topic:<28} {p.partition:>4} {p.leader:>6}  "
                          f"{','.join(map(str, p.replicas)):<9} {','.join(map(str, p.isr))}")
         return "\n".join(lines)
+
+
+def _our_pid(pid_file: Path, main: bytes, folder: str) -> int | None:
+    """The pid in ``pid_file`` if that process runs and is still ours: its command line
+    names ``main`` and ``folder`` (a recycled pid is another process)."""
+    try:
+        pid = int(pid_file.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
+    try:
+        os.kill(pid, 0)
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except (ProcessLookupError, OSError):
+        return None
+    return pid if main in cmdline and folder.encode() in cmdline else None
 
 
 def _wait_exit(pid: int | None, timeout: float, raise_on_timeout: bool = True) -> bool:

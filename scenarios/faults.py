@@ -78,7 +78,8 @@ def cut_port(port: int) -> AbstractContextManager[None]:
 def isolate(cluster, node: int) -> AbstractContextManager[None]:
     """Cut broker ``node`` of ``cluster`` (a ``LocalCluster``, started with cgroups) off
     from the other brokers on their controller and replication listeners, both ways,
-    until the block ends; its client listener stays open."""
+    until the block ends; its client listener stays open. In ZooKeeper mode from the
+    ZooKeeper server too (its session, and with it its registration, then ends)."""
     if not cluster.in_cgroup(node):
         raise ClusterError(f"node {node} does not run in its own cgroup (needs a writable "
                            f"cgroup v2 hierarchy, as root, when the cluster starts): its "
@@ -87,6 +88,8 @@ def isolate(cluster, node: int) -> AbstractContextManager[None]:
     own = [cfg.controller_port(node), cfg.replication_port(node)]
     others = [p for m in cluster.nodes if m != node
               for p in (cfg.controller_port(m), cfg.replication_port(m))]
+    if cfg.zookeeper:
+        others.append(cfg.zookeeper_port)
     mine = ["-m", "cgroup", "--path", cluster.cgroup(node)]
     return _dropping(*(_drop(d, p) for p in own for d in ("--dport", "--sport")),
                      *(["OUTPUT", "-o", "lo", "-p", "tcp", *mine, "--dport", str(p), "-j",

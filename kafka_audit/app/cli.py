@@ -20,7 +20,7 @@ import traceback
 from kafka_audit import __version__
 from kafka_audit.clients import LIBRDKAFKA_LOGGER
 from kafka_audit.errors import AuditorError
-from kafka_audit.jars import KAFKA_VERSIONS
+from kafka_audit.jars import LOCAL_VERSIONS
 from kafka_audit.log_format import JsonLines
 from kafka_audit.redact import ScrubFilter, redacted, scrub
 from kafka_audit.settings import get_settings
@@ -447,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--settle", type=float, default=5,
                    help="audit.settle_seconds for the run (default 5)")
     s.add_argument("--keep-running", action="store_true", help="leave the cluster up afterwards")
-    s.add_argument("--kafka-version", choices=KAFKA_VERSIONS, default=None,
+    s.add_argument("--kafka-version", choices=LOCAL_VERSIONS, default=None,
                    help="run the local cluster at this Kafka version (cluster.kafka_version)")
     s.add_argument("--elr", choices=["on", "off"], default=None,
                    help="eligible leader replicas (KIP-966) on or off "

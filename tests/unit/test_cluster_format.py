@@ -42,8 +42,33 @@ def test_discard_removes_the_cluster_and_its_format(tmp_path):
 
 
 def test_only_the_versions_the_cluster_runs_are_taken():
-    with pytest.raises(ValueError, match="runs Kafka 4.1.1 or 4.4.0, not 3.8.0"):
+    with pytest.raises(ValueError, match="runs Kafka 4.1.1 or 4.4.0 or 3.9.2, not 3.8.0"):
         Settings(cluster={"kafka_version": "3.8.0"})
+
+
+def test_zookeeper_mode_is_3_9_without_what_came_with_kraft(tmp_path):
+    zk = Settings(cluster={"kafka_version": "3.9.2", "controller_base_port": 29191}).cluster
+    assert zk.zookeeper and zk.zookeeper_port == 29194  # after the three nodes' ports
+    assert not Settings().cluster.zookeeper
+    with pytest.raises(ValueError, match="no eligible leader replicas"):
+        Settings(cluster={"kafka_version": "3.9.2", "eligible_leader_replicas": True})
+    with pytest.raises(ValueError, match="secured listener is KRaft's"):
+        Settings(cluster={"kafka_version": "3.9.2", "secure": True})
+
+
+def test_a_zookeeper_cluster_writes_what_it_is_and_refuses_kraft_storage(tmp_path):
+    c = LocalCluster(Settings(home=tmp_path, cluster={"kafka_version": "3.9.2"}))
+    c.format()  # nothing to format: what it is, written down
+    assert c.formatted_as() == {"kafka_version": "3.9.2", "eligible_leader_replicas": False}
+    props = c._properties(1)
+    assert "zookeeper.connect=127.0.0.1:29194" in props and "process.roles" not in props
+    assert "control.plane.listener.name=CONTROL" in props
+    assert "broker.session.timeout.ms" not in props  # KRaft's alone
+    kraft = formatted(tmp_path / "kraft")
+    (kraft.root / FORMAT_FILE).write_text(json.dumps(kraft._form()))
+    with pytest.raises(ClusterError, match="formatted as Kafka 4.1.1.*asks for Kafka 3.9.2"):
+        LocalCluster(Settings(home=tmp_path / "kraft",
+                              cluster={"kafka_version": "3.9.2"})).format()
 
 
 def test_a_node_is_never_started_on_storage_formatted_otherwise(tmp_path):
