@@ -16,7 +16,7 @@ job and the API read it.
 from __future__ import annotations
 
 __all__ = ["EVENTS", "EVENT_KINDS", "WINDOWS", "WINDOW_KINDS", "LEADER_CHANGES", "CLUSTER_WIDE",
-           "METADATA_LOG",
+           "METADATA_LOG", "ZOOKEEPER_STATE", "EXACT_SOURCES",
            "FIRST_SEEN", "LEADER_CHANGE", "LEADER_REELECTED", "OFFLINE", "UNCLEAN_ELECTION",
            "ELR_ELECTION",
            "ISR_SHRINK", "ISR_EXPAND", "UNDER_MIN_ISR_ENTER", "UNDER_MIN_ISR_EXIT",
@@ -101,6 +101,11 @@ CLUSTER_WIDE = (BLIND, BROKER_FENCED, BROKER_UNFENCED)
 #: the source of events read from the KRaft metadata log: at the controller's own time, in
 #: its order (a polled event is seen up to a poll late)
 METADATA_LOG = "kraft:metadata_log"
+#: the source of events read from a ZooKeeper-era cluster's state in ZooKeeper: at the time
+#: the controller's write landed there (before any broker acts on it), in its order
+ZOOKEEPER_STATE = "zookeeper"
+#: the sources whose times are the controller's own, not a poll's
+EXACT_SOURCES = (METADATA_LOG, ZOOKEEPER_STATE)
 
 # ---- windows: the ``kind`` of a ``windows`` row (``jobs/core/windows.py``) ----
 

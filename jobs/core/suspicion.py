@@ -47,7 +47,7 @@ from datetime import UTC, datetime, timedelta
 
 from kafka_audit.jobs.core.model import AckRun
 from kafka_audit.jobs.core.rules import DEPOSED_SLACK
-from kafka_audit.schemas.events import EPOCH_END, FIRST_SEEN, LEADER_CHANGES, METADATA_LOG
+from kafka_audit.schemas.events import EPOCH_END, EXACT_SOURCES, FIRST_SEEN, LEADER_CHANGES
 from kafka_audit.schemas.suspicions import BY_BROKER, BY_TIME
 
 __all__ = ["EpochEnd", "Leadership", "Suspicion", "BY_BROKER", "BY_TIME", "suspect",
@@ -73,7 +73,8 @@ class EpochEnd:
 @dataclass(frozen=True)
 class Leadership:
     """From ``at`` on, ``leader`` leads the partition at ``epoch`` (a cluster event);
-    ``exact``: read from the metadata log (at the controller's time), else polled."""
+    ``exact``: read from the metadata log or ZooKeeper (at the controller's time), else
+    polled."""
 
     at: datetime
     leader: int
@@ -231,7 +232,7 @@ def leadership_of(row: dict) -> Leadership | None:
             or row["leader"] < 0 or row.get("leader_epoch") is None):
         return None
     return Leadership(_utc(row["event_time"]), row["leader"], row["leader_epoch"],
-                      row.get("source") == METADATA_LOG)
+                      row.get("source") in EXACT_SOURCES)
 
 
 def ack_run_of(row: dict) -> AckRun:

@@ -64,8 +64,8 @@ from kafka_audit.schemas.events import (
 if TYPE_CHECKING:
     from kafka_audit.jobs.watcher.watcher import PartitionView
 
-__all__ = ["MetadataFold", "MetadataTail", "metadata_dirs", "local_metadata_dirs",
-           "tail_command"]
+__all__ = ["MetadataFold", "FoldedTimeline", "MetadataTail", "metadata_dirs",
+           "local_metadata_dirs", "tail_command"]
 
 log = logging.getLogger(__name__)
 
@@ -146,6 +146,9 @@ class MetadataFold:
     min_isr: Mapping[str, int] = field(default_factory=dict)
     excluded: str = "_"
     quiet_until: datetime | None = None
+    #: the rows' ``source``: the KRaft metadata log's, or another exact timeline folded the
+    #: same way (a ZooKeeper-era cluster's state in ZooKeeper: ``jobs/watcher/zookeeper.py``)
+    source: str = SOURCE
     polled: dict[tuple[str, int], Polled] = field(default_factory=dict)
     topics: dict[str, str] = field(default_factory=dict)  # topic id -> name
     #: (topic id, partition) -> its state (with its eligible leader replicas)
@@ -357,26 +360,76 @@ class MetadataFold:
         return [self._row(at, "", -1, BROKER_FENCED if fenced else BROKER_UNFENCED,
                           detail=detail)]
 
-    @staticmethod
-    def _row(at, topic: str, partition: int, kind: str, detail: dict | None = None,
+    def _row(self, at, topic: str, partition: int, kind: str, detail: dict | None = None,
              **columns) -> dict:
         return {"event_time": at, "topic": topic, "partition": partition, "kind": kind,
                 **columns, "detail": json.dumps(detail) if detail is not None else None,
-                "source": SOURCE}
+                "source": self.source}
 
 
-class MetadataTail:
-    """The Java tail (``jobs/watcher/MetadataTail.java``) of the nodes' metadata logs,
-    folded as its lines arrive: :meth:`drain` hands over the rows made since the last
-    call; :meth:`fresh` says whether the log is current (its newest record younger than
-    ``stale_seconds``, the tail alive)."""
+class FoldedTimeline:
+    """Records folded as they arrive (:class:`MetadataFold`), for the watcher:
+    :meth:`drain_with_muted` hands over the rows made since the last call, :meth:`polled`
+    tells the fold what the polls wrote meanwhile, :meth:`fresh` whether the timeline is
+    current. Its sources: :class:`MetadataTail` (the KRaft metadata log) and
+    :class:`~kafka_audit.jobs.watcher.zookeeper.ZooKeeperTimeline`."""
 
-    def __init__(self, dirs: list[Path], fold: MetadataFold, stale_seconds: float) -> None:
-        self.dirs, self.fold, self.stale_seconds = dirs, fold, stale_seconds
+    def __init__(self, fold: MetadataFold) -> None:
+        self.fold = fold
         self._lock = threading.Lock()
         #: the fold's rows in the log's order, each with whether it was muted
         self._rows: list[tuple[dict, bool]] = []
         self._newest: float = -1.0  # ms, the newest record's time
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def fresh(self, now: float | None = None) -> bool:
+        raise NotImplementedError
+
+    def take(self, rec: dict) -> None:
+        """One record the tail printed, folded (its rows, the muted among them, kept for
+        :meth:`drain_with_muted`)."""
+        if rec.get("type") == "_AT":
+            return
+        with self._lock:
+            self._rows += [(r, False) for r in self.fold.apply(rec)]
+            self._rows += [(r, True) for r in self.fold.take_muted()]
+            if not rec.get("snapshot"):
+                self._newest = max(self._newest, float(rec.get("time", -1)))
+
+    def polled(self, rows: list[dict], at: datetime) -> None:
+        """The polls wrote these change rows (partitions', brokers') at ``at`` while the log
+        was late: the log's row each stands for is not written again."""
+        with self._lock:
+            for r in rows:
+                polled = self.fold.polled.setdefault((r["topic"], r["partition"]), Polled())
+                state = state_of(r)
+                if not polled.rows or polled.rows[-1] != (state, at):  # a change's kinds: once
+                    polled.rows.append((state, at))
+
+    def drain_with_muted(self) -> tuple[list[dict], list[dict]]:
+        """The rows to write the log gave since the last call, and those with the leader
+        changes a polled row stood for among them (:attr:`MetadataFold.muted`), all in the
+        log's order: the muted are not written, yet their epochs raise the questions the
+        polled rows could not (one without an epoch raises none), and a question is raised
+        only by a change newer than the last one followed."""
+        with self._lock:
+            taken, self._rows = self._rows, []
+        return [r for r, muted in taken if not muted], [r for r, _ in taken]
+
+
+class MetadataTail(FoldedTimeline):
+    """The Java tail (``jobs/watcher/MetadataTail.java``) of the nodes' metadata logs,
+    folded as its lines arrive; fresh while its newest record is younger than
+    ``stale_seconds`` and the tail alive."""
+
+    def __init__(self, dirs: list[Path], fold: MetadataFold, stale_seconds: float) -> None:
+        super().__init__(fold)
+        self.dirs, self.stale_seconds = dirs, stale_seconds
         self._proc: subprocess.Popen | None = None
         self.errors = 0  # lines that could not be read (counted, skipped)
         self._stopping = False
@@ -394,17 +447,6 @@ class MetadataTail:
                 self._proc.wait(10)
             except subprocess.TimeoutExpired:
                 self._proc.kill()
-
-    def take(self, rec: dict) -> None:
-        """One record the tail printed, folded (its rows, the muted among them, kept for
-        :meth:`drain_with_muted`)."""
-        if rec.get("type") == "_AT":
-            return
-        with self._lock:
-            self._rows += [(r, False) for r in self.fold.apply(rec)]
-            self._rows += [(r, True) for r in self.fold.take_muted()]
-            if not rec.get("snapshot"):
-                self._newest = max(self._newest, float(rec.get("time", -1)))
 
     def _read(self) -> None:
         assert self._proc is not None and self._proc.stdout is not None
@@ -427,26 +469,6 @@ class MetadataTail:
         with self._lock:
             newest = self._newest
         return self.alive() and newest >= 0 and now - newest / 1000 <= self.stale_seconds
-
-    def polled(self, rows: list[dict], at: datetime) -> None:
-        """The polls wrote these change rows (partitions', brokers') at ``at`` while the log
-        was late: the log's row each stands for is not written again."""
-        with self._lock:
-            for r in rows:
-                polled = self.fold.polled.setdefault((r["topic"], r["partition"]), Polled())
-                state = state_of(r)
-                if not polled.rows or polled.rows[-1] != (state, at):  # a change's kinds: once
-                    polled.rows.append((state, at))
-
-    def drain_with_muted(self) -> tuple[list[dict], list[dict]]:
-        """The rows to write the log gave since the last call, and those with the leader
-        changes a polled row stood for among them (:attr:`MetadataFold.muted`), all in the
-        log's order: the muted are not written, yet their epochs raise the questions the
-        polled rows could not (one without an epoch raises none), and a question is raised
-        only by a change newer than the last one followed."""
-        with self._lock:
-            taken, self._rows = self._rows, []
-        return [r for r, muted in taken if not muted], [r for r, _ in taken]
 
 
 def tail_command(dirs: list[Path]) -> list[str]:

@@ -324,21 +324,34 @@ class ClusterWatcher:
         return local_metadata_dirs(self.settings)
 
     def _start_metadata(self) -> None:
-        """The metadata log's tail, once, if its folders are here; events of it already in
-        ``cluster_events`` (an earlier watcher's) are folded, not written again."""
+        """The exact timeline, once: the KRaft metadata log's tail if its folders are here,
+        or a ZooKeeper-era cluster's state in ZooKeeper (:func:`~kafka_audit.jobs.watcher.
+        zookeeper.zookeeper_connect`); events of it already in ``cluster_events`` (an
+        earlier watcher's) are folded, not written again."""
+        from kafka_audit.jobs.watcher.zookeeper import zookeeper_connect
+
         self._metadata_started = True
-        dirs = self._metadata_dirs()
-        if not dirs:
+        connect = zookeeper_connect(self.settings)
+        dirs = [] if connect else self._metadata_dirs()
+        if not dirs and not connect:
             return
         import pyarrow.compute as pc
 
+        from kafka_audit.jobs.watcher import zookeeper
         from kafka_audit.jobs.watcher.metadata_log import SOURCE, MetadataFold, MetadataTail
         from kafka_audit.store import read_table
 
+        source = zookeeper.SOURCE if connect else SOURCE
         done = read_table(self.table, "cluster_events", ["event_time"],
-                          where=pc.field("source") == SOURCE)["event_time"]
+                          where=pc.field("source") == source)["event_time"]
         quiet = pc.max(done).as_py() if len(done) else None
-        fold = MetadataFold(min_isr=self.min_isr, excluded=self.excluded, quiet_until=quiet)
+        fold = MetadataFold(min_isr=self.min_isr, excluded=self.excluded, quiet_until=quiet,
+                            source=source)
+        if connect:
+            self.metadata = zookeeper.ZooKeeperTimeline(connect, fold)
+            self.metadata.start()
+            log.info("watcher: ZooKeeper's state is the timeline's source (%s)", connect)
+            return
         self.metadata = MetadataTail(dirs, fold, self.settings.watch.metadata_log_stale_seconds)
         self.metadata.start()
         log.info("watcher: the KRaft metadata log is the timeline's source (%s)",
@@ -720,8 +733,11 @@ class ClusterWatcher:
             try:
                 self._start_metadata()
             except Exception as exc:  # noqa: BLE001 - the polls are the fallback source
-                log.warning("watcher: cannot tail the KRaft metadata log (%s); partition "
-                            "events come from the polls", str(exc).splitlines()[0])
+                log.warning("watcher: cannot follow the cluster's timeline (the KRaft "
+                            "metadata log or ZooKeeper: %s); partition events come from the "
+                            "polls", (str(exc).splitlines() or [type(exc).__name__])[0])
+                if self.metadata is not None:
+                    self.metadata.stop()
                 self.metadata = None
         try:
             while not stop.is_set():

@@ -1,0 +1,246 @@
+"""A ZooKeeper-era cluster's (Kafka 3.x) timeline, from ZooKeeper's own state.
+
+Before KRaft, the controller kept each partition's leader, leader epoch and ISR in a
+znode, ``/brokers/topics/<topic>/partitions/<p>/state`` (JSON: ``leader``,
+``leader_epoch``, ``isr``, ``controller_epoch``, and ``leader_recovery_state`` 1 after an
+unclean election), the replicas in ``/brokers/topics/<topic>``, the live brokers as
+ephemeral znodes under ``/brokers/ids`` and the active controller in ``/controller``.
+:class:`ZooKeeperTimeline` watches them read-only (``kazoo``; a watch fires once, and
+kazoo sets it again) and hands each state it reads to the same fold as the KRaft
+metadata log's records (:class:`~kafka_audit.jobs.watcher.metadata_log.MetadataFold`), as
+the record KRaft would have written: so the rows, their kinds and the rules are the
+same, with the source ``zookeeper``:
+
+- a partition's state: ``PARTITION_RECORD`` (its time: the znode's ``mtime``, the
+  ZooKeeper leader's clock when the controller wrote it);
+- a topic: ``TOPIC_RECORD`` (its id from the topic's znode), ``REMOVE_TOPIC_RECORD``;
+- a broker's registration appearing: ``REGISTER_BROKER_RECORD`` unfenced (at the
+  znode's ``ctime``); disappearing (its session ended: a kill, a cut from ZooKeeper):
+  ``FENCE_BROKER_RECORD`` at the time it was seen gone;
+- the controller: ``LEADER_CHANGE`` (at the ``/controller`` znode's ``ctime``);
+- a topic's durability settings changed (``/config/topics/<topic>``): ``CONFIG_RECORD``.
+
+What it can miss, unlike the metadata log: ZooKeeper keeps no history, only each znode's
+current state and a version counting its writes. Two writes between a watch firing and
+the read after it are seen as one (the first's rows are not written); the version's jump
+says so: counted in :attr:`ZooKeeperTimeline.skipped` and logged. Elections in ZooKeeper
+mode are the controller's, from the ISR it wrote to ZooKeeper: a leader outside it only
+with ``unclean.leader.election.enable`` (marked by ``leader_recovery_state``), as the
+classic rules say; there are no eligible leader replicas.
+
+Fresh while its ZooKeeper session is connected: the watcher's polls give the partition
+events otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+from kafka_audit.jobs.watcher.metadata_log import (
+    DURABILITY,
+    RECOVERING,
+    TOPIC_RESOURCE,
+    FoldedTimeline,
+    MetadataFold,
+)
+from kafka_audit.schemas.events import ZOOKEEPER_STATE
+
+__all__ = ["ZooKeeperTimeline", "SOURCE", "partition_record", "zookeeper_connect"]
+
+log = logging.getLogger(__name__)
+
+#: the ``source`` of the rows read from ZooKeeper's state: the controller's writes, at the
+#: ZooKeeper leader's time
+SOURCE = ZOOKEEPER_STATE
+
+
+def zookeeper_connect(settings) -> str | None:
+    """Where the watcher reads a ZooKeeper-era cluster's state: ``watch.zookeeper_connect``,
+    or, for the local cluster in ZooKeeper mode (no profile bootstrap), its server."""
+    if settings.watch.zookeeper_connect is not None:
+        return settings.watch.zookeeper_connect or None  # "": off
+    c = settings.cluster
+    if settings.profile.bootstrap is None and c.zookeeper:
+        return f"{c.host}:{c.zookeeper_port}"
+    return None
+
+
+def partition_record(topic_id: str, partition: int, data: bytes, replicas: list[int],
+                     mtime_ms: int) -> dict:
+    """The ``PARTITION_RECORD`` a partition's state znode (its JSON ``data``) stands for."""
+    state = json.loads(data)
+    return {"type": "PARTITION_RECORD", "time": mtime_ms, "data": {
+        "topicId": topic_id, "partitionId": partition, "leader": int(state["leader"]),
+        "isr": [int(b) for b in state.get("isr") or ()], "replicas": list(replicas),
+        "leaderEpoch": int(state.get("leader_epoch", 0)),
+        "leaderRecoveryState": RECOVERING if state.get("leader_recovery_state") == RECOVERING
+        else 0}}
+
+
+class ZooKeeperTimeline(FoldedTimeline):
+    """ZooKeeper's state of a ZooKeeper-mode cluster, watched read-only at ``connect``
+    (``host:port[,host:port...][/chroot]``) and folded into ``cluster_events`` rows."""
+
+    def __init__(self, connect: str, fold: MetadataFold, timeout: float = 10.0) -> None:
+        super().__init__(fold)
+        self.connect, self.timeout = connect, timeout
+        self._zk: Any = None
+        self._topics: dict[str, str] = {}  # name -> its id
+        self._replicas: dict[tuple[str, int], list[int]] = {}
+        self._watched: set[tuple[str, int]] = set()  # partitions whose state is watched
+        self._versions: dict[tuple[str, int], int] = {}  # state znode's version last read
+        self._configs_read: set[str] = set()  # topics whose settings were read once
+        self._brokers: set[int] | None = None
+        #: states written that no read saw (two writes between a watch and its read)
+        self.skipped = 0
+        self.errors = 0  # znodes whose data could not be read (counted, logged)
+        self._watch_lock = threading.Lock()
+
+    # ---- lifecycle ----------------------------------------------------------------
+    def start(self) -> None:
+        from kazoo.client import KazooClient
+
+        self._zk = KazooClient(hosts=self.connect, read_only=True, timeout=self.timeout)
+        self._zk.start(timeout=self.timeout)
+        self._zk.DataWatch("/controller", self._controller)
+        self._zk.ChildrenWatch("/brokers/ids", self._broker_ids)
+        self._zk.ChildrenWatch("/brokers/topics", self._topic_names)
+
+    def stop(self) -> None:
+        if self._zk is not None:
+            try:
+                self._zk.stop()
+                self._zk.close()
+            except Exception as exc:  # noqa: BLE001 - stopping anyway
+                log.debug("zookeeper: stop: %s", exc)
+
+    def fresh(self, now: float | None = None) -> bool:
+        from kazoo.protocol.states import KazooState
+
+        return self._zk is not None and self._zk.state == KazooState.CONNECTED
+
+    # ---- what the watches see -------------------------------------------------------
+    def _record(self, rec: dict) -> None:
+        self.take(rec)
+
+    def _controller(self, data: bytes | None, stat) -> None:
+        if data is None:
+            return  # no controller until one is elected: its znode names it then
+        try:
+            broker = int(json.loads(data)["brokerid"])
+        except (ValueError, KeyError, TypeError) as exc:
+            self._unreadable("/controller", data, exc)
+            return
+        self._record({"type": "LEADER_CHANGE", "time": stat.ctime,
+                      "data": {"leaderId": broker}})
+
+    def _broker_ids(self, children: list[str]) -> None:
+        ids = {int(c) for c in children if c.isdigit()}
+        first, before, self._brokers = self._brokers is None, self._brokers or set(), ids
+        now_ms = int(time.time() * 1000)
+        for broker in sorted(ids - before):
+            stat = self._zk.exists(f"/brokers/ids/{broker}")
+            self._record({"type": "REGISTER_BROKER_RECORD", "snapshot": first,
+                          "time": stat.ctime if stat is not None else now_ms,
+                          "data": {"brokerId": broker, "fenced": False}})
+        for broker in sorted(before - ids):
+            self._record({"type": "FENCE_BROKER_RECORD", "time": now_ms,
+                          "data": {"id": broker}})
+
+    def _topic_names(self, children: list[str]) -> None:
+        for topic in sorted(set(children) - set(self._topics)):
+            self._topics[topic] = topic  # its id once its znode is read
+            self._zk.DataWatch(f"/brokers/topics/{topic}", _bound(self._topic, topic))
+            self._zk.DataWatch(f"/config/topics/{topic}", _bound(self._config, topic))
+
+    def _topic(self, topic: str, data: bytes | None, stat) -> bool | None:
+        if data is None:  # deleted: its partitions' watches end with their znodes
+            if topic in self._topics:
+                tid = self._topics.pop(topic)
+                self._record({"type": "REMOVE_TOPIC_RECORD", "time": int(time.time() * 1000),
+                              "data": {"topicId": tid}})
+                for key in [k for k in self._replicas if k[0] == topic]:
+                    self._replicas.pop(key, None)
+                    self._watched.discard(key)
+                    self._versions.pop(key, None)
+            return False
+        try:
+            znode = json.loads(data)
+            assignment = {int(p): [int(b) for b in r]
+                          for p, r in (znode.get("partitions") or {}).items()}
+        except (ValueError, TypeError, AttributeError) as exc:
+            self._unreadable(f"/brokers/topics/{topic}", data, exc)
+            return None
+        tid = str(znode.get("topic_id") or topic)
+        if self._topics.get(topic) != tid or not any(k[0] == topic for k in self._replicas):
+            self._topics[topic] = tid
+            self._record({"type": "TOPIC_RECORD", "time": stat.ctime,
+                          "data": {"topicId": tid, "name": topic}})
+        for p, replicas in sorted(assignment.items()):
+            self._replicas[(topic, p)] = replicas
+            with self._watch_lock:
+                if (topic, p) in self._watched:
+                    continue
+                self._watched.add((topic, p))
+            self._zk.DataWatch(f"/brokers/topics/{topic}/partitions/{p}/state",
+                               _bound(self._state, topic, p))
+        return None
+
+    def _state(self, topic: str, partition: int, data: bytes | None, stat) -> bool | None:
+        key = (topic, partition)
+        if key not in self._watched:
+            return False  # the topic was deleted
+        if data is None:
+            return None  # not written yet: the controller writes it after the topic
+        last = self._versions.get(key)
+        if last is not None and stat.version > last + 1:
+            self.skipped += stat.version - last - 1
+            log.info("zookeeper: %d state change(s) of %s-%d written between two reads were "
+                     "not seen (%d so far)", stat.version - last - 1, topic, partition,
+                     self.skipped)
+        if last is not None and stat.version <= last:
+            return None  # seen already (a watch set again on a reconnection)
+        self._versions[key] = stat.version
+        try:
+            rec = partition_record(self._topics.get(topic, topic), partition, data,
+                                   self._replicas.get(key, []), stat.mtime)
+        except (ValueError, KeyError, TypeError) as exc:
+            self._unreadable(f"/brokers/topics/{topic}/partitions/{partition}/state", data, exc)
+            return None
+        self._record(rec)
+        return None
+
+    def _config(self, topic: str, data: bytes | None, stat) -> bool | None:
+        if data is None:
+            return False if topic not in self._topics else None
+        try:
+            config = json.loads(data).get("config") or {}
+        except (ValueError, TypeError, AttributeError) as exc:
+            self._unreadable(f"/config/topics/{topic}", data, exc)
+            return None
+        first = topic not in self._configs_read  # what it was set to before: no change
+        self._configs_read.add(topic)
+        for name in DURABILITY:
+            value = config.get(name)
+            self._record({"type": "CONFIG_RECORD", "time": stat.mtime, "snapshot": first,
+                          "data": {"resourceType": TOPIC_RESOURCE, "resourceName": topic,
+                                   "name": name, "value": value}})
+        return None
+
+    def _unreadable(self, path: str, data: bytes, exc: Exception) -> None:
+        self.errors += 1
+        log.warning("zookeeper: %s could not be read (%s), skipped (%d so far): %.200r",
+                    path, exc, self.errors, data)
+
+
+def _bound(fn, *args):
+    """``fn`` with ``args`` first, as a watch of exactly ``(data, stat)``: kazoo counts a
+    callback's parameters and hands a third (the event) to one that takes three, which a
+    lambda's bound defaults would have received."""
+    def callback(data, stat):
+        return fn(*args, data, stat)
+    return callback
