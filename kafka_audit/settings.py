@@ -518,12 +518,14 @@ class SteadySettings(_Section):
                                         "starts at least this long after the previous one")
     backlog_pass_seconds: float = Field(
         60, ge=0, description="in `kafka-audit run`, while the consume job reads a backlog "
-        "(its last micro-batch left records it knew of for the next ones: "
-        "spark.max_offsets_per_trigger reached), a pass starts at most this long after the "
-        "previous one, not at every micro-batch committed: the reading comes first (what "
-        "the topics' retention deletes before it is read can only be judged unreadable) "
-        "and has the machine; the pass that follows the backlog's last batch judges the "
-        "rest. Writes that look lost are still judged when they settle. 0: no waiting")
+        "(its last micro-batch left records it knew of: spark.max_offsets_per_trigger "
+        "reached) passes wait: the reading comes first (what the topics' retention deletes "
+        "before it is read can only be judged unreadable) and has the machine. While each "
+        "micro-batch leaves fewer records (a catch-up after an outage) they wait until it "
+        "is read, however long; a backlog growing or not shrinking gets a pass at most this "
+        "long after the previous one; the first pass after a start waits at most this long "
+        "for the first micro-batch. Writes that look lost are still judged when they "
+        "settle. 0: passes never wait for the reading")
     rejudge_timeout_seconds: float = Field(
         10, gt=0, description="a pass re-reads the ranges it suspects and judges them in the "
         "same pass, spending at most this long on the re-reads; ranges not answered by then "

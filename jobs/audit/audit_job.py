@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from kafka_audit.jobs.audit.audit_pass import AuditSummary, Warm, run_audit_pass
 from kafka_audit.jobs.audit.lookups import ClusterLookups
@@ -42,6 +43,9 @@ from kafka_audit.jobs.spark import raise_if_jvm_died
 from kafka_audit.jobs.upkeep.maintenance import Upkeep
 from kafka_audit.settings import Settings
 from kafka_audit.status import Outage, StatusWriter
+
+if TYPE_CHECKING:
+    from kafka_audit.jobs.consume.consume_job import Backlog
 
 __all__ = ["run_audit_loop"]
 
@@ -53,13 +57,13 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
                                                                               flush=True),
                    stop: threading.Event | None = None,
                    wake: threading.Event | None = None,
-                   behind: Callable[[], int] | None = None) -> None:
+                   behind: Backlog | None = None) -> None:
     """Run passes every ``audit.interval_seconds`` (one with ``once``, which raises on a
     failed pass), sharing one set of cluster lookups and warm state; ``report`` gets each
     pass's summary. ``wake``: set by the consume job when it commits a micro-batch, it
-    starts the next pass early. ``behind``: the records the consume job still has to read
-    (:class:`~kafka_audit.jobs.consume.consume_job.Backlog`); while there are some, passes
-    are ``steady.backlog_pass_seconds`` apart. Runs until ``stop`` is set."""
+    starts the next pass early. ``behind``: what the consume job still has to read
+    (:class:`~kafka_audit.jobs.consume.consume_job.Backlog`): passes wait for the reading
+    (:func:`_holding`), the first one too. Runs until ``stop`` is set."""
     stop = stop or threading.Event()
     lookups = ClusterLookups(settings)
     warm = Warm()
@@ -67,6 +71,11 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
     outage = Outage("audit", StatusWriter(settings.home_dir, "audit"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
     try:
+        if behind is not None and settings.steady.backlog_pass_seconds > 0:
+            # a restart after an outage: the backlog's reading first
+            hold = time.monotonic() + settings.steady.backlog_pass_seconds
+            while not stop.is_set() and _holding(behind, hold):
+                stop.wait(0.25)
         while not stop.is_set():
             if wake is not None:
                 wake.clear()  # commits from now on wake the next pass
@@ -98,7 +107,7 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
 
 def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | None,
           due: float | None = None, pass_seconds: float = 0.0,
-          behind: Callable[[], int] | None = None) -> None:
+          behind: Backlog | None = None) -> None:
     """Until the next pass: ``audit.interval_seconds``, or less once ``wake`` is set (but
     at least ``steady.min_pass_gap_seconds``), or until ``stop``.
 
@@ -108,12 +117,12 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
     instead, since begun sooner it would still be running then and leave them to the pass
     after.
 
-    ``behind()``: records the consume job has yet to read. While there are some, neither
-    a wake nor the interval starts a pass before ``steady.backlog_pass_seconds`` have
-    passed (``due`` still does): a pass judging the backlog's first batches took a core
-    and the interpreter from the reading, which the catch-up after an outage waited for
-    (bench/catchup.py). The pass starts as soon as the consume thread has seen the
-    progress of the batch that ended the backlog (it looks every 2 s)."""
+    ``behind``: what the consume job has yet to read. While :func:`_holding` says so,
+    neither a wake nor the interval starts a pass (``due`` still does): a pass judging the
+    backlog's first batches took a core and the interpreter from the reading, which the
+    catch-up after an outage waited for (bench/catchup.py). The pass starts as soon as the
+    consume thread has seen the progress of the batch that ended the backlog (it looks
+    every 2 s)."""
     start = time.monotonic()
     end = start + settings.audit.interval_seconds
     if due is not None and due - end < pass_seconds:
@@ -122,8 +131,9 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
     if due is not None:
         hold = min(hold, due)  # writes that settle are judged when they do
 
-    def held() -> bool:  # a backlog is being read, and the pass may still wait for it
-        return behind is not None and time.monotonic() < hold and behind() > 0
+    def held() -> bool:
+        return behind is not None and settings.steady.backlog_pass_seconds > 0 and \
+            _holding(behind, hold)
 
     gap = min(settings.steady.min_pass_gap_seconds, settings.audit.interval_seconds)
     if stop.wait(min(gap, end - start)):
@@ -140,6 +150,19 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
             if due is not None and 0 < (until_due := due - time.monotonic()) < pass_seconds:
                 stop.wait(until_due)  # woken too close to it: wait for it
             return
+
+
+def _holding(backlog: Backlog, hold: float) -> bool:
+    """Whether a pass waits for the consume job's reading: while it gains on a backlog
+    (each micro-batch leaves fewer records than the one before: a catch-up after an
+    outage, however long); while a backlog it does not gain on (more arrives than it
+    reads) is still left, or the first micro-batch of its run has not ended, until
+    ``hold`` (``time.monotonic()``; the last pass plus ``steady.backlog_pass_seconds``),
+    so passes still run that often."""
+    records, gaining = backlog.state()
+    if records == 0:
+        return False
+    return (records is not None and gaining) or time.monotonic() < hold
 
 
 def _due(summary: AuditSummary) -> float | None:

@@ -66,15 +66,28 @@ DEFAULT_PATTERN = "^[^_].*$"
 class Backlog:
     """What the consume query's last micro-batch left to read: the records Spark knew were
     in the topics past the batch's end when it planned it (0: it read to the end it knew,
-    or no batch ran yet, or the query is failing). ``kafka-audit run``'s audit loop reads it
-    (:func:`~kafka_audit.jobs.audit.audit_job.run_audit_loop`): while a backlog is read its
-    passes wait, and the reading has the machine."""
+    or the query is failing; None: no batch of this run has ended yet), and whether that
+    is fewer than the batch before left (the reading gains on it). ``kafka-audit run``'s
+    audit loop reads it (:func:`~kafka_audit.jobs.audit.audit_job.run_audit_loop`): while a
+    backlog is read its passes wait, and the reading has the machine."""
 
     def __init__(self) -> None:
-        self.records = 0  # one int, set by the consume thread, read by the audit loop's
+        # one tuple, set by the consume thread, read by the audit loop's: never torn
+        self._state: tuple[int | None, bool] = (None, False)
 
-    def __call__(self) -> int:
-        return self.records
+    def update(self, records: int) -> None:
+        """The latest micro-batch's progress left ``records`` to read."""
+        before = self._state[0]
+        self._state = (records, before is not None and 0 < records < before)
+
+    def reset(self, known: bool = True) -> None:
+        """Nothing to wait for (``known``: the query is not reading), or unknown again (a
+        new run, before its first progress)."""
+        self._state = (0 if known else None, False)
+
+    def state(self) -> tuple[int | None, bool]:
+        """(records left, or None if unknown; whether the reading gains on them)."""
+        return self._state
 
 
 class LedgerTopics:
@@ -249,7 +262,7 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
     stamp_mac(settings)  # a stamp key file that is no key: an error now, not an outage
     stop = stop or threading.Event()
     if backlog is not None:
-        backlog.records = 0  # unknown until this run's first progress
+        backlog.reset(known=False)  # unknown until this run's first progress
     restarts = 0  # queries started again after an error, shown in the status file
     outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
@@ -275,8 +288,11 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                     seen = progress["timestamp"]
                     detail = _progress_detail(progress)
                     if backlog is not None:
-                        backlog.records = detail["behind"]
+                        backlog.update(detail["behind"])
                     outage.succeeded(restarts=restarts, **detail)
+                elif progress is None and backlog is not None and backlog.state()[0] is None \
+                        and _idle(query):
+                    backlog.reset()  # no batch to wait for: nothing to read yet
                 if done:
                     if once:
                         return  # read to the end
@@ -296,7 +312,7 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                 return
         except Exception as exc:  # noqa: BLE001 - restarted after a wait, never dies of it
             if backlog is not None:
-                backlog.records = 0  # not reading: the passes need not wait for it
+                backlog.reset()  # not reading: the passes need not wait for it
             if once:
                 raise
             raise_if_jvm_died(spark, exc)  # but of its JVM: the service gives it a new one
@@ -308,6 +324,15 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                     pass
             stop.wait(outage.failed(exc))
             restarts += 1
+
+
+def _idle(query) -> bool:
+    """Whether a query that has run no batch yet waits for data (none to read)."""
+    try:
+        status = query.status
+        return not status["isDataAvailable"] and not status["isTriggerActive"]
+    except Exception:  # noqa: BLE001 - the query is ending: its error comes next
+        return False
 
 
 def _between_batches(query, seen_then, seen_now) -> bool:

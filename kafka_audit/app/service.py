@@ -29,8 +29,8 @@ Steady state: the consume job wakes the audit loop when it commits a micro-batch
 in-process event, ``steady.wake_on_commit``), so a loss is judged soon after its
 settle period rather than up to an interval later; while it reads a backlog (after an
 outage: more than ``spark.max_offsets_per_trigger`` waited when it planned its last
-micro-batch) a pass starts at most every ``steady.backlog_pass_seconds`` instead, so
-the reading has the machine; the Spark session is shared and kept with bounded
+micro-batch) passes wait for the reading, which has the machine
+(``steady.backlog_pass_seconds``); the Spark session is shared and kept with bounded
 bookkeeping (:data:`LONG_RUNNING_SPARK`).
 """
 

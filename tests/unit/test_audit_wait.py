@@ -21,17 +21,21 @@ def waited(tmp_path, interval: float, due_in: float | None = None, pass_seconds:
     if wake_after is not None:
         threading.Timer(wake_after, wake.set).start()
     if caught_up_after is not None:
-        def caught_up():
-            backlog.records = 0  # the consume thread saw the last batch's progress
-        threading.Timer(caught_up_after, caught_up).start()
+        # the consume thread saw the progress of the batch that read the rest
+        threading.Timer(caught_up_after, lambda: backlog.update(0)).start()
     _wait(settings, stop, wake, None if due_in is None else t0 + due_in, pass_seconds,
           backlog)
     return time.monotonic() - t0
 
 
-def behind(records: int) -> Backlog:
+def behind(*records: int | None) -> Backlog:
+    """A backlog after micro-batches that left ``records`` each (None: none ended yet)."""
     backlog = Backlog()
-    backlog.records = records
+    for r in records:
+        if r is None:
+            backlog.reset(known=False)
+        else:
+            backlog.update(r)
     return backlog
 
 
@@ -81,11 +85,32 @@ def test_a_commit_of_a_backlog_batch_does_not_start_a_pass_until_the_backlog_is_
     assert 1.0 <= took < 10
 
 
-def test_a_long_backlog_still_gets_a_pass_every_backlog_pass_seconds(tmp_path):
+def test_a_backlog_not_read_faster_than_it_grows_still_gets_a_pass_every_hold(tmp_path):
     took = waited(tmp_path, interval=0.2, wake_after=0.1, backlog=behind(2_000_000), hold=1.5)
     assert 1.5 <= took < 10
-    # 0: no waiting for a backlog
-    assert waited(tmp_path, interval=30, wake_after=0.1, backlog=behind(2_000_000),
+    took = waited(tmp_path, interval=0.2, wake_after=0.1,
+                  backlog=behind(2_000_000, 2_400_000), hold=1.5)  # growing
+    assert 1.5 <= took < 10
+
+
+def test_a_backlog_being_caught_up_holds_the_pass_past_the_hold_until_read(tmp_path):
+    # each batch leaves fewer: the pass waits for the end, past backlog_pass_seconds
+    took = waited(tmp_path, interval=0.2, wake_after=0.1,
+                  backlog=behind(3_000_000, 2_000_000), hold=0.5, caught_up_after=1.5)
+    assert 1.5 <= took < 10
+
+
+def test_the_first_pass_after_a_start_waits_for_the_reading(tmp_path):
+    from kafka_audit.jobs.audit.audit_job import _holding
+
+    start = time.monotonic()
+    assert _holding(behind(None), start + 60)  # the first batch has not ended
+    assert not _holding(behind(None), start - 1)  # ... for longer than the hold
+    assert _holding(behind(3_000_000, 2_000_000), start - 1)  # gaining: however long
+    assert not _holding(behind(3_000_000, 0), start + 60)  # read
+    assert not _holding(behind(0), start + 60)  # nothing to read (a query idle from start)
+    # 0: no waiting for a backlog, even one being caught up
+    assert waited(tmp_path, interval=30, wake_after=0.1, backlog=behind(3_000_000, 2_000_000),
                   hold=0) < 10
 
 
