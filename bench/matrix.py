@@ -1,6 +1,7 @@
 """The scenario matrix: each Kafka version the local cluster runs, with KIP-966's eligible
-leader replicas off and on, the scenarios whose faults the versions and election rules
-treat differently, each judged write for write against a full read.
+leader replicas off and on (the ZooKeeper-era 3.9: off, it has none), the scenarios whose
+faults the versions and election rules treat differently, each judged write for write
+against a full read.
 
 For every (version, ELR) pair: the local cluster discarded and formatted anew that way
 (``cluster.kafka_version``, ``cluster.eligible_leader_replicas``), then each scenario of
@@ -31,7 +32,7 @@ from pathlib import Path
 
 from steady import say
 
-from kafka_audit.jars import KAFKA_VERSIONS
+from kafka_audit.jars import LOCAL_VERSIONS, ZOOKEEPER_VERSIONS
 from kafka_audit.jobs.spark import get_spark
 from kafka_audit.scenarios.cluster import LocalCluster
 from kafka_audit.scenarios.runner import run_scenario
@@ -46,8 +47,8 @@ SCENARIOS = ("acks1-leader-kill", "isr-shrunk-unclean", "min-isr-2", "simultaneo
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--versions", nargs="*", default=list(KAFKA_VERSIONS),
-                    choices=KAFKA_VERSIONS)
+    ap.add_argument("--versions", nargs="*", default=list(LOCAL_VERSIONS),
+                    choices=LOCAL_VERSIONS)
     ap.add_argument("--elr", nargs="*", default=["off", "on"], choices=["off", "on"])
     ap.add_argument("--scenarios", nargs="*", default=list(SCENARIOS))
     ap.add_argument("--seconds", type=float, default=12, help="seconds of traffic a run")
@@ -58,7 +59,8 @@ def main() -> int:
     rows: list[dict] = []
     spark = get_spark(base, "kafka-audit-matrix")
     for version in args.versions:
-        for elr in args.elr:
+        # ZooKeeper mode has no eligible leader replicas: its classic rules alone
+        for elr in ["off"] if version in ZOOKEEPER_VERSIONS else args.elr:
             s = base.model_copy(update={"cluster": base.cluster.model_copy(update={
                 "kafka_version": version, "eligible_leader_replicas": elr == "on"})})
             cluster = LocalCluster(s)

@@ -9,7 +9,10 @@ saying what to change:
    Spark Kafka source uses: the same profile mapped to Java properties); the
    Kafka version (the finalized ``metadata.version``) comes from there, and the
    election rules (KIP-966's eligible leader replicas on, off, or not supported: off is
-   a risk, with the command that turns them on);
+   a risk, with the command that turns them on); a ZooKeeper-era cluster (no
+   metadata.version, its brokers name a ``zookeeper.connect``) is said so, with its
+   ``inter.broker.protocol.version``, the risks of its classic rules and the setting
+   that gives the watcher its exact timeline (:func:`zookeeper_advice`);
 3. the permissions the auditor needs: describe the cluster; describe, describe
    the configs of and read every audited topic;
 4. per audited topic, its durability and the risk it carries: replication factor
@@ -74,6 +77,10 @@ class Report:
     kafka_metadata_version: str | None = None
     #: KIP-966's eligible leader replicas: on | off | not supported (:func:`election_rules`)
     eligible_leader_replicas: str | None = None
+    #: kraft, or zookeeper (a ZooKeeper-era cluster: its brokers name a zookeeper.connect)
+    mode: str | None = None
+    #: a ZooKeeper-mode broker's inter.broker.protocol.version (its release level)
+    inter_broker_protocol: str | None = None
     topics: dict[str, dict] = field(default_factory=dict)
     findings: list[Finding] = field(default_factory=list)
     #: what the check proved, one line each: which client connected how, which
@@ -88,10 +95,11 @@ class Report:
         return json.dumps(asdict(self), indent=2, default=str)
 
     def text(self) -> str:
+        level = f"ZooKeeper mode, inter.broker.protocol.version {self.inter_broker_protocol}" \
+            if self.mode == "zookeeper" else f"metadata.version {self.kafka_metadata_version}"
         lines = [f"profile {self.profile!r}: {self.security_protocol} to {self.bootstrap}",
-                 f"cluster {self.cluster_id}, {self.brokers} brokers, metadata.version "
-                 f"{self.kafka_metadata_version}, eligible leader replicas "
-                 f"{self.eligible_leader_replicas}", ""]
+                 f"cluster {self.cluster_id}, {self.brokers} brokers, {level}, eligible "
+                 f"leader replicas {self.eligible_leader_replicas}", ""]
         if self.topics:
             lines.append(f"{'topic':<32} {'RF':>3} {'min.isr':>7} {'unclean':>8}  producers")
             for name, t in sorted(self.topics.items()):
@@ -269,10 +277,24 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
     report.verified.append(f"the Java client (the one Spark's consume job uses): connected "
                            f"with the same profile, read metadata.version "
                            f"{report.kafka_metadata_version}")
-    said, finding = election_rules(probe.get("elr_level", 0), probe.get("elr_supported", 0),
-                                   report.kafka_metadata_version)
-    report.eligible_leader_replicas = said
-    report.findings += [finding] if finding else []
+    # the probe says "unknown" where no metadata.version is finalized: a ZooKeeper-era one?
+    zookeeper = _zookeeper_mode(admin, cluster, timeout) \
+        if report.kafka_metadata_version in (None, "unknown") else None
+    if zookeeper is not None:
+        report.mode, report.inter_broker_protocol = "zookeeper", zookeeper[1]
+        report.kafka_metadata_version = None
+        report.eligible_leader_replicas = "not supported"
+        from kafka_audit.jobs.watcher.zookeeper import zookeeper_connect
+
+        report.findings += zookeeper_advice(zookeeper[0], zookeeper[1],
+                                            zookeeper_connect(settings))
+    else:
+        report.mode = "kraft"
+        said, finding = election_rules(probe.get("elr_level", 0),
+                                       probe.get("elr_supported", 0),
+                                       report.kafka_metadata_version)
+        report.eligible_leader_replicas = said
+        report.findings += [finding] if finding else []
     ops = {op.name for op in cluster.authorized_operations or []}
     if "DESCRIBE" in ops:
         report.verified.append("permission DESCRIBE on the cluster")
@@ -326,6 +348,52 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
                                                  for p, a, i, *_ in producers})}
         _risks(report, t, rf, min_isr, unclean, producers)
     return report
+
+
+def _zookeeper_mode(admin, cluster, timeout: float) -> tuple[str, str | None] | None:
+    """(zookeeper.connect, inter.broker.protocol.version) if the cluster's brokers run in
+    ZooKeeper mode (a KRaft cluster finalizes a metadata.version; a ZooKeeper-era one
+    finalizes no feature and names its ZooKeeper), else None. Asked of one broker's
+    configs; None too where the auditor may not describe them."""
+    from confluent_kafka.admin import ConfigResource
+
+    if not cluster.nodes:
+        return None
+    broker = ConfigResource("broker", str(cluster.nodes[0].id))
+    try:
+        cfg = admin.describe_configs([broker])[broker].result(timeout)
+    except Exception:  # noqa: BLE001 - no DESCRIBE_CONFIGS on the cluster: unknown
+        return None
+    connect = cfg.get("zookeeper.connect")
+    if connect is None or not connect.value:
+        return None
+    ibp = cfg.get("inter.broker.protocol.version")
+    return connect.value, ibp.value if ibp is not None else None
+
+
+def zookeeper_advice(connect: str, ibp: str | None, watched: str | None) -> list[Finding]:
+    """What a ZooKeeper-era cluster risks, and how the auditor follows it: the classic
+    election rules alone (no eligible leader replicas), ZooKeeper's end (Kafka 4.0 removed
+    it: 3.9 is the last line), and the watcher's exact timeline, read from ZooKeeper when
+    ``watch.zookeeper_connect`` names it (else from polls)."""
+    out = [Finding(
+        "risk", "cluster", f"a ZooKeeper-mode cluster (inter.broker.protocol.version {ibp}): "
+        "the classic election rules alone: a partition whose ISR shrank to one broker and "
+        "then lost it stays offline until that broker is back, or, with unclean election "
+        "on, elects an out-of-sync replica and loses acknowledged writes; ZooKeeper mode "
+        "ends with Kafka 3.9 (4.0 removed it)",
+        "until the move: min.insync.replicas=2 with replication factor 3 and unclean "
+        "election off on every topic; then migrate to KRaft (Kafka 3.9's ZooKeeper-to-KRaft "
+        "migration) and Kafka 4.1 or later, whose eligible leader replicas elect a clean "
+        "leader there")]
+    if not watched:
+        out.append(Finding(
+            "risk", "watcher", "the watcher reads this cluster's elections from polls alone "
+            "(a change shorter than a poll is missed, its time a poll's)",
+            f"set watch.zookeeper_connect to the brokers' zookeeper.connect ({connect}): "
+            "the watcher then reads leaders, epochs and ISRs from ZooKeeper's own state, "
+            "read-only, at the controller's time"))
+    return out
 
 
 #: the metadata.version eligible leader replicas need (Kafka's ELRV_1 depends on it)

@@ -127,3 +127,21 @@ def test_the_zookeeper_timeline_is_what_the_brokers_report(zk_cluster):
         assert timeline.errors == 0
     finally:
         timeline.stop()
+
+
+def test_check_names_a_zookeeper_cluster_and_the_advice_that_fits_it(zk_cluster, tmp_path):
+    from kafka_audit.app.preflight import run_check
+
+    c = zk_cluster
+    report = run_check(Settings(home=tmp_path, cluster=c.cfg.model_dump()))
+    assert report.mode == "zookeeper" and report.inter_broker_protocol.startswith("3.9")
+    assert report.eligible_leader_replicas == "not supported"
+    assert report.kafka_metadata_version is None and not report.blocked
+    [risk] = [f for f in report.findings if f.subject == "cluster"]
+    assert "ZooKeeper-mode cluster" in risk.problem and "migrate to KRaft" in risk.fix
+    assert not [f for f in report.findings if f.subject == "watcher"]  # read from ZooKeeper
+    assert "ZooKeeper mode, inter.broker.protocol.version 3.9" in report.text()
+    off = run_check(Settings(home=tmp_path, cluster=c.cfg.model_dump(),
+                             watch={"zookeeper_connect": ""}))
+    [watcher] = [f for f in off.findings if f.subject == "watcher"]
+    assert f"{c.cfg.host}:{c.cfg.zookeeper_port}" in watcher.fix
