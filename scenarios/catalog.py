@@ -143,6 +143,20 @@ def _isr_shrunk_then_leader_lost(ctx: Context) -> None:
     ctx.heal_all()
 
 
+def _isr_shrunk_then_leader_isolated(ctx: Context) -> None:
+    """Jepsen's Kafka case (2013, ZooKeeper era): the ISR shrunk to the leader, then the
+    leader cut off from the controllers (ZooKeeper too) and its followers, its producers
+    still reaching it. With unclean election on, an out-of-sync follower is elected;
+    the old leader, alone in its own ISR, goes on acknowledging acks=all writes until it
+    is healed and truncates to the new leader's log."""
+    _pause(ctx, ctx.seconds * 0.2)
+    with _isr_shrunk_to_leader(ctx) as leader:
+        _pause(ctx, ctx.seconds * 0.2)  # writes acknowledged by the leader alone
+        _isolated(ctx, leader, ctx.seconds * 0.2)
+    _pause(ctx, 1)
+    ctx.heal_all()
+
+
 def _min_isr_2_same_faults(ctx: Context) -> None:
     """As above with min.insync.replicas=2: the cluster refuses writes instead."""
     _pause(ctx, ctx.seconds * 0.2)
@@ -314,6 +328,17 @@ scenario(Scenario(
     topic_config={"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
     expect_loss=True,
     causes=frozenset({"ISR shrunk to leader then leader lost", "unclean election"}),
+    windows=frozenset({"exposure"})))
+scenario(Scenario(
+    "isr-shrunk-isolated", "Jepsen's case: acks=all, min.insync.replicas=1, unclean "
+    "election on, the ISR shrunk to the leader, then the leader cut off from the "
+    "controllers and its followers but not its producers: a follower outside the ISR is "
+    "elected while the old leader acknowledges alone; loss",
+    _isr_shrunk_then_leader_isolated,
+    topic_config={"min.insync.replicas": "1", "unclean.leader.election.enable": "true"},
+    expect_loss=True,
+    causes=frozenset({"ISR shrunk to leader then leader lost", "unclean election",
+                      "isolated leader (split brain)"}),
     windows=frozenset({"exposure"})))
 scenario(Scenario(
     "min-isr-2", "acks=all, min.insync.replicas=2, the ISR shrunk to the leader: writes "

@@ -145,3 +145,25 @@ def test_check_names_a_zookeeper_cluster_and_the_advice_that_fits_it(zk_cluster,
                              watch={"zookeeper_connect": ""}))
     [watcher] = [f for f in off.findings if f.subject == "watcher"]
     assert f"{c.cfg.host}:{c.cfg.zookeeper_port}" in watcher.fix
+
+
+def test_jepsen_s_case_on_zookeeper_is_found_exactly_and_named(zk_cluster, spark, tmp_path):
+    """Issue 42's ZooKeeper-era case: the ISR shrunk to the leader, the leader cut off
+    from ZooKeeper and its followers but not its producers, a follower outside the ISR
+    elected (unclean election on) while the old leader acknowledges alone: every loss
+    found, as a full read has it, with a cause the scenario allows; ZooKeeper's own state
+    names the election unclean (its leader_recovery_state)."""
+    from kafka_audit.scenarios.runner import run_scenario
+    from kafka_audit.store import read_table
+
+    from ..conftest import test_settings
+
+    c = zk_cluster
+    settings = test_settings(tmp_path, cluster=c.cfg.model_dump())
+    report = run_scenario("isr-shrunk-isolated", settings, c, spark, seed=1, seconds=8,
+                          out_dir=tmp_path, progress=print)
+    print(report.text())
+    assert report.ok and report.found_lost, report.text()
+    rows = [r for r in read_table(settings.table_path("cluster_events"),
+                                  "cluster_events").to_pylist() if r["topic"] == report.topic]
+    assert [r for r in rows if r["kind"] == "unclean_election" and r["source"] == SOURCE]
