@@ -99,24 +99,65 @@ class ZooKeeperTimeline(FoldedTimeline):
         self.skipped = 0
         self.errors = 0  # znodes whose data could not be read (counted, logged)
         self._watch_lock = threading.Lock()
+        self._stopping = threading.Event()
 
     # ---- lifecycle ----------------------------------------------------------------
     def start(self) -> None:
+        """Connect and set the watches; a ZooKeeper not reachable yet is tried again in a
+        thread of its own (the polls give the events meanwhile), kazoo then keeps the
+        session and the watches across reconnections."""
         from kazoo.client import KazooClient
 
+        # kazoo says every failed reconnection (a line a second while ZooKeeper is down):
+        # this timeline says when its session is lost and when it is back, once each
+        logging.getLogger("kazoo").setLevel(logging.ERROR)
         self._zk = KazooClient(hosts=self.connect, read_only=True, timeout=self.timeout)
+        self._zk.add_listener(self._session)
+        try:
+            self._connect()
+        except Exception as exc:  # noqa: BLE001 - tried again below, never fatal
+            log.warning("zookeeper: %s not reachable (%s); tried again, the polls give the "
+                        "partition events meanwhile", self.connect,
+                        (str(exc).splitlines() or [type(exc).__name__])[0])
+            threading.Thread(target=self._connect_later, name="zookeeper-connect",
+                             daemon=True).start()
+
+    def _connect(self) -> None:
         self._zk.start(timeout=self.timeout)
         self._zk.DataWatch("/controller", self._controller)
         self._zk.ChildrenWatch("/brokers/ids", self._broker_ids)
         self._zk.ChildrenWatch("/brokers/topics", self._topic_names)
 
+    def _connect_later(self) -> None:
+        wait = 1.0
+        while not self._stopping.wait(wait):
+            try:
+                self._connect()
+                log.info("zookeeper: connected to %s; its state is the timeline again",
+                         self.connect)
+                return
+            except Exception as exc:  # noqa: BLE001 - tried again
+                log.debug("zookeeper: still not reachable: %s", exc)
+                wait = min(wait * 2, 10.0)
+
     def stop(self) -> None:
+        self._stopping.set()
         if self._zk is not None:
             try:
                 self._zk.stop()
                 self._zk.close()
             except Exception as exc:  # noqa: BLE001 - stopping anyway
                 log.debug("zookeeper: stop: %s", exc)
+
+    def _session(self, state) -> None:
+        """kazoo's session state changes (its own thread: log lines only)."""
+        if state != self._said:
+            self._said = state
+            (log.info if state == "CONNECTED" else log.warning)(
+                "zookeeper: session %s (%s)%s", state.lower(), self.connect,
+                "" if state == "CONNECTED" else ": the polls give the partition events")
+
+    _said = "CONNECTED"
 
     def fresh(self, now: float | None = None) -> bool:
         from kazoo.protocol.states import KazooState

@@ -113,3 +113,21 @@ def test_an_unreadable_znode_is_counted_and_skipped():
     zk.data["/brokers/topics/orders"](b"{not json", stat())
     t._controller(b"[]", stat())
     assert t.errors == 2 and t.drain_with_muted()[0] == []
+
+
+def test_a_zookeeper_not_reachable_at_the_start_is_tried_again_not_fatal():
+    import socket
+    import time
+
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    t = ZooKeeperTimeline(f"127.0.0.1:{port}", MetadataFold(source=SOURCE), timeout=1)
+    started = time.monotonic()
+    t.start()  # returns: the polls give the events meanwhile
+    try:
+        assert time.monotonic() - started < 30 and not t.fresh()
+        assert t._stopping.is_set() is False  # the retry thread waits on it
+    finally:
+        t.stop()
+    assert t._stopping.is_set()
