@@ -37,12 +37,22 @@ from kafka_audit.settings import Settings, get_settings
 from kafka_audit.store import read_table
 
 
-def fill(settings: Settings, topic: str, n: int) -> AuditedProducer:
+def fill(settings: Settings, topic: str, n: int, producers: int = 1,
+         batch: int = 10_000) -> AuditedProducer:
+    """``n`` writes of 100 bytes by ``producers`` instrumented producers in turn, each
+    batching at most ``batch`` records (several: their runs interleave on every
+    partition, idempotent so that a retry under the load writes nothing twice); the
+    first producer."""
     conf = {"bootstrap.servers": settings.cluster.bootstrap, "acks": "all", "linger.ms": 5,
-            "batch.num.messages": 10000, "queue.buffering.max.messages": 2_000_000}
-    p = AuditedProducer(conf, "bench", settings)
+            "batch.num.messages": batch, "queue.buffering.max.messages": 2_000_000}
+    if producers > 1:
+        conf.update({"enable.idempotence": True, "message.timeout.ms": 600_000,
+                     "queue.buffering.max.messages": 20_000})
+    ps = [AuditedProducer(conf, "bench" if producers == 1 else f"bench-{i}", settings)
+          for i in range(producers)]
     payload = b"x" * 100
     for i in range(n):
+        p = ps[i % producers]
         while True:
             try:
                 p.produce(topic, payload)
@@ -50,11 +60,14 @@ def fill(settings: Settings, topic: str, n: int) -> AuditedProducer:
             except BufferError:
                 p.poll(0.05)
         if i % 1000 == 0:
-            p.poll(0)
-    p.close()
-    if p.acked != n:
-        raise RuntimeError(f"acked {p.acked} of {n}")
-    return p
+            for q in ps:
+                q.poll(0)
+    for p in ps:
+        p.close()
+    acked = sum(p.acked for p in ps)
+    if acked != n:
+        raise RuntimeError(f"acked {acked} of {n}")
+    return ps[0]
 
 
 def bench_topic(kind: str) -> tuple[Settings, LocalCluster, str]:

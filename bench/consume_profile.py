@@ -40,36 +40,6 @@ from audit_bench import bare_source, bench_topic, drop_topic, fill  # noqa: E402
 from steady import _cpu_s  # noqa: E402 - shared
 
 
-def fill_interleaved(settings: Settings, topic: str, n: int, producers: int, batch: int
-                     ) -> None:
-    """``n`` writes by ``producers`` instrumented producers in turn, each batching at
-    most ``batch`` records (librdkafka's ``batch.num.messages``)."""
-    from kafka_audit.producers.instrumented import AuditedProducer
-
-    conf = {"bootstrap.servers": settings.cluster.bootstrap, "acks": "all",
-            "enable.idempotence": True, "message.timeout.ms": 600_000,
-            "linger.ms": 5, "batch.num.messages": batch,
-            "queue.buffering.max.messages": 20_000}
-    ps = [AuditedProducer(conf, f"bench-{i}", settings) for i in range(producers)]
-    payload = b"x" * 100
-    for i in range(n):
-        p = ps[i % producers]
-        while True:
-            try:
-                p.produce(topic, payload)
-                break
-            except BufferError:
-                p.poll(0.05)
-        if i % 1000 == 0:
-            for q in ps:
-                q.poll(0)
-    for p in ps:
-        p.close()
-    acked = sum(p.acked for p in ps)
-    if acked != n:
-        raise RuntimeError(f"acked {acked} of {n}")
-
-
 def jvm_pid(spark) -> int:
     """The Spark driver JVM's pid (pyspark's gateway process execs java)."""
     return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
@@ -88,10 +58,7 @@ def main() -> int:
     spark = None
     try:
         t = time.perf_counter()
-        if args.producers > 1:
-            fill_interleaved(settings, topic, args.messages, args.producers, args.batch)
-        else:
-            fill(settings, topic, args.messages)
+        fill(settings, topic, args.messages, args.producers, args.batch)
         print(f"filled {topic}: {args.messages} in {time.perf_counter() - t:.1f}s",
               flush=True)
         spark = get_spark(settings, "kafka-audit-profile")
