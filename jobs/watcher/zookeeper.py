@@ -92,14 +92,19 @@ class ZooKeeperTimeline(FoldedTimeline):
         self._topics: dict[str, str] = {}  # name -> its id
         self._replicas: dict[tuple[str, int], list[int]] = {}
         self._watched: set[tuple[str, int]] = set()  # partitions whose state is watched
-        self._versions: dict[tuple[str, int], int] = {}  # state znode's version last read
+        #: each state znode's (czxid, version) last read: a znode made anew (a topic deleted
+        #: and made again) starts its versions again
+        self._versions: dict[tuple[str, int], tuple[int, int]] = {}
         self._configs_read: set[str] = set()  # topics whose settings were read once
         self._brokers: set[int] | None = None
         #: states written that no read saw (two writes between a watch and its read)
         self.skipped = 0
         self.errors = 0  # znodes whose data could not be read (counted, logged)
-        self._watch_lock = threading.Lock()
+        #: every callback's body runs under it: kazoo calls a watch's first read on the
+        #: thread that made it and each re-read after a reconnection on a thread of its own
+        self._lock_cb = threading.RLock()
         self._stopping = threading.Event()
+        self._children: list = []  # the ChildrenWatches: dead ones make the timeline stale
 
     # ---- lifecycle ----------------------------------------------------------------
     def start(self) -> None:
@@ -124,15 +129,27 @@ class ZooKeeperTimeline(FoldedTimeline):
 
     def _connect(self) -> None:
         self._zk.start(timeout=self.timeout)
-        self._zk.DataWatch("/controller", self._controller)
-        self._zk.ChildrenWatch("/brokers/ids", self._broker_ids)
-        self._zk.ChildrenWatch("/brokers/topics", self._topic_names)
+        # a watch of a znode that is not there dies at once: a chroot that names no Kafka
+        # cluster, or a ZooKeeper no broker has registered in yet, is tried again
+        missing = [p for p in ("/brokers/ids", "/brokers/topics") if not self._zk.exists(p)]
+        if missing:
+            self._zk.stop()
+            raise ConnectionError(f"no {' or '.join(missing)} under {self.connect}: not a "
+                                  f"Kafka cluster's ZooKeeper (its chroot?), or no broker "
+                                  f"has registered yet")
+        self._zk.DataWatch("/controller", _locked(self, self._controller))
+        self._children = [self._zk.ChildrenWatch("/brokers/ids", _locked(self, self._broker_ids)),
+                          self._zk.ChildrenWatch("/brokers/topics",
+                                                 _locked(self, self._topic_names))]
 
     def _connect_later(self) -> None:
         wait = 1.0
         while not self._stopping.wait(wait):
             try:
                 self._connect()
+                if self._stopping.is_set():  # stopped while connecting
+                    self._zk.stop()
+                    return
                 log.info("zookeeper: connected to %s; its state is the timeline again",
                          self.connect)
                 return
@@ -162,7 +179,9 @@ class ZooKeeperTimeline(FoldedTimeline):
     def fresh(self, now: float | None = None) -> bool:
         from kazoo.protocol.states import KazooState
 
-        return self._zk is not None and self._zk.state == KazooState.CONNECTED
+        return (self._zk is not None and self._zk.state == KazooState.CONNECTED
+                and bool(self._children)
+                and not any(getattr(w, "_stopped", False) for w in self._children))
 
     # ---- what the watches see -------------------------------------------------------
     def _record(self, rec: dict) -> None:
@@ -184,7 +203,10 @@ class ZooKeeperTimeline(FoldedTimeline):
         first, before, self._brokers = self._brokers is None, self._brokers or set(), ids
         now_ms = int(time.time() * 1000)
         for broker in sorted(ids - before):
-            stat = self._zk.exists(f"/brokers/ids/{broker}")
+            try:  # its registration's own time
+                stat = self._zk.exists(f"/brokers/ids/{broker}")
+            except Exception:  # noqa: BLE001 - the session lost meanwhile: when seen
+                stat = None
             self._record({"type": "REGISTER_BROKER_RECORD", "snapshot": first,
                           "time": stat.ctime if stat is not None else now_ms,
                           "data": {"brokerId": broker, "fenced": False}})
@@ -195,19 +217,28 @@ class ZooKeeperTimeline(FoldedTimeline):
     def _topic_names(self, children: list[str]) -> None:
         for topic in sorted(set(children) - set(self._topics)):
             self._topics[topic] = topic  # its id once its znode is read
-            self._zk.DataWatch(f"/brokers/topics/{topic}", _bound(self._topic, topic))
-            self._zk.DataWatch(f"/config/topics/{topic}", _bound(self._config, topic))
+            self._zk.DataWatch(f"/brokers/topics/{topic}",
+                               _locked(self, self._topic, topic))
+            self._zk.DataWatch(f"/config/topics/{topic}", _locked(self, self._config, topic))
+
+    def _forget(self, topic: str) -> None:
+        """A topic gone (deleted, or made anew under another id): its remove record, and
+        nothing of it kept (its partitions' watches end at their next call)."""
+        tid = self._topics.pop(topic, None)
+        if tid is not None:
+            self._record({"type": "REMOVE_TOPIC_RECORD", "time": int(time.time() * 1000),
+                          "data": {"topicId": tid}})
+        for key in [k for k in self._replicas if k[0] == topic]:
+            self._replicas.pop(key, None)
+            self._watched.discard(key)
+            self._versions.pop(key, None)
+        self._configs_read.discard(topic)
+        self.fold.configs.pop(topic, None)
 
     def _topic(self, topic: str, data: bytes | None, stat) -> bool | None:
         if data is None:  # deleted: its partitions' watches end with their znodes
             if topic in self._topics:
-                tid = self._topics.pop(topic)
-                self._record({"type": "REMOVE_TOPIC_RECORD", "time": int(time.time() * 1000),
-                              "data": {"topicId": tid}})
-                for key in [k for k in self._replicas if k[0] == topic]:
-                    self._replicas.pop(key, None)
-                    self._watched.discard(key)
-                    self._versions.pop(key, None)
+                self._forget(topic)
             return False
         try:
             znode = json.loads(data)
@@ -217,35 +248,41 @@ class ZooKeeperTimeline(FoldedTimeline):
             self._unreadable(f"/brokers/topics/{topic}", data, exc)
             return None
         tid = str(znode.get("topic_id") or topic)
-        if self._topics.get(topic) != tid or not any(k[0] == topic for k in self._replicas):
+        known = self._topics.get(topic)
+        if known not in (None, topic, tid):  # deleted and made again between two reads
+            self._forget(topic)
+            known = None
+        if known != tid or not any(k[0] == topic for k in list(self._replicas)):
             self._topics[topic] = tid
             self._record({"type": "TOPIC_RECORD", "time": stat.ctime,
                           "data": {"topicId": tid, "name": topic}})
         for p, replicas in sorted(assignment.items()):
             self._replicas[(topic, p)] = replicas
-            with self._watch_lock:
-                if (topic, p) in self._watched:
-                    continue
-                self._watched.add((topic, p))
+            if (topic, p) in self._watched:
+                continue
+            self._watched.add((topic, p))
             self._zk.DataWatch(f"/brokers/topics/{topic}/partitions/{p}/state",
-                               _bound(self._state, topic, p))
+                               _locked(self, self._state, topic, p, tid))
         return None
 
-    def _state(self, topic: str, partition: int, data: bytes | None, stat) -> bool | None:
+    def _state(self, topic: str, partition: int, tid: str, data: bytes | None, stat
+               ) -> bool | None:
         key = (topic, partition)
-        if key not in self._watched:
-            return False  # the topic was deleted
+        if key not in self._watched or self._topics.get(topic) != tid:
+            return False  # the topic was deleted (and maybe made again: another watch's)
         if data is None:
             return None  # not written yet: the controller writes it after the topic
         last = self._versions.get(key)
-        if last is not None and stat.version > last + 1:
-            self.skipped += stat.version - last - 1
+        if last is not None and last[0] != stat.czxid:
+            last = None  # a znode made anew
+        if last is not None and stat.version > last[1] + 1:
+            self.skipped += stat.version - last[1] - 1
             log.info("zookeeper: %d state change(s) of %s-%d written between two reads were "
-                     "not seen (%d so far)", stat.version - last - 1, topic, partition,
+                     "not seen (%d so far)", stat.version - last[1] - 1, topic, partition,
                      self.skipped)
-        if last is not None and stat.version <= last:
+        if last is not None and stat.version <= last[1]:
             return None  # seen already (a watch set again on a reconnection)
-        self._versions[key] = stat.version
+        self._versions[key] = (stat.czxid, stat.version)
         try:
             rec = partition_record(self._topics.get(topic, topic), partition, data,
                                    self._replicas.get(key, []), stat.mtime)
@@ -278,10 +315,13 @@ class ZooKeeperTimeline(FoldedTimeline):
                     path, exc, self.errors, data)
 
 
-def _bound(fn, *args):
-    """``fn`` with ``args`` first, as a watch of exactly ``(data, stat)``: kazoo counts a
-    callback's parameters and hands a third (the event) to one that takes three, which a
-    lambda's bound defaults would have received."""
-    def callback(data, stat):
-        return fn(*args, data, stat)
+def _locked(timeline: ZooKeeperTimeline, fn, *args):
+    """``fn`` with ``args`` first, under the timeline's lock, as a watch's callback: kazoo
+    calls it with ``(data, stat, event)`` and again with ``(data, stat)`` if that raises a
+    TypeError (a lambda's bound defaults took the event once), a ChildrenWatch's with the
+    children; its first read on the thread that made the watch, later ones on kazoo's or,
+    after a reconnection, on a thread each."""
+    def callback(*given):
+        with timeline._lock_cb:
+            return fn(*args, *given[:2])
     return callback

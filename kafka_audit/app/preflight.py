@@ -77,7 +77,8 @@ class Report:
     kafka_metadata_version: str | None = None
     #: KIP-966's eligible leader replicas: on | off | not supported (:func:`election_rules`)
     eligible_leader_replicas: str | None = None
-    #: kraft, or zookeeper (a ZooKeeper-era cluster: its brokers name a zookeeper.connect)
+    #: kraft, zookeeper (a ZooKeeper-era cluster: its brokers name a zookeeper.connect), or
+    #: unknown (no metadata.version, and no broker's configs could be described)
     mode: str | None = None
     #: a ZooKeeper-mode broker's inter.broker.protocol.version (its release level)
     inter_broker_protocol: str | None = None
@@ -288,8 +289,9 @@ def run_check(settings: Settings, timeout: float = 10) -> Report:
 
         report.findings += zookeeper_advice(zookeeper[0], zookeeper[1],
                                             zookeeper_connect(settings))
-    else:
-        report.mode = "kraft"
+    else:  # no metadata.version and no broker said ZooKeeper: not known which
+        report.mode = "kraft" if report.kafka_metadata_version not in (None, "unknown") \
+            else "unknown"
         said, finding = election_rules(probe.get("elr_level", 0),
                                        probe.get("elr_supported", 0),
                                        report.kafka_metadata_version)
@@ -357,18 +359,18 @@ def _zookeeper_mode(admin, cluster, timeout: float) -> tuple[str, str | None] | 
     configs; None too where the auditor may not describe them."""
     from confluent_kafka.admin import ConfigResource
 
-    if not cluster.nodes:
-        return None
-    broker = ConfigResource("broker", str(cluster.nodes[0].id))
-    try:
-        cfg = admin.describe_configs([broker])[broker].result(timeout)
-    except Exception:  # noqa: BLE001 - no DESCRIBE_CONFIGS on the cluster: unknown
-        return None
-    connect = cfg.get("zookeeper.connect")
-    if connect is None or not connect.value:
-        return None
-    ibp = cfg.get("inter.broker.protocol.version")
-    return connect.value, ibp.value if ibp is not None else None
+    for node in cluster.nodes:  # the first that answers (one may be down)
+        broker = ConfigResource("broker", str(node.id))
+        try:
+            cfg = admin.describe_configs([broker])[broker].result(timeout)
+        except Exception:  # noqa: BLE001 - no DESCRIBE_CONFIGS, or this one is down
+            continue
+        connect = cfg.get("zookeeper.connect")
+        if connect is None or not connect.value:
+            return None
+        ibp = cfg.get("inter.broker.protocol.version")
+        return connect.value, ibp.value if ibp is not None else None
+    return None
 
 
 def zookeeper_advice(connect: str, ibp: str | None, watched: str | None) -> list[Finding]:

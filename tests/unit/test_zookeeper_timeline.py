@@ -23,8 +23,9 @@ class Watches:
         return SimpleNamespace(ctime=1_700_000_000_500)
 
 
-def stat(version: int = 0, mtime: int = 1_700_000_001_000, ctime: int = 1_700_000_000_000):
-    return SimpleNamespace(version=version, mtime=mtime, ctime=ctime)
+def stat(version: int = 0, mtime: int = 1_700_000_001_000, ctime: int = 1_700_000_000_000,
+         czxid: int = 7):
+    return SimpleNamespace(version=version, mtime=mtime, ctime=ctime, czxid=czxid)
 
 
 def state(leader: int, epoch: int, isr: list[int], **more) -> bytes:
@@ -131,3 +132,24 @@ def test_a_zookeeper_not_reachable_at_the_start_is_tried_again_not_fatal():
     finally:
         t.stop()
     assert t._stopping.is_set()
+
+
+def test_a_topic_made_again_between_two_reads_is_a_new_one_its_states_read_anew():
+    t, zk = timeline()
+    t._topic_names(["orders"])
+    topic = zk.data["/brokers/topics/orders"]
+    topic(json.dumps({"topic_id": "old", "partitions": {"0": [1, 2, 3]}}).encode(), stat())
+    old_watch = zk.data["/brokers/topics/orders/partitions/0/state"]
+    old_watch(state(1, 0, [1, 2, 3]), stat(0, czxid=7))
+    old_watch(state(1, 0, [1]), stat(1, czxid=7))
+    t.drain_with_muted()
+    # deleted and made again (another id) before the topic's watch read the deletion
+    topic(json.dumps({"topic_id": "new", "partitions": {"0": [2, 3, 1]}}).encode(), stat())
+    new_watch = zk.data["/brokers/topics/orders/partitions/0/state"]
+    assert new_watch is not old_watch
+    assert old_watch(state(1, 0, [1]), stat(1, czxid=7)) is False  # the old one ends
+    new_watch(state(2, 0, [2, 3, 1]), stat(0, czxid=99))  # version 0 again: not "seen"
+    got = t.drain_with_muted()[0]
+    assert [(r["kind"], r["leader"]) for r in got if r["partition"] == 0] == \
+        [("first_seen", 2)]
+    assert t.skipped == 0
