@@ -131,17 +131,17 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
     if due is not None:
         hold = min(hold, due)  # writes that settle are judged when they do
 
-    def held() -> bool:
+    def held() -> bool:  # never past the instant the writes that look lost settle
         return behind is not None and settings.steady.backlog_pass_seconds > 0 and \
-            _holding(behind, hold)
+            (due is None or time.monotonic() < due) and _holding(behind, hold)
 
     gap = min(settings.steady.min_pass_gap_seconds, settings.audit.interval_seconds)
     if stop.wait(min(gap, end - start)):
         return
     while not stop.is_set():
         now = time.monotonic()
-        if held():
-            stop.wait(min(hold - now, 0.25))
+        if held():  # past ``hold`` too while the reading gains: a quarter second a look
+            stop.wait(0.25)
         elif now >= end:
             return
         elif wake is None:
