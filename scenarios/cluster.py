@@ -245,12 +245,7 @@ class LocalCluster:
             return False
 
     def stop_zookeeper(self, kill: bool = False) -> None:
-        pid = self.zookeeper_pid()
-        if pid is not None:
-            os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
-            if not _wait_exit(pid, 30, raise_on_timeout=False):
-                os.kill(pid, signal.SIGKILL)
-                _wait_exit(pid, 30)
+        _terminate(self.zookeeper_pid(), 30, kill)
 
     def _write_config(self, node: int) -> Path:
         if self.cfg.secure:
@@ -394,13 +389,7 @@ class LocalCluster:
 
     def stop(self, node: int, timeout: float = 60) -> None:
         """Clean shutdown (SIGTERM): leadership moves away before the node exits."""
-        pid = self.pid(node)
-        if pid is None:
-            return
-        os.kill(pid, signal.SIGTERM)
-        if not _wait_exit(pid, timeout, raise_on_timeout=False):
-            os.kill(pid, signal.SIGKILL)
-            _wait_exit(pid, 30)
+        _terminate(self.pid(node), timeout)
 
     def running(self) -> list[int]:
         return [n for n in self.nodes if self.pid(n) is not None]
@@ -631,6 +620,16 @@ def _our_pid(pid_file: Path, main: bytes, folder: str) -> int | None:
     except (ProcessLookupError, OSError):
         return None
     return pid if main in cmdline and folder.encode() in cmdline else None
+
+
+def _terminate(pid: int | None, timeout: float, kill: bool = False) -> None:
+    """SIGTERM ``pid`` (SIGKILL with ``kill``) and wait for it; SIGKILL after ``timeout``."""
+    if pid is None:
+        return
+    os.kill(pid, signal.SIGKILL if kill else signal.SIGTERM)
+    if not _wait_exit(pid, timeout, raise_on_timeout=False):
+        os.kill(pid, signal.SIGKILL)
+        _wait_exit(pid, 30)
 
 
 def _wait_exit(pid: int | None, timeout: float, raise_on_timeout: bool = True) -> bool:

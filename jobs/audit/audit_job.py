@@ -70,9 +70,10 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
     upkeep = None if once else Upkeep(settings)
     outage = Outage("audit", StatusWriter(settings.home_dir, "audit"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
+    if settings.steady.backlog_pass_seconds == 0:
+        behind = None  # passes never wait for the reading
     try:
-        if behind is not None and settings.steady.backlog_pass_seconds > 0:
-            # a restart after an outage: the backlog's reading first
+        if behind is not None:  # a restart after an outage: the backlog's reading first
             hold = time.monotonic() + settings.steady.backlog_pass_seconds
             while not stop.is_set() and _holding(behind, hold):
                 stop.wait(0.25)
@@ -128,12 +129,12 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
     if due is not None and due - end < pass_seconds:
         end = max(due, start)  # the interval ends too close to it: wait for it
     hold = start + settings.steady.backlog_pass_seconds
-    if due is not None:
-        hold = min(hold, due)  # writes that settle are judged when they do
+    if settings.steady.backlog_pass_seconds == 0:
+        behind = None  # passes never wait for the reading
 
     def held() -> bool:  # never past the instant the writes that look lost settle
-        return behind is not None and settings.steady.backlog_pass_seconds > 0 and \
-            (due is None or time.monotonic() < due) and _holding(behind, hold)
+        return behind is not None and (due is None or time.monotonic() < due) and \
+            _holding(behind, hold)
 
     gap = min(settings.steady.min_pass_gap_seconds, settings.audit.interval_seconds)
     if stop.wait(min(gap, end - start)):

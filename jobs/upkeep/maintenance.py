@@ -150,6 +150,8 @@ class Upkeep:
     #: the acked writes counted per window (jobs/upkeep/windows_job.py)
     window_inputs: WindowInputs | None = None
     _thread: threading.Thread | None = None
+    #: the tables whose tombstone retention was seen set (:meth:`keep_tombstones`)
+    _tombstones_kept: set[str] = field(default_factory=set)
 
     def between_passes(self, pass_id: int) -> None:
         """audit_hot's checkpoint and vacuum, when due: call from the audit loop's thread,
@@ -161,7 +163,7 @@ class Upkeep:
             if p.hot_checkpoint:
                 # set here, not by the worker: a metadata commit beside the loop's own
                 # write of audit_hot would fail that pass
-                keep_tombstones(path, self.settings.steady.tombstone_retention_hours)
+                self.keep_tombstones(path)
                 checkpoint(path)
                 self.done.hot_checkpoint_round = round_
                 n = trim_log(path, self.settings.steady.hot_log_retention_hours)
@@ -261,7 +263,7 @@ class Upkeep:
                             f"{metrics['numFilesAdded']}" if metrics else "compaction lost "
                             "to a concurrent commit")
             if size is not None:
-                if keep_tombstones(path, s.tombstone_retention_hours):
+                if self.keep_tombstones(path):
                     what.append(f"tombstones kept {s.tombstone_retention_hours:g} h")
                 n = vacuum(path, self.vacuum_hours(s.vacuum_retention_hours))
                 n += vacuum_unnamed(path, self.vacuum_hours(s.unnamed_retention_hours))
@@ -271,6 +273,15 @@ class Upkeep:
             log.warning("upkeep of %s failed, tried again later: %s", table, exc)
             what.append(f"failed: {exc}")
         return "; ".join(what), round(time.perf_counter() - t, 3)
+
+    def keep_tombstones(self, path: str) -> bool:
+        """:func:`~kafka_audit.store.keep_tombstones` once a table and process: the setting
+        does not change while the service runs, and each look loads the table."""
+        if path in self._tombstones_kept:
+            return False
+        changed = keep_tombstones(path, self.settings.steady.tombstone_retention_hours)
+        self._tombstones_kept.add(path)
+        return changed
 
     def vacuum_hours(self, hours: int) -> int | None:
         """A vacuum's retention: ``hours``, or with tombstones kept less than an hour, the

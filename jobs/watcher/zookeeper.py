@@ -183,10 +183,7 @@ class ZooKeeperTimeline(FoldedTimeline):
                 and bool(self._children)
                 and not any(getattr(w, "_stopped", False) for w in self._children))
 
-    # ---- what the watches see -------------------------------------------------------
-    def _record(self, rec: dict) -> None:
-        self.take(rec)
-
+    # ---- what the watches see (each record folded by :meth:`take`) --------------------
     def _controller(self, data: bytes | None, stat) -> None:
         if data is None:
             return  # no controller until one is elected: its znode names it then
@@ -195,7 +192,7 @@ class ZooKeeperTimeline(FoldedTimeline):
         except (ValueError, KeyError, TypeError) as exc:
             self._unreadable("/controller", data, exc)
             return
-        self._record({"type": "LEADER_CHANGE", "time": stat.ctime,
+        self.take({"type": "LEADER_CHANGE", "time": stat.ctime,
                       "data": {"leaderId": broker}})
 
     def _broker_ids(self, children: list[str]) -> None:
@@ -203,15 +200,17 @@ class ZooKeeperTimeline(FoldedTimeline):
         first, before, self._brokers = self._brokers is None, self._brokers or set(), ids
         now_ms = int(time.time() * 1000)
         for broker in sorted(ids - before):
-            try:  # its registration's own time
-                stat = self._zk.exists(f"/brokers/ids/{broker}")
-            except Exception:  # noqa: BLE001 - the session lost meanwhile: when seen
-                stat = None
-            self._record({"type": "REGISTER_BROKER_RECORD", "snapshot": first,
+            stat = None
+            if not first:  # its registration's own time (the first read's fold quietly)
+                try:
+                    stat = self._zk.exists(f"/brokers/ids/{broker}")
+                except Exception:  # noqa: BLE001 - the session lost meanwhile: when seen
+                    pass
+            self.take({"type": "REGISTER_BROKER_RECORD", "snapshot": first,
                           "time": stat.ctime if stat is not None else now_ms,
                           "data": {"brokerId": broker, "fenced": False}})
         for broker in sorted(before - ids):
-            self._record({"type": "FENCE_BROKER_RECORD", "time": now_ms,
+            self.take({"type": "FENCE_BROKER_RECORD", "time": now_ms,
                           "data": {"id": broker}})
 
     def _topic_names(self, children: list[str]) -> None:
@@ -226,7 +225,7 @@ class ZooKeeperTimeline(FoldedTimeline):
         nothing of it kept (its partitions' watches end at their next call)."""
         tid = self._topics.pop(topic, None)
         if tid is not None:
-            self._record({"type": "REMOVE_TOPIC_RECORD", "time": int(time.time() * 1000),
+            self.take({"type": "REMOVE_TOPIC_RECORD", "time": int(time.time() * 1000),
                           "data": {"topicId": tid}})
         for key in [k for k in self._replicas if k[0] == topic]:
             self._replicas.pop(key, None)
@@ -254,7 +253,7 @@ class ZooKeeperTimeline(FoldedTimeline):
             known = None
         if known != tid or not any(k[0] == topic for k in list(self._replicas)):
             self._topics[topic] = tid
-            self._record({"type": "TOPIC_RECORD", "time": stat.ctime,
+            self.take({"type": "TOPIC_RECORD", "time": stat.ctime,
                           "data": {"topicId": tid, "name": topic}})
         for p, replicas in sorted(assignment.items()):
             self._replicas[(topic, p)] = replicas
@@ -289,7 +288,7 @@ class ZooKeeperTimeline(FoldedTimeline):
         except (ValueError, KeyError, TypeError) as exc:
             self._unreadable(f"/brokers/topics/{topic}/partitions/{partition}/state", data, exc)
             return None
-        self._record(rec)
+        self.take(rec)
         return None
 
     def _config(self, topic: str, data: bytes | None, stat) -> bool | None:
@@ -304,7 +303,7 @@ class ZooKeeperTimeline(FoldedTimeline):
         self._configs_read.add(topic)
         for name in DURABILITY:
             value = config.get(name)
-            self._record({"type": "CONFIG_RECORD", "time": stat.mtime, "snapshot": first,
+            self.take({"type": "CONFIG_RECORD", "time": stat.mtime, "snapshot": first,
                           "data": {"resourceType": TOPIC_RESOURCE, "resourceName": topic,
                                    "name": name, "value": value}})
         return None
