@@ -289,8 +289,14 @@ def plugin_library(quiet: bool = False, defines: tuple[str, ...] = (),
     The headers come from Debian's ``librdkafka-dev`` (``dev.sh`` installs it): the plugin
     uses only APIs that librdkafka 2.0.2's header already declares, and it is loaded into
     whatever librdkafka the client runs (the confluent-kafka wheel's 2.16.0, kcat's 2.0.2),
-    which it checks at load time. ``defines`` and ``folder``: a variant for tests."""
+    which it checks at load time. ``defines`` and ``folder``: a variant for tests.
+    Without gcc, a library already built there is taken as it is (the container image
+    builds it in its build stage and carries no compiler)."""
+    target = folder or jar_cache() / PLUGIN_DIR
+    lib, marker = target / "libkaudit.so", target / ".complete"
     if shutil.which("gcc") is None:
+        if lib.exists() and marker.exists() and not defines:
+            return lib
         raise JarsMissing("gcc is needed once to build the kaudit plugin (Debian: gcc)")
     probe = subprocess.run(["gcc", "-E", "-M", "-x", "c", "-"], input="#include "
                            "<librdkafka/rdkafka.h>\n", capture_output=True, text=True)
@@ -310,8 +316,6 @@ def plugin_library(quiet: bool = False, defines: tuple[str, ...] = (),
     sources = _plugin_sources()
     for src in [*sources, *headers]:
         digest.update(src.read_bytes())
-    target = folder or jar_cache() / PLUGIN_DIR
-    lib, marker = target / "libkaudit.so", target / ".complete"
     if lib.exists() and marker.exists() and marker.read_text().strip() == digest.hexdigest():
         return lib
     if not quiet:

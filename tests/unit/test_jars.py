@@ -79,3 +79,24 @@ def test_two_fetches_at_once_run_maven_once_and_leave_one_whole_folder(tmp_path,
     assert not errors and calls.read_text().count("run") == 1
     assert jars._complete("kafka-4.4.0")
     assert [p.name for p in (tmp_path / "cache" / "kafka-4.4.0").glob("*.jar")] == ["x-1.0.jar"]
+
+
+def test_a_built_plugin_is_taken_where_no_gcc_is(tmp_path, monkeypatch):
+    """The container image builds the plugin in its build stage and carries no compiler:
+    the library built there is taken as it is; with none built, the error names gcc."""
+    import shutil
+
+    import pytest
+
+    from kafka_audit import jars
+    from kafka_audit.errors import JarsMissing
+
+    built = jars.plugin_library(quiet=True, folder=tmp_path / "built")
+    which = shutil.which
+    monkeypatch.setattr(jars.shutil, "which", lambda name: None if name == "gcc"
+                        else which(name))
+    assert jars.plugin_library(quiet=True, folder=tmp_path / "built") == built
+    with pytest.raises(JarsMissing, match="gcc is needed"):
+        jars.plugin_library(quiet=True, folder=tmp_path / "none")
+    with pytest.raises(JarsMissing, match="gcc is needed"):  # a test's variant: built anew
+        jars.plugin_library(quiet=True, folder=tmp_path / "built", defines=("X=1",))
