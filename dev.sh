@@ -32,6 +32,11 @@ setup() {
   need_debian kcat kcat  # a producer in another language, audited through the plugin (tests)
   need_debian chromium chromium  # headless: the dashboard test opens the page, keeps a screenshot
   need_debian node nodejs  # runs the dashboard's script over hostile records (unit tests)
+  # the container test builds deploy/Containerfile on a Debian base made from Debian's
+  # packages (no image registry reachable) and runs it beside the test cluster
+  need_debian podman podman
+  need_debian runc runc  # podman's runtime here: crun fails on this machine's cgroups
+  need_debian debootstrap debootstrap
   local py=python3.11
   command -v "$py" >/dev/null 2>&1 || py=python3
   if [ ! -x .venv/bin/python ]; then
@@ -57,11 +62,16 @@ setup() {
 }
 
 lock() {  # requirements.lock from pyproject.toml's ranges; pins already in it are kept
-  # (uv's default), `lock --upgrade`: the newest releases the ranges admit, to be tested
+  # (uv's default), `lock --upgrade`: the newest releases the ranges admit, to be tested;
+  # then requirements-runtime.lock, the container image's: [all] alone, at the same pins
+  local py
+  py=$(.venv/bin/python -c 'import platform; print(platform.python_version())')
   .venv/bin/uv pip compile pyproject.toml --extra all --extra test --extra docs \
-    --python-version "$(.venv/bin/python -c 'import platform; print(platform.python_version())')" \
-    --python-platform x86_64-manylinux_2_28 --generate-hashes \
+    --python-version "$py" --python-platform x86_64-manylinux_2_28 --generate-hashes \
     --custom-compile-command "bash dev.sh lock" -o requirements.lock "$@"
+  .venv/bin/uv pip compile pyproject.toml --extra all -c requirements.lock -q \
+    --python-version "$py" --python-platform x86_64-manylinux_2_28 --generate-hashes \
+    --custom-compile-command "bash dev.sh lock" -o requirements-runtime.lock
 }
 
 lint() {  # ruff, then the import contracts of [tool.importlinter] in pyproject.toml

@@ -4,6 +4,8 @@
 holds the exact set the tests ran on, with hashes, and ``dev.sh setup`` (so CI) installs
 from it. A requirement added to pyproject.toml without ``bash dev.sh lock``, a lock pin
 outside its range, or an environment that drifted from the lock fails here.
+``requirements-runtime.lock`` is the container image's: the ``[all]`` extra alone, each pin
+the one of ``requirements.lock`` (the image runs the tested set, without the test tools).
 """
 
 import re
@@ -21,11 +23,11 @@ PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
 EXACT = {"pyspark": "spark.version", "delta-spark": "delta.version"}
 
 
-def _lock() -> dict[str, tuple[str, int]]:
-    """name -> (version, hashes) of requirements.lock."""
+def _lock(file: str = "requirements.lock") -> dict[str, tuple[str, int]]:
+    """name -> (version, hashes) of a lock file."""
     out: dict[str, tuple[str, int]] = {}
     name = None
-    for line in (ROOT / "requirements.lock").read_text().splitlines():
+    for line in (ROOT / file).read_text().splitlines():
         if m := re.match(r"^([A-Za-z0-9_.-]+)==(\S+)", line):
             name = canonicalize_name(m.group(1))
             out[name] = (m.group(2), 0)
@@ -50,8 +52,24 @@ def test_every_requirement_is_locked_at_a_version_its_range_admits():
 
 
 def test_every_pin_carries_its_hashes():
-    for name, (_, hashes) in _lock().items():
-        assert hashes >= 1, name
+    for file in ("requirements.lock", "requirements-runtime.lock"):
+        for name, (_, hashes) in _lock(file).items():
+            assert hashes >= 1, (file, name)
+
+
+def test_the_image_lock_is_the_tested_set_of_the_whole_auditor_alone():
+    whole, image = _lock(), _lock("requirements-runtime.lock")
+    assert {n: v for n, (v, _) in image.items()} == \
+        {n: whole[n][0] for n in image if n in whole}, "run `bash dev.sh lock`"
+    runtime = list(PROJECT["dependencies"])
+    for extra in ("producer", "api", "spark"):
+        runtime += PROJECT["optional-dependencies"][extra]
+    assert {canonicalize_name(Requirement(r).name) for r in runtime} <= set(image)
+    # no test or docs tool in the image (some test requirements, packaging, are also
+    # what the runtime needs)
+    for tool in ("pytest", "hypothesis", "ruff", "schemathesis", "import-linter", "uv",
+                 "mkdocs"):
+        assert tool not in image and tool in whole, tool
 
 
 def test_this_environment_is_the_locked_set():

@@ -1,0 +1,113 @@
+"""The project's container image (``deploy/Containerfile``), built and run with podman.
+
+Debian's podman runs here with runc and cgroupfs (crun fails on cgroups in hybrid mode);
+it sets a container's open-files and process limits above this machine's hard limits
+unless told, which the runtime is not allowed to do, so every run and build passes both
+limits at their current values. No image registry is reachable: the base image is made
+from Debian's packages with ``debootstrap --variant=minbase bookworm`` and imported
+(about 30 s), then the Containerfile builds on it (``--build-arg BASE``), with the
+site's extra CA certificates (``/usr/local/share/ca-certificates``: a TLS-inspecting
+egress) for its pip and Maven downloads.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = "localhost/kafka-audit-test-base:bookworm"
+IMAGE = "localhost/kafka-audit:test"
+MIRROR = "http://deb.debian.org/debian"
+#: the image's user (deploy/Containerfile)
+UID = 10001
+
+
+def podman(*args: str, timeout: float = 120, check: bool = True
+           ) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs",
+                           *args], capture_output=True, text=True, timeout=timeout)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"podman {' '.join(args[:2])} failed ({proc.returncode}):\n"
+                             f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
+    return proc
+
+
+#: processes: podman's own default, which its runtime may set (a value above it, this
+#: machine's own limit included, is refused: tried 40,000 to 96,365 on 2026-11-30)
+NPROC = 32768
+
+
+def limits() -> list[str]:
+    """Open files at this process's own limits, processes at most :data:`NPROC`."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    top = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    soft = top if soft == resource.RLIM_INFINITY else soft
+    nproc = min(NPROC, *(v for v in resource.getrlimit(resource.RLIMIT_NPROC)
+                         if v != resource.RLIM_INFINITY))
+    return ["--ulimit", f"nofile={soft}:{top}", "--ulimit", f"nproc={nproc}:{nproc}"]
+
+
+def exists(image: str) -> bool:
+    return podman("image", "exists", image, check=False).returncode == 0
+
+
+def base_image() -> str:
+    """Debian 12 minbase as a local image, made once per machine."""
+    if exists(BASE):
+        return BASE
+    with tempfile.TemporaryDirectory(prefix="debootstrap-") as tmp:
+        root = Path(tmp) / "root"
+        subprocess.run(["debootstrap", "--variant=minbase", "bookworm", str(root), MIRROR],
+                       check=True, capture_output=True, timeout=900)
+        # what debootstrap leaves behind that no image carries: its downloads
+        for junk in ("var/cache/apt/archives", "var/lib/apt/lists"):
+            for entry in (root / junk).glob("*"):
+                if entry.is_file():
+                    entry.unlink()
+        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
+        subprocess.run(["podman", "import", "-", BASE], stdin=tar.stdout, check=True,
+                       capture_output=True, timeout=600)
+        tar.wait(60)
+    return BASE
+
+
+def extra_ca_certs() -> str:
+    folder = Path("/usr/local/share/ca-certificates")
+    return "".join(p.read_text() for p in sorted(folder.rglob("*.crt"))) if folder.is_dir() \
+        else ""
+
+
+def build_image() -> str:
+    """The Containerfile built on the Debian base; podman's layer cache keeps a rebuild of
+    an unchanged checkout to seconds."""
+    base = base_image()
+    podman("build", *limits(), "--network", "host", "-f", "deploy/Containerfile",
+           "--build-arg", f"BASE={base}", "--build-arg", f"EXTRA_CA_CERTS={extra_ca_certs()}",
+           "-t", IMAGE, str(ROOT), timeout=1800)
+    # the image a rebuild replaced, and its build stage, are dangling now: not kept
+    podman("image", "prune", "-f", timeout=300)
+    return IMAGE
+
+
+def image_size(image: str) -> int:
+    """Bytes, as ``podman images`` reports them (every layer, the base's included)."""
+    return int(json.loads(podman("image", "inspect", image).stdout)[0]["Size"])
+
+
+def run_flags(*mounts: tuple[Path | str, str, str]) -> list[str]:
+    """``podman run``'s flags for a container beside the local test cluster: host network
+    (the cluster and the API on loopback), the limits, ``(source, target, mode)`` mounts."""
+    flags = [*limits(), "--network", "host"]
+    for source, target, mode in mounts:
+        flags += ["-v", f"{source}:{target}:{mode}"]
+    return flags
+
+
+def need_tools() -> None:
+    missing = [t for t in ("podman", "runc", "debootstrap") if shutil.which(t) is None]
+    assert not missing, f"bash dev.sh setup installs these: {missing}"
