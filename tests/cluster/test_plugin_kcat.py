@@ -19,7 +19,7 @@ from kafka_audit.scenarios.harness import expand_rows as expand
 from kafka_audit.schemas.stamp import HEADER
 from kafka_audit.schemas.verdicts import cause_name
 
-from ..support.native_checks import leader_kill, ledger_reports, read_log
+from ..support.native_checks import leader_kill, ledger_reports, read_log, ship
 
 KCAT = shutil.which("kcat")
 pytestmark = pytest.mark.skipif(KCAT is None, reason="kcat is not installed (Debian: kcat; "
@@ -50,19 +50,6 @@ def twice_acked(stderr: str) -> int:
     """Offsets kcat was told twice (a truncated write's, then its successor's)."""
     told = delivered(stderr)
     return len(told) - len(set(told))
-
-
-def ship(settings):
-    """``kafka-audit ship``, as an operator runs it beside a producer in another language."""
-    from kafka_audit.scenarios.harness import settings_file
-
-    conf = settings_file(settings, settings.home_dir / "ship.yaml")
-    exe = shutil.which("kafka-audit") or str(__import__("sys").executable).replace(
-        "python", "kafka-audit")
-    proc = subprocess.run([exe, "ship"], env={"KAFKA_AUDIT_CONFIG": str(conf), "PATH": "/usr/bin"},
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
 
 
 def test_kcat_writes_are_audited_end_to_end(cluster, spark, settings, topic):

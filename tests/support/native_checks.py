@@ -1,15 +1,19 @@
-"""Checks shared by the plugin's real-cluster tests: what a topic holds, stamp by stamp, and
-the ledger's rows per delivery report."""
+"""Checks shared by the plugin's real-cluster tests: what a topic holds, stamp by stamp, the
+ledger's rows per delivery report, the demo's fault around a running producer, and the
+shipper run as an operator runs it."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+import sys
 import time
 from dataclasses import dataclass
 
 from kafka_audit.schemas.stamp import Stamp, StampError, checksum_ok, stamp_of_headers
 from kafka_audit.store import read_table
 
-__all__ = ["Record", "read_log", "ledger_reports", "ledger_sources", "leader_kill"]
+__all__ = ["Record", "read_log", "ledger_reports", "ledger_sources", "leader_kill", "ship"]
 
 
 @dataclass(frozen=True)
@@ -106,3 +110,15 @@ def leader_kill(cluster, topic: str, lag_seconds: float = 0.5, progress=print) -
     for info in cluster.partitions(topic):
         cluster.elect_preferred(topic, info.partition)
     return leader
+
+
+def ship(settings):
+    """``kafka-audit ship``, as an operator runs it beside a producer in another language."""
+    from kafka_audit.scenarios.harness import settings_file
+
+    conf = settings_file(settings, settings.home_dir / "ship.yaml")
+    exe = shutil.which("kafka-audit") or sys.executable.replace("python", "kafka-audit")
+    proc = subprocess.run([exe, "ship"], env={"KAFKA_AUDIT_CONFIG": str(conf), "PATH": "/usr/bin"},
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout

@@ -1,0 +1,143 @@
+"""A producer in Go through the kaudit plugin, over SASL_SSL with SCRAM: confluent-kafka-go
+2.11.1 (the newest the Go proxy serves here) built with ``-tags dynamic`` against the
+confluent-kafka wheel's librdkafka 2.16.0, so that the plugin resolves its ``rd_kafka_*``
+symbols from the process (the module's default, a static librdkafka, exports none). It
+writes to the test cluster's secured listener with ``acks=1`` through the demo's leader
+kill; the ledger the shipper commits is the program's own account of its delivery
+reports, and the auditor's losses are, write for write, the acknowledged writes a full
+read cannot find.
+
+The program is ``tests/support/goproducer``; Go is at ``/usr/local/go`` on these machines
+and the module comes from the Go proxy (its ``go.sum`` pins it).
+"""
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import confluent_kafka
+import pytest
+
+from kafka_audit.jars import plugin_library
+from kafka_audit.jobs.watcher.watcher import ClusterWatcher
+from kafka_audit.producers.ledger import private_file
+from kafka_audit.producers.native import librdkafka_path, native_spool_root
+from kafka_audit.profile import librdkafka_config
+from kafka_audit.scenarios.harness import audit_until_settled, findings_of
+from kafka_audit.scenarios.harness import expand_rows as expand
+from kafka_audit.schemas.verdicts import cause_name
+from kafka_audit.store import read_table
+
+from ..support.native_checks import leader_kill, ledger_reports, read_log, ship
+
+GO = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if Path(p).exists()),
+                                None)
+PROGRAM = Path(__file__).resolve().parents[1] / "support" / "goproducer"
+MODULE = "github.com/confluentinc/confluent-kafka-go/v2"
+DELIVERED = re.compile(r"^delivered (\d+) (\d+)$", re.M)
+
+
+@pytest.fixture(scope="module")
+def goproducer(tmp_path_factory) -> Path:
+    """The program, linked against the wheel's librdkafka through a pkg-config file of
+    its own: the module's headers (2.11.1's, a subset of 2.16.0's API), the wheel's
+    library by its file name, found again at run time by its rpath."""
+    assert GO is not None, "Go is needed to build the Go producer (these machines have it)"
+    out = tmp_path_factory.mktemp("go")
+    env = {**os.environ, "CGO_ENABLED": "1", "GOFLAGS": "-mod=readonly",
+           "PKG_CONFIG_PATH": str(out)}
+    found = subprocess.run([GO, "mod", "download", "-json", MODULE], cwd=PROGRAM, env=env,
+                           capture_output=True, text=True, timeout=600)
+    assert found.returncode == 0, found.stdout + found.stderr
+    vendor = Path(json.loads(found.stdout)["Dir"]) / "kafka" / "librdkafka_vendor"
+    include = out / "include" / "librdkafka"
+    include.mkdir(parents=True)
+    for header in ("rdkafka.h", "rdkafka_mock.h"):
+        (include / header).symlink_to(vendor / header)
+    lib = Path(librdkafka_path())
+    (out / "rdkafka.pc").write_text(
+        "Name: rdkafka\nDescription: the confluent-kafka wheel's librdkafka\n"
+        f"Version: {confluent_kafka.libversion()[0]}\nCflags: -I{out / 'include'}\n"
+        f"Libs: -L{lib.parent} -l:{lib.name} -Wl,-rpath,{lib.parent}\n")
+    exe = out / "goproducer"
+    built = subprocess.run([GO, "build", "-tags", "dynamic", "-o", str(exe), "."],
+                           cwd=PROGRAM, env=env, capture_output=True, text=True, timeout=900)
+    assert built.returncode == 0, built.stdout + built.stderr
+    return exe
+
+
+def delivered(output: str) -> list[tuple[int, int]]:
+    return sorted((int(p), int(o)) for p, o in DELIVERED.findall(output))
+
+
+def twice_acked(output: str) -> int:
+    told = delivered(output)
+    return len(told) - len(set(told))
+
+
+def test_a_go_producer_over_sasl_ssl_is_audited_and_its_loss_found(cluster, spark, settings,
+                                                                  topic, goproducer):
+    run_id = f"go-{uuid.uuid4().hex[:6]}"
+    home = settings.home_dir
+    home.mkdir(parents=True, exist_ok=True)
+    conf = {**librdkafka_config(cluster.secure_profile("auditor"), cluster.bootstrap),
+            "plugin.library.paths": str(plugin_library(quiet=True)),
+            "kaudit.producer.id": "go", "kaudit.run.id": run_id,
+            "kaudit.spool.dir": str(native_spool_root(settings)),
+            "acks": "1", "message.timeout.ms": "60000", "linger.ms": "5"}
+    assert conf["security.protocol"] == "sasl_ssl" and conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    properties = home / "go.properties"  # it holds the password: the user's alone
+    with open(private_file(properties), "w") as f:
+        f.writelines(f"{k}={v}\n" for k, v in conf.items())
+    out_path, err_path = home / "go.out", home / "go.err"
+    with open(out_path, "w") as out, open(err_path, "w") as err:
+        proc = subprocess.Popen([str(goproducer), "-config", str(properties), "-topic", topic,
+                                 "-rate", "2000"], stdin=subprocess.PIPE, stdout=out,
+                                stderr=err)
+    watcher = ClusterWatcher(settings)
+    wthread, wstop = watcher.start_thread()
+    try:
+        time.sleep(3)  # a stream before the fault: part of the scenario
+        # whether the fault lost writes is the cluster's to decide: the program's own
+        # reports say so, an offset acknowledged twice (see the kcat test)
+        for lag in (0.5, 1.5, 3.0, 5.0):
+            killed = leader_kill(cluster, topic, lag_seconds=lag)
+            time.sleep(3)  # and after the heal: the frontier must pass the loss
+            if twice_acked(out_path.read_text()):
+                break
+    finally:
+        proc.stdin.close()  # the program flushes and exits
+        code = proc.wait(120)
+        wstop.set()
+        wthread.join(10)
+    output = out_path.read_text()
+    assert code == 0, err_path.read_text()[-3000:]
+    version = re.search(r"^librdkafka (\S+)$", output, re.M)
+    assert version and version.group(1) == confluent_kafka.libversion()[0]
+    told = delivered(output)
+    assert len(told) > 10000
+    ship(settings)
+    reports = ledger_reports(settings, "go", run_id)
+    # the ledger is the program's own account of its acks (an offset acked twice: once lost)
+    assert sorted((part, off) for _s, _t, part, off, e in reports if e is None) == told
+    log = read_log(cluster.bootstrap, topic, checksums=False)
+    found = {r.stamp.seq for r in log.values() if r.stamp is not None}
+    truth = sorted((part, off, seq) for seq, _t, part, off, e in reports
+                   if e is None and seq not in found)
+    assert truth, "acks=1 with leader SIGKILLs mid-stream is expected to lose writes"
+    assert len(truth) == twice_acked(output)  # each lost one's offset reused
+    audit_until_settled(spark, settings, topic, progress=print)
+    lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
+    assert expand(lost, "partition", "offset", "seq") == truth
+    assert all(cause_name(r["cause"]) == "acks=1 fail-over" or r["cause"].startswith(
+        "unknown: watcher blind") for r in lost), {r["cause"] for r in lost}
+    acks = {r["acks"] for r in read_table(settings.table_path("acks"), "acks").to_pylist()
+            if r["run_id"] == run_id}
+    assert acks == {"1"}  # the producer configuration's acks, read by the plugin
+    print(f"go producer: {len(told)} delivery reports, {len(truth)} lost = a full read's, "
+          f"node {killed} killed")
