@@ -37,6 +37,17 @@ setup() {
   need_debian podman podman
   need_debian runc runc  # podman's runtime here: crun fails on this machine's cgroups
   need_debian debootstrap debootstrap
+  # the local RabbitMQ cluster (scenarios/rabbit_cluster.py) runs nodes of its own: the
+  # package's system service is not started (a policy-rc.d refuses it while it installs)
+  if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then
+    local policy=/usr/sbin/policy-rc.d added=
+    if [ "$(id -u)" = 0 ] && [ ! -e "$policy" ]; then
+      trap "rm -f '$policy'" EXIT  # removed even if the install fails
+      printf '#!/bin/sh\nexit 101\n' > "$policy" && chmod +x "$policy" && added=1
+    fi
+    need_debian /usr/lib/rabbitmq/bin/rabbitmq-server rabbitmq-server
+    if [ -n "$added" ]; then rm -f "$policy"; trap - EXIT; fi
+  fi
   local py=python3.11
   command -v "$py" >/dev/null 2>&1 || py=python3
   if [ ! -x .venv/bin/python ]; then

@@ -188,6 +188,52 @@ class ClusterSettings(_Section):
         return ",".join(f"{self.host}:{self.secure_port(n)}" for n in range(1, self.nodes + 1))
 
 
+class RabbitSettings(_Section):
+    """The local RabbitMQ cluster that `kafka-audit rabbit` starts on this machine beside the
+    Kafka one: Debian's rabbitmq-server, each node an Erlang VM on loopback, clustered at
+    its first start (scenarios/rabbit_cluster.py)."""
+
+    nodes: int = Field(3, ge=1, le=9, description="how many nodes the local cluster starts")
+    host: str = Field("127.0.0.1", description="the address the nodes' client listeners "
+                      "(AMQP, streams, management) bind to")
+    node_address_base: str = Field(
+        "127.0.1", pattern=r"^127\.\d{1,3}\.\d{1,3}$",
+        description="node N talks to the other nodes from and on <base>.N (Erlang "
+        "distribution), an address of its own on loopback: a fault cuts one node off from "
+        "the others by address while clients still reach it")
+    amqp_base_port: int = Field(29591, description="node N's AMQP 0-9-1 listener is this + N - 1")
+    management_base_port: int = Field(29691, description="node N's management HTTP API")
+    stream_base_port: int = Field(29791, description="node N's stream protocol listener")
+    dist_base_port: int = Field(29891, description="node N's Erlang distribution listener")
+    epmd_port: int = Field(29590, description="the Erlang port mapper the nodes register with")
+    partition_handling: typing.Literal["pause_minority", "autoheal", "ignore"] = Field(
+        "pause_minority", description="cluster_partition_handling: what a node does when it "
+        "loses the others (the scenarios set each)")
+    net_ticktime: int = Field(
+        8, ge=2, description="seconds before a node that stopped answering is taken for "
+        "lost (Erlang's net_ticktime; its default, 60, would make every fault a minute)")
+    ready_timeout_seconds: float = Field(
+        120, description="`rabbit up` waits this long for every node to run in one cluster")
+
+    def amqp_port(self, node: int) -> int:
+        return self.amqp_base_port + node - 1
+
+    def management_port(self, node: int) -> int:
+        return self.management_base_port + node - 1
+
+    def stream_port(self, node: int) -> int:
+        return self.stream_base_port + node - 1
+
+    def dist_port(self, node: int) -> int:
+        return self.dist_base_port + node - 1
+
+    def node_address(self, node: int) -> str:
+        return f"{self.node_address_base}.{node}"
+
+    def node_name(self, node: int) -> str:
+        return f"rabbit-{node}@{self.node_address(node)}"
+
+
 class ProducerSettings(_Section):
     """The project's own instrumented producers: the ack ledger's commits, the load
     generator's librdkafka settings."""
@@ -848,6 +894,7 @@ class Settings(BaseSettings):
         "are under <warehouse>/_checkpoints)"))
     storage: StorageSettings = StorageSettings()
     cluster: ClusterSettings = ClusterSettings()
+    rabbit: RabbitSettings = RabbitSettings()
     producer: ProducerSettings = ProducerSettings()
     stamp: StampSettings = StampSettings()
     spark: SparkSettings = SparkSettings()

@@ -21,6 +21,12 @@ partitioned-follower faults. Its own listeners are cut by port; its connections 
 the others' listeners by its cgroup (``scenarios/cgroups.py``: on loopback, a port or an
 address cannot tell one broker's outgoing connections from another's).
 
+``isolate_rabbit(rabbit, node)`` cuts one RabbitMQ node of the local RabbitMQ cluster
+(``scenarios/rabbit_cluster.py``) off from the others, both ways: each node talks to the
+others from and on an address of its own on loopback, so the cut is by address (the
+Erlang distribution and the port mapper alike), while clients still reach every node on
+the client address.
+
 The rule is removed on exit, whatever happens inside.
 
 Needs root and the ``iptables`` command (``bash dev.sh setup`` installs it).
@@ -36,7 +42,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 from kafka_audit.errors import ClusterError
 
-__all__ = ["drop_responses", "cut_port", "isolate"]
+__all__ = ["drop_responses", "cut_port", "isolate", "isolate_rabbit"]
 
 
 def _iptables(action: str, rule: list[str]) -> None:
@@ -94,3 +100,13 @@ def isolate(cluster, node: int) -> AbstractContextManager[None]:
     return _dropping(*(_drop(d, p) for p in own for d in ("--dport", "--sport")),
                      *(["OUTPUT", "-o", "lo", "-p", "tcp", *mine, "--dport", str(p), "-j",
                         "DROP"] for p in others))
+
+
+def isolate_rabbit(rabbit, node: int) -> AbstractContextManager[None]:
+    """Cut node ``node`` of ``rabbit`` (a ``LocalRabbitCluster``) off from its other nodes,
+    both ways, until the block ends; its client listeners stay open."""
+    cfg = rabbit.cfg
+    me = cfg.node_address(node)
+    others = [cfg.node_address(n) for n in rabbit.nodes if n != node]
+    return _dropping(*(["OUTPUT", "-o", "lo", "-s", a, "-d", b, "-j", "DROP"]
+                       for other in others for a, b in ((me, other), (other, me))))

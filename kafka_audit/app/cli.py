@@ -90,6 +90,28 @@ def _cluster(args) -> int:
     return 0
 
 
+def _rabbit(args) -> int:
+    from kafka_audit.scenarios.rabbit_cluster import LocalRabbitCluster
+
+    c = LocalRabbitCluster(get_settings())
+    if args.action == "up":
+        c.up(print)
+    elif args.action == "down":
+        c.down()
+        print("rabbit cluster stopped")
+    elif args.action == "discard":
+        c.discard()
+        print(f"rabbit cluster stopped and {c.root} removed")
+    elif args.action == "status":
+        print(c.status())
+    else:
+        if args.node is None:
+            raise AuditorError(f"rabbit {args.action} needs a node number")
+        {"kill": c.kill, "stop": c.stop, "start": c.start}[args.action](args.node)
+        print(f"rabbit node {args.node}: {args.action} done")
+    return 0
+
+
 def _produce(args) -> int:
     from kafka_audit.producers.load import LoadSpec, run_load
 
@@ -372,6 +394,16 @@ def build_parser() -> argparse.ArgumentParser:
                    "kill N: SIGKILL node N; stop N / start N")
     s.add_argument("node", nargs="?", type=int, help="node number for kill/stop/start")
     s.set_defaults(fn=_cluster)
+
+    s = sub.add_parser("rabbit", help="the local 3-node RabbitMQ cluster")
+    s.add_argument("action", choices=["up", "down", "discard", "status", "kill", "stop",
+                                      "start"],
+                   help="up: start (clustered on first use, as the rabbit settings say); "
+                   "status: each node and the nodes it sees running; down: stop all; "
+                   "discard: stop all and remove the cluster's data; kill N: SIGKILL node "
+                   "N; stop N / start N")
+    s.add_argument("node", nargs="?", type=int, help="node number for kill/stop/start")
+    s.set_defaults(fn=_rabbit)
 
     s = sub.add_parser("produce", help="stamped load with a Delta ack ledger")
     s.add_argument("topic", help="the topic to write to (it must exist)")

@@ -1,0 +1,232 @@
+"""A real RabbitMQ cluster on loopback, beside the Kafka one: Debian's ``rabbitmq-server``
+(3.10, with classic mirrored queues, quorum queues and streams), one Erlang VM a node.
+
+Each node lives under ``<home>/rabbit/node<N>`` (its configuration, Mnesia database, logs
+and the Erlang cookie in its own ``HOME``), listens for clients on ``rabbit.host`` (AMQP,
+streams, the management API) and talks to the other nodes from and on an address of its
+own, ``rabbit.node_address_base``.N (``-kernel inet_dist_use_interface`` and
+``inet_dist_connect_options``): on loopback a port cannot tell one node's outgoing
+connections from another's, an address can, so ``isolate`` cuts one node off from the
+others with iptables while its clients still reach it (``scenarios/faults.py``). The nodes
+form one cluster at their first start (peer discovery ``classic_config``);
+``rabbit.partition_handling`` and ``rabbit.net_ticktime`` (8 s: a lost peer is noticed in
+seconds) are set for every node. The node names use long names (``rabbit-N@127.0.1.N``).
+
+``up`` returns once every node runs in one cluster, as each node's management API says.
+Single-node actions (``kill``, ``stop``, ``start``) exist for fault tests.
+
+Command: ``kafka-audit rabbit up|status|down|discard|kill N|stop N|start N``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+
+from kafka_audit.errors import ClusterError
+from kafka_audit.scenarios.cluster import _our_pid, _terminate, _wait_exit, wait_until
+from kafka_audit.settings import RabbitSettings, Settings
+
+__all__ = ["LocalRabbitCluster", "RABBITMQ_SERVER"]
+
+#: Debian's server script itself (``/usr/sbin/rabbitmq-server`` is a wrapper that would
+#: switch to the ``rabbitmq`` user): the nodes run as the user that starts them
+RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+PLUGINS = ("rabbitmq_management", "rabbitmq_stream")
+#: the default user, which RabbitMQ lets in from loopback only: the local cluster's
+GUEST = "guest"
+
+
+class LocalRabbitCluster:
+    """The local RabbitMQ cluster of ``settings.rabbit`` under ``<home>/rabbit``."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.cfg: RabbitSettings = settings.rabbit
+        self.root = settings.home_dir / "rabbit"
+
+    @property
+    def nodes(self) -> list[int]:
+        return list(range(1, self.cfg.nodes + 1))
+
+    def node_dir(self, node: int) -> Path:
+        return self.root / f"node{node}"
+
+    def amqp_url(self, node: int = 1) -> str:
+        return f"amqp://{GUEST}:{GUEST}@{self.cfg.host}:{self.cfg.amqp_port(node)}/%2F"
+
+    # ---- one node -----------------------------------------------------------------------
+    def _cookie(self) -> str:
+        """The cluster's Erlang cookie, made once (the nodes and ``rabbitmqctl`` share it)."""
+        path = self.root / "cookie"
+        if not path.exists():
+            self.root.mkdir(parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(20))
+        return path.read_text()
+
+    def _env(self, node: int) -> dict[str, str]:
+        """The environment ``rabbitmq-server`` (and ``rabbitmqctl``) run in for ``node``."""
+        c, home = self.cfg, self.node_dir(node)
+        address = ",".join(c.node_address(node).split("."))
+        return {**{k: v for k, v in os.environ.items() if not k.startswith("RABBITMQ_")},
+                "HOME": str(home), "ERL_EPMD_PORT": str(c.epmd_port),
+                "RABBITMQ_USE_LONGNAME": "true",
+                "RABBITMQ_NODENAME": c.node_name(node),
+                "RABBITMQ_DIST_PORT": str(c.dist_port(node)),
+                "RABBITMQ_CONFIG_FILE": str(home / "rabbitmq"),
+                "RABBITMQ_ENABLED_PLUGINS_FILE": str(home / "enabled_plugins"),
+                "RABBITMQ_MNESIA_BASE": str(home / "mnesia"),
+                "RABBITMQ_LOG_BASE": str(home / "log"),
+                "RABBITMQ_PID_FILE": str(home / "pid"),
+                "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS":
+                    f"-kernel inet_dist_use_interface {{{address}}} "
+                    f"-kernel inet_dist_connect_options [{{ip,{{{address}}}}}] "
+                    f"-kernel net_ticktime {c.net_ticktime}"}
+
+    def _write_config(self, node: int) -> None:
+        c, home = self.cfg, self.node_dir(node)
+        home.mkdir(parents=True, exist_ok=True)
+        lines = [f"listeners.tcp.1 = {c.host}:{c.amqp_port(node)}",
+                 f"management.tcp.ip = {c.host}",
+                 f"management.tcp.port = {c.management_port(node)}",
+                 f"stream.listeners.tcp.1 = {c.host}:{c.stream_port(node)}",
+                 f"stream.advertised_host = {c.host}",
+                 f"stream.advertised_port = {c.stream_port(node)}",
+                 "cluster_formation.peer_discovery_backend = classic_config",
+                 *(f"cluster_formation.classic_config.nodes.{n} = {c.node_name(n)}"
+                   for n in self.nodes),
+                 f"cluster_partition_handling = {c.partition_handling}",
+                 "log.console = false", "log.file.level = info"]
+        (home / "rabbitmq.conf").write_text("\n".join(lines) + "\n")
+        (home / "enabled_plugins").write_text(f"[{','.join(PLUGINS)}].\n")
+        cookie = home / ".erlang.cookie"
+        if not cookie.exists():
+            fd = os.open(cookie, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
+            with os.fdopen(fd, "w") as f:
+                f.write(self._cookie())
+
+    def pid(self, node: int) -> int | None:
+        """The node's Erlang VM, if it runs (``beam.smp`` with the node's folder as its
+        home: the node name is not on its command line)."""
+        return _our_pid(self.node_dir(node) / "pid", b"beam.smp", str(self.node_dir(node)))
+
+    def start(self, node: int) -> int:
+        """Start ``node`` (unless its VM runs); the pid of the script that runs it."""
+        if (pid := self.pid(node)) is not None:
+            return pid
+        if shutil.which("erl") is None or not Path(RABBITMQ_SERVER).exists():
+            raise ClusterError("rabbitmq-server is not installed (Debian: rabbitmq-server; "
+                               "bash dev.sh setup installs it)")
+        self._write_config(node)
+        out = open(self.node_dir(node) / "stdout.log", "ab")
+        proc = subprocess.Popen([RABBITMQ_SERVER], env=self._env(node), stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                cwd=self.node_dir(node), start_new_session=True)
+        # the script runs the VM as its child, which writes its own pid to the pid file
+        # once it boots (``pid`` reads it); the script exits with it
+        return proc.pid
+
+    def signal(self, node: int, sig: int) -> None:
+        pid = self.pid(node)
+        if pid is None:
+            raise ClusterError(f"rabbit node {node} is not running")
+        os.kill(pid, sig)
+
+    def kill(self, node: int) -> None:
+        """SIGKILL one node's VM: no clean shutdown."""
+        pid = self.pid(node)
+        self.signal(node, signal.SIGKILL)
+        _wait_exit(pid, 30)
+
+    def stop(self, node: int, timeout: float = 60) -> None:
+        """Clean shutdown (SIGTERM: RabbitMQ stops its applications, then the VM)."""
+        _terminate(self.pid(node), timeout)
+
+    def running(self) -> list[int]:
+        return [n for n in self.nodes if self.pid(n) is not None]
+
+    # ---- the management API -------------------------------------------------------------
+    def api(self, node: int, path: str, timeout: float = 5):
+        """``GET /api/<path>`` of ``node``'s management API as the local guest user; the
+        decoded JSON. Raises OSError (URLError) when the node does not answer."""
+        url = f"http://{self.cfg.host}:{self.cfg.management_port(node)}/api/{path}"
+        auth = base64.b64encode(f"{GUEST}:{GUEST}".encode()).decode()
+        req = urllib.request.Request(url, headers={"Authorization": f"Basic {auth}"})
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return json.loads(r.read())
+
+    def view(self, node: int) -> dict[str, dict] | None:
+        """What ``node`` knows of every node: name -> its ``/api/nodes`` row (``running``,
+        ``partitions``...); None when it does not answer (down, paused, booting)."""
+        try:
+            return {row["name"]: row for row in self.api(node, "nodes")}
+        except (OSError, ValueError):
+            return None
+
+    def clustered(self, nodes: list[int] | None = None) -> bool:
+        """Whether each of ``nodes`` (default: all) answers and sees all of them running,
+        with no partition."""
+        nodes = nodes or self.nodes
+        names = {self.cfg.node_name(n) for n in nodes}
+        for n in nodes:
+            seen = self.view(n)
+            if seen is None or not names <= {k for k, row in seen.items() if row["running"]}:
+                return False
+            if any(seen[k].get("partitions") for k in names):
+                return False
+        return True
+
+    # ---- the cluster --------------------------------------------------------------------
+    def up(self, progress: Callable[[str], None] = lambda _m: None) -> None:
+        for n in self.nodes:
+            self.start(n)
+        progress(f"started rabbit nodes {self.nodes}; waiting for one cluster")
+        wait_until(self.clustered, self.cfg.ready_timeout_seconds,
+                   f"every rabbit node to run in one cluster (logs: {self.root}/node*/log)",
+                   every=1)
+        progress(f"rabbit cluster ready: AMQP at {self.cfg.host}:{self.cfg.amqp_port(1)}"
+                 f"-{self.cfg.amqp_port(self.cfg.nodes)}")
+
+    def down(self, discard: bool = False) -> None:
+        for n in self.nodes:
+            _terminate(self.pid(n), 60)
+        self._stop_epmd()
+        if discard:
+            shutil.rmtree(self.root, ignore_errors=True)
+
+    def discard(self) -> None:
+        self.down(discard=True)
+
+    def _stop_epmd(self) -> None:
+        """The port mapper the first node started for this cluster's port, if it runs."""
+        epmd = shutil.which("epmd") or "/usr/lib/erlang/bin/epmd"
+        if Path(epmd).exists():
+            subprocess.run([epmd, "-port", str(self.cfg.epmd_port), "-kill"],
+                           capture_output=True, timeout=30)
+
+    def status(self) -> str:
+        lines = []
+        for n in self.nodes:
+            seen = self.view(n) if self.pid(n) is not None else None
+            state = ("down" if self.pid(n) is None else "not answering" if seen is None
+                     else "running")
+            lines.append(f"node {n} {self.cfg.node_name(n)}: {state} (AMQP "
+                         f"{self.cfg.host}:{self.cfg.amqp_port(n)})")
+            if seen:
+                others = sorted(k for k, row in seen.items() if row["running"])
+                parts = sorted({p for row in seen.values() for p in row.get("partitions")
+                                or ()})
+                lines.append(f"  sees running: {', '.join(others)}"
+                             + (f"; partitioned from: {', '.join(parts)}" if parts else ""))
+        return "\n".join(lines)
