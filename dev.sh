@@ -37,6 +37,13 @@ setup() {
   need_debian podman podman
   need_debian runc runc  # podman's runtime here: crun fails on this machine's cgroups
   need_debian debootstrap debootstrap
+  need_debian ss iproute2  # the RabbitMQ test reads the nodes' links with ss
+  # the Go producer's test (tests/cluster/test_plugin_go.py) links confluent-kafka-go
+  # against a shared librdkafka through pkg-config; Go >= 1.22 comes with the machine
+  need_debian pkg-config pkgconf
+  if ! command -v go >/dev/null 2>&1 && [ ! -x /usr/local/go/bin/go ]; then
+    log "Go (>= 1.22) is missing: the Go producer's test needs it (https://go.dev/dl)"
+  fi
   # the local RabbitMQ cluster (scenarios/rabbit_cluster.py) runs nodes of its own: the
   # package's system service is not started (a policy-rc.d refuses it while it installs)
   if [ ! -x /usr/lib/rabbitmq/bin/rabbitmq-server ]; then

@@ -290,12 +290,17 @@ def plugin_library(quiet: bool = False, defines: tuple[str, ...] = (),
     uses only APIs that librdkafka 2.0.2's header already declares, and it is loaded into
     whatever librdkafka the client runs (the confluent-kafka wheel's 2.16.0, kcat's 2.0.2),
     which it checks at load time. ``defines`` and ``folder``: a variant for tests.
-    Without gcc, a library already built there is taken as it is (the container image
-    builds it in its build stage and carries no compiler)."""
+    Without gcc, a library already built there from these same sources is taken (the
+    container image builds it in its build stage and carries no compiler); one built from
+    other sources (an upgrade since) is not."""
     target = folder or jar_cache() / PLUGIN_DIR
-    lib, marker = target / "libkaudit.so", target / ".complete"
+    lib, marker, built_from = target / "libkaudit.so", target / ".complete", target / ".sources"
+    sources = _plugin_sources()
+    from_digest = hashlib.sha256(b"".join([*(s.read_bytes() for s in sources),
+                                           *(d.encode() for d in defines)])).hexdigest()
     if shutil.which("gcc") is None:
-        if lib.exists() and marker.exists() and not defines:
+        if lib.exists() and marker.exists() and built_from.exists() and \
+                built_from.read_text().strip() == from_digest:
             return lib
         raise JarsMissing("gcc is needed once to build the kaudit plugin (Debian: gcc)")
     probe = subprocess.run(["gcc", "-E", "-M", "-x", "c", "-"], input="#include "
@@ -313,7 +318,6 @@ def plugin_library(quiet: bool = False, defines: tuple[str, ...] = (),
     version = subprocess.run(["gcc", "-dumpfullversion"], capture_output=True, text=True)
     digest = hashlib.sha256("\n".join([version.stdout, *PLUGIN_CFLAGS, *PLUGIN_LIBS,
                                         *defines]).encode())
-    sources = _plugin_sources()
     for src in [*sources, *headers]:
         digest.update(src.read_bytes())
     if lib.exists() and marker.exists() and marker.read_text().strip() == digest.hexdigest():
@@ -331,7 +335,8 @@ def plugin_library(quiet: bool = False, defines: tuple[str, ...] = (),
         tmp.unlink(missing_ok=True)
         raise JarsMissing(f"gcc failed to build the kaudit plugin:\n{proc.stderr}")
     os.replace(tmp, lib)
-    marker_tmp = target / f".complete.{os.getpid()}"
-    marker_tmp.write_text(digest.hexdigest())
-    os.replace(marker_tmp, marker)
+    for path, text in ((built_from, from_digest), (marker, digest.hexdigest())):
+        path_tmp = target / f"{path.name}.{os.getpid()}"
+        path_tmp.write_text(text)
+        os.replace(path_tmp, path)
     return lib

@@ -197,7 +197,7 @@ class RabbitSettings(_Section):
     host: str = Field("127.0.0.1", description="the address the nodes' client listeners "
                       "(AMQP, streams, management) bind to")
     node_address_base: str = Field(
-        "127.0.1", pattern=r"^127\.\d{1,3}\.\d{1,3}$",
+        "127.0.1", pattern=r"^127\.(25[0-5]|2[0-4]\d|1?\d?\d)\.(25[0-5]|2[0-4]\d|1\d\d|[1-9]\d?)$",
         description="node N talks to the other nodes from and on <base>.N (Erlang "
         "distribution), an address of its own on loopback: a fault cuts one node off from "
         "the others by address while clients still reach it")

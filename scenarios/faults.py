@@ -23,9 +23,10 @@ address cannot tell one broker's outgoing connections from another's).
 
 ``isolate_rabbit(rabbit, node)`` cuts one RabbitMQ node of the local RabbitMQ cluster
 (``scenarios/rabbit_cluster.py``) off from the others, both ways: each node talks to the
-others from and on an address of its own on loopback, so the cut is by address (the
-Erlang distribution and the port mapper alike), while clients still reach every node on
-the client address.
+others from and on an address of its own on loopback, so the cut is by address: the
+Erlang distribution links between the nodes (a node's lookups in the port mapper go from
+127.0.0.1 and stay open; without its links a node is cut off all the same), while
+clients still reach every node on the client address.
 
 The rule is removed on exit, whatever happens inside.
 

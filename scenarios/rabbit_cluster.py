@@ -59,6 +59,8 @@ class LocalRabbitCluster:
         return list(range(1, self.cfg.nodes + 1))
 
     def node_dir(self, node: int) -> Path:
+        if node not in self.nodes:
+            raise ClusterError(f"the local rabbit cluster has nodes {self.nodes}, not {node}")
         return self.root / f"node{node}"
 
     def amqp_url(self, node: int = 1) -> str:
@@ -79,8 +81,12 @@ class LocalRabbitCluster:
         """The environment ``rabbitmq-server`` (and ``rabbitmqctl``) run in for ``node``."""
         c, home = self.cfg, self.node_dir(node)
         address = ",".join(c.node_address(node).split("."))
+        # the port mapper on loopback alone: the client address, where tools ask, and the
+        # nodes' own, where the other nodes ask (never every interface)
+        epmd_on = ",".join([c.host, *(c.node_address(n) for n in self.nodes)])
         return {**{k: v for k, v in os.environ.items() if not k.startswith("RABBITMQ_")},
                 "HOME": str(home), "ERL_EPMD_PORT": str(c.epmd_port),
+                "ERL_EPMD_ADDRESS": epmd_on,
                 "RABBITMQ_USE_LONGNAME": "true",
                 "RABBITMQ_NODENAME": c.node_name(node),
                 "RABBITMQ_DIST_PORT": str(c.dist_port(node)),
@@ -129,10 +135,10 @@ class LocalRabbitCluster:
             raise ClusterError("rabbitmq-server is not installed (Debian: rabbitmq-server; "
                                "bash dev.sh setup installs it)")
         self._write_config(node)
-        out = open(self.node_dir(node) / "stdout.log", "ab")
-        proc = subprocess.Popen([RABBITMQ_SERVER], env=self._env(node), stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=self.node_dir(node), start_new_session=True)
+        with open(self.node_dir(node) / "stdout.log", "ab") as out:  # the child keeps it
+            proc = subprocess.Popen([RABBITMQ_SERVER], env=self._env(node), stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=self.node_dir(node), start_new_session=True)
         # the script runs the VM as its child, which writes its own pid to the pid file
         # once it boots (``pid`` reads it); the script exits with it
         return proc.pid

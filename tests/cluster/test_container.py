@@ -67,7 +67,12 @@ def test_the_image_checks_audits_a_fault_and_stops_on_sigterm(image, cluster, se
               *((d, d, "ro") for d in settings.watch.metadata_log_dirs)]
     flags = [*container.run_flags(*mounts), "-e", f"KAFKA_AUDIT_CONFIG={DATA / conf.name}"]
 
-    check = container.podman("run", "--rm", *flags, image, "check", timeout=300, check=False)
+    checker = f"kafka-audit-check-{uuid.uuid4().hex[:8]}"
+    try:  # named: a podman client timed out leaves no container behind
+        check = container.podman("run", "--rm", "--name", checker, *flags, image, "check",
+                                 timeout=300, check=False)
+    finally:
+        container.podman("rm", "-f", checker, check=False)
     assert check.returncode == 0, check.stdout[-3000:] + check.stderr[-3000:]
     print(check.stdout[-2000:])
 
@@ -78,9 +83,11 @@ def test_the_image_checks_audits_a_fault_and_stops_on_sigterm(image, cluster, se
     service = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
     base = f"http://{settings.api.host}:{settings.api.port}"
     try:
-        wait_until(lambda: service.poll() is None and httpx.get(
+        # (a container that exits stops the wait at once: its log says why)
+        wait_until(lambda: service.poll() is not None or httpx.get(
             f"{base}/healthz", timeout=10).status_code == 200, 300,
             "the container's REST API to answer")
+        assert service.poll() is None, (home.parent / f"{name}.log").read_text()[-3000:]
         # the fault, from this host: a producer here writes its ledger onto the volume
         # (world-writable files, so that the container's user may compact them)
         old = os.umask(0)

@@ -90,7 +90,8 @@ def test_a_go_producer_over_sasl_ssl_is_audited_and_its_loss_found(cluster, spar
             "kaudit.producer.id": "go", "kaudit.run.id": run_id,
             "kaudit.spool.dir": str(native_spool_root(settings)),
             "acks": "1", "message.timeout.ms": "60000", "linger.ms": "5"}
-    assert conf["security.protocol"] == "sasl_ssl" and conf["sasl.mechanism"] == "SCRAM-SHA-512"
+    protocol, mechanism = conf["security.protocol"], conf["sasl.mechanism"]  # (no password
+    assert (protocol, mechanism) == ("sasl_ssl", "SCRAM-SHA-512")  # in a failure's message)
     properties = home / "go.properties"  # it holds the password: the user's alone
     with open(private_file(properties), "w") as f:
         f.writelines(f"{k}={v}\n" for k, v in conf.items())
@@ -99,22 +100,28 @@ def test_a_go_producer_over_sasl_ssl_is_audited_and_its_loss_found(cluster, spar
         proc = subprocess.Popen([str(goproducer), "-config", str(properties), "-topic", topic,
                                  "-rate", "2000"], stdin=subprocess.PIPE, stdout=out,
                                 stderr=err)
-    watcher = ClusterWatcher(settings)
-    wthread, wstop = watcher.start_thread()
     try:
-        time.sleep(3)  # a stream before the fault: part of the scenario
-        # whether the fault lost writes is the cluster's to decide: the program's own
-        # reports say so, an offset acknowledged twice (see the kcat test)
-        for lag in (0.5, 1.5, 3.0, 5.0):
-            killed = leader_kill(cluster, topic, lag_seconds=lag)
-            time.sleep(3)  # and after the heal: the frontier must pass the loss
-            if twice_acked(out_path.read_text()):
-                break
+        watcher = ClusterWatcher(settings)
+        wthread, wstop = watcher.start_thread()
+        try:
+            time.sleep(3)  # a stream before the fault: part of the scenario
+            # whether the fault lost writes is the cluster's to decide: the program's own
+            # reports say so, an offset acknowledged twice (see the kcat test)
+            for lag in (0.5, 1.5, 3.0, 5.0):
+                killed = leader_kill(cluster, topic, lag_seconds=lag)
+                time.sleep(3)  # and after the heal: the frontier must pass the loss
+                if twice_acked(out_path.read_text()):
+                    break
+        finally:
+            wstop.set()
+            wthread.join(10)
     finally:
         proc.stdin.close()  # the program flushes and exits
-        code = proc.wait(120)
-        wstop.set()
-        wthread.join(10)
+        try:
+            code = proc.wait(120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
     output = out_path.read_text()
     assert code == 0, err_path.read_text()[-3000:]
     version = re.search(r"^librdkafka (\S+)$", output, re.M)

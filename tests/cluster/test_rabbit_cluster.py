@@ -16,21 +16,27 @@ from kafka_audit.scenarios.faults import isolate_rabbit
 from kafka_audit.scenarios.rabbit_cluster import LocalRabbitCluster
 from kafka_audit.settings import Settings
 
-from ..conftest import OFFSET
+from ..conftest import OFFSET, ROOT
 
 
 @pytest.fixture(scope="module")
-def rabbit(tmp_path_factory):
-    settings = Settings(home=tmp_path_factory.mktemp("rabbit"), rabbit={
+def rabbit():
+    # a fixed home, as the Kafka test cluster's: a session interrupted before its teardown
+    # leaves nodes the next one finds there and stops before it starts its own
+    home = ROOT / "var" / ("test-rabbit" if not OFFSET else f"test-rabbit-{OFFSET}")
+    settings = Settings(home=home, rabbit={
         "amqp_base_port": 19591 + OFFSET, "management_base_port": 19691 + OFFSET,
         "stream_base_port": 19791 + OFFSET, "dist_base_port": 19891 + OFFSET,
         "epmd_port": 19590 + OFFSET,
         # an address block of this session's own (a cut never reaches another's nodes)
         "node_address_base": f"127.0.{2 + OFFSET // 100 % 250}"})
     c = LocalRabbitCluster(settings)
-    c.up(print)
-    yield c
     c.discard()
+    try:
+        c.up(print)
+        yield c
+    finally:
+        c.discard()
 
 
 def amqp_answers(cluster: LocalRabbitCluster, node: int) -> bool:

@@ -69,17 +69,17 @@ def base_image() -> str:
             for entry in (root / junk).glob("*"):
                 if entry.is_file():
                     entry.unlink()
-        tar = subprocess.Popen(["tar", "-C", str(root), "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run(["podman", "import", "-", BASE], stdin=tar.stdout, check=True,
+        archive = Path(tmp) / "root.tar"
+        subprocess.run(["tar", "-C", str(root), "-cf", str(archive), "."], check=True,
                        capture_output=True, timeout=600)
-        tar.wait(60)
+        podman("import", str(archive), BASE, timeout=600)
     return BASE
 
 
 def extra_ca_certs() -> str:
     folder = Path("/usr/local/share/ca-certificates")
-    return "".join(p.read_text() for p in sorted(folder.rglob("*.crt"))) if folder.is_dir() \
-        else ""
+    return "\n".join(p.read_text() for p in sorted(folder.rglob("*.crt"))) \
+        if folder.is_dir() else ""
 
 
 def build_image() -> str:
@@ -89,8 +89,10 @@ def build_image() -> str:
     podman("build", *limits(), "--network", "host", "-f", "deploy/Containerfile",
            "--build-arg", f"BASE={base}", "--build-arg", f"EXTRA_CA_CERTS={extra_ca_certs()}",
            "-t", IMAGE, str(ROOT), timeout=1800)
-    # the image a rebuild replaced, and its build stage, are dangling now: not kept
-    podman("image", "prune", "-f", timeout=300)
+    # the image a rebuild replaced, and its build stage, are dangling now: not kept (the
+    # project's alone, by the label its Containerfile gives both stages)
+    podman("image", "prune", "-f", "--filter", "label=org.opencontainers.image.title=kafka-audit",
+           timeout=300)
     return IMAGE
 
 

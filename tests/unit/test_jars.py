@@ -83,7 +83,8 @@ def test_two_fetches_at_once_run_maven_once_and_leave_one_whole_folder(tmp_path,
 
 def test_a_built_plugin_is_taken_where_no_gcc_is(tmp_path, monkeypatch):
     """The container image builds the plugin in its build stage and carries no compiler:
-    the library built there is taken as it is; with none built, the error names gcc."""
+    the library built there from the same sources is taken; with none built, or one built
+    from other sources, the error names gcc."""
     import shutil
 
     import pytest
@@ -100,3 +101,7 @@ def test_a_built_plugin_is_taken_where_no_gcc_is(tmp_path, monkeypatch):
         jars.plugin_library(quiet=True, folder=tmp_path / "none")
     with pytest.raises(JarsMissing, match="gcc is needed"):  # a test's variant: built anew
         jars.plugin_library(quiet=True, folder=tmp_path / "built", defines=("X=1",))
+    # built from other sources (the package upgraded since): not taken
+    (tmp_path / "built" / ".sources").write_text("0" * 64)
+    with pytest.raises(JarsMissing, match="gcc is needed"):
+        jars.plugin_library(quiet=True, folder=tmp_path / "built")
