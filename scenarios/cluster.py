@@ -53,7 +53,7 @@ from kafka_audit.scenarios import cgroups
 from kafka_audit.scenarios.security import LISTENER, SCRAM_MECHANISM, ClusterSecurity
 from kafka_audit.settings import ClusterSettings, Settings
 
-__all__ = ["LocalCluster", "PartitionInfo", "wait_until"]
+__all__ = ["LocalCluster", "NodeProcesses", "PartitionInfo", "wait_until"]
 
 PROBE_TOPIC = "_kafka_audit_probe"
 #: what the nodes' storage was formatted with (``LocalCluster.formatted_as``), in the root
@@ -92,7 +92,39 @@ class PartitionInfo:
     isr: tuple[int, ...]
 
 
-class LocalCluster:
+class NodeProcesses:
+    """What a local cluster does to its nodes' processes, given its ``nodes`` and each
+    node's running ``pid`` (None when it does not run): the faults' signals."""
+
+    NODE = "node"  # what a node is called in errors
+
+    nodes: list[int]
+
+    def pid(self, node: int) -> int | None:
+        raise NotImplementedError
+
+    def signal(self, node: int, sig: int) -> None:
+        pid = self.pid(node)
+        if pid is None:
+            raise ClusterError(f"{self.NODE} {node} is not running")
+        os.kill(pid, sig)
+
+    def kill(self, node: int) -> None:
+        """SIGKILL one node: no clean shutdown (a Kafka leader hands nothing off)."""
+        pid = self.pid(node)
+        self.signal(node, signal.SIGKILL)
+        _wait_exit(pid, 30)
+
+    def stop(self, node: int, timeout: float = 60) -> None:
+        """Clean shutdown (SIGTERM: a Kafka leader moves its leadership away, RabbitMQ
+        stops its applications, before the node exits); SIGKILL after ``timeout``."""
+        _terminate(self.pid(node), timeout)
+
+    def running(self) -> list[int]:
+        return [n for n in self.nodes if self.pid(n) is not None]
+
+
+class LocalCluster(NodeProcesses):
     """The local cluster described by ``Settings.cluster`` under ``Settings.home``."""
 
     def __init__(self, settings: Settings) -> None:
@@ -374,25 +406,6 @@ class LocalCluster:
         except OSError:
             return False
         return f"0::/{self.cgroup(node)}" in lines
-
-    def signal(self, node: int, sig: int) -> None:
-        pid = self.pid(node)
-        if pid is None:
-            raise ClusterError(f"node {node} is not running")
-        os.kill(pid, sig)
-
-    def kill(self, node: int) -> None:
-        """SIGKILL one node: no clean shutdown, no leadership hand-off."""
-        pid = self.pid(node)
-        self.signal(node, signal.SIGKILL)
-        _wait_exit(pid, 30)
-
-    def stop(self, node: int, timeout: float = 60) -> None:
-        """Clean shutdown (SIGTERM): leadership moves away before the node exits."""
-        _terminate(self.pid(node), timeout)
-
-    def running(self) -> list[int]:
-        return [n for n in self.nodes if self.pid(n) is not None]
 
     # ---- cluster lifecycle ------------------------------------------------------------
     def up(self, progress: Callable[[str], None] = lambda _m: None) -> None:

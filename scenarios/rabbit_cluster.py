@@ -25,7 +25,6 @@ import json
 import os
 import secrets
 import shutil
-import signal
 import subprocess
 import urllib.error
 import urllib.request
@@ -33,7 +32,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from kafka_audit.errors import ClusterError
-from kafka_audit.scenarios.cluster import _our_pid, _terminate, _wait_exit, wait_until
+from kafka_audit.scenarios.cluster import NodeProcesses, _our_pid, _terminate, wait_until
 from kafka_audit.settings import RabbitSettings, Settings
 
 __all__ = ["LocalRabbitCluster", "RABBITMQ_SERVER"]
@@ -46,8 +45,10 @@ PLUGINS = ("rabbitmq_management", "rabbitmq_stream")
 GUEST = "guest"
 
 
-class LocalRabbitCluster:
+class LocalRabbitCluster(NodeProcesses):
     """The local RabbitMQ cluster of ``settings.rabbit`` under ``<home>/rabbit``."""
+
+    NODE = "rabbit node"
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -142,25 +143,6 @@ class LocalRabbitCluster:
         # the script runs the VM as its child, which writes its own pid to the pid file
         # once it boots (``pid`` reads it); the script exits with it
         return proc.pid
-
-    def signal(self, node: int, sig: int) -> None:
-        pid = self.pid(node)
-        if pid is None:
-            raise ClusterError(f"rabbit node {node} is not running")
-        os.kill(pid, sig)
-
-    def kill(self, node: int) -> None:
-        """SIGKILL one node's VM: no clean shutdown."""
-        pid = self.pid(node)
-        self.signal(node, signal.SIGKILL)
-        _wait_exit(pid, 30)
-
-    def stop(self, node: int, timeout: float = 60) -> None:
-        """Clean shutdown (SIGTERM: RabbitMQ stops its applications, then the VM)."""
-        _terminate(self.pid(node), timeout)
-
-    def running(self) -> list[int]:
-        return [n for n in self.nodes if self.pid(n) is not None]
 
     # ---- the management API -------------------------------------------------------------
     def api(self, node: int, path: str, timeout: float = 5):

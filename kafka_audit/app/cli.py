@@ -71,44 +71,32 @@ def missing_extra(exc: ModuleNotFoundError, command: str) -> str | None:
 def _cluster(args) -> int:
     from kafka_audit.scenarios.cluster import LocalCluster
 
-    c = LocalCluster(get_settings())
-    if args.action == "up":
-        c.up(print)
-    elif args.action == "down":
-        c.down()
-        print("cluster stopped")
-    elif args.action == "discard":
-        c.discard()
-        print(f"cluster stopped and {c.root} removed")
-    elif args.action == "status":
-        print(c.status())
-    else:
-        if args.node is None:
-            raise AuditorError(f"cluster {args.action} needs a node number")
-        {"kill": c.kill, "stop": c.stop, "start": c.start}[args.action](args.node)
-        print(f"node {args.node}: {args.action} done")
-    return 0
+    return _local_cluster(LocalCluster(get_settings()), args, "cluster")
 
 
 def _rabbit(args) -> int:
     from kafka_audit.scenarios.rabbit_cluster import LocalRabbitCluster
 
-    c = LocalRabbitCluster(get_settings())
+    return _local_cluster(LocalRabbitCluster(get_settings()), args, "rabbit cluster")
+
+
+def _local_cluster(c, args, name: str) -> int:
+    """``kafka-audit cluster`` and ``kafka-audit rabbit``: one action on local cluster ``c``."""
     if args.action == "up":
         c.up(print)
     elif args.action == "down":
         c.down()
-        print("rabbit cluster stopped")
+        print(f"{name} stopped")
     elif args.action == "discard":
         c.discard()
-        print(f"rabbit cluster stopped and {c.root} removed")
+        print(f"{name} stopped and {c.root} removed")
     elif args.action == "status":
         print(c.status())
     else:
         if args.node is None:
-            raise AuditorError(f"rabbit {args.action} needs a node number")
+            raise AuditorError(f"{args.cmd} {args.action} needs a node number")
         {"kill": c.kill, "stop": c.stop, "start": c.start}[args.action](args.node)
-        print(f"rabbit node {args.node}: {args.action} done")
+        print(f"{c.NODE} {args.node}: {args.action} done")
     return 0
 
 

@@ -27,6 +27,7 @@ from kafka_audit.store import read_table
 
 from ..support import container
 from ..support.leader_kill import kill_the_leader
+from ..support.rest import summary
 
 DATA = Path("/var/lib/kafka-audit")  # the image's volume
 
@@ -44,15 +45,6 @@ def image():
 def acked(settings, topic: str) -> int:
     acks = read_table(settings.table_path("acks"), "acks", ["topic", "count"])
     return pc.sum(acks.filter(pc.equal(acks["topic"], topic))["count"]).as_py() or 0
-
-
-def summary(settings, topic: str) -> dict | None:
-    try:
-        r = httpx.get(f"http://{settings.api.host}:{settings.api.port}/v1/summary",
-                      params={"topic": topic}, timeout=10)
-    except httpx.HTTPError:
-        return None
-    return r.json() if r.status_code == 200 else None
 
 
 def test_the_image_checks_audits_a_fault_and_stops_on_sigterm(image, cluster, settings,

@@ -28,12 +28,9 @@ from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.producers.ledger import private_file
 from kafka_audit.producers.native import librdkafka_path, native_spool_root
 from kafka_audit.profile import librdkafka_config
-from kafka_audit.scenarios.harness import audit_until_settled, findings_of
-from kafka_audit.scenarios.harness import expand_rows as expand
-from kafka_audit.schemas.verdicts import cause_name
 from kafka_audit.store import read_table
 
-from ..support.native_checks import leader_kill, ledger_reports, read_log, ship
+from ..support.native_checks import leader_kill, losses_as_found
 
 GO = shutil.which("go") or next((p for p in ("/usr/local/go/bin/go",) if Path(p).exists()),
                                 None)
@@ -128,21 +125,8 @@ def test_a_go_producer_over_sasl_ssl_is_audited_and_its_loss_found(cluster, spar
     assert version and version.group(1) == confluent_kafka.libversion()[0]
     told = delivered(output)
     assert len(told) > 10000
-    ship(settings)
-    reports = ledger_reports(settings, "go", run_id)
-    # the ledger is the program's own account of its acks (an offset acked twice: once lost)
-    assert sorted((part, off) for _s, _t, part, off, e in reports if e is None) == told
-    log = read_log(cluster.bootstrap, topic, checksums=False)
-    found = {r.stamp.seq for r in log.values() if r.stamp is not None}
-    truth = sorted((part, off, seq) for seq, _t, part, off, e in reports
-                   if e is None and seq not in found)
-    assert truth, "acks=1 with leader SIGKILLs mid-stream is expected to lose writes"
-    assert len(truth) == twice_acked(output)  # each lost one's offset reused
-    audit_until_settled(spark, settings, topic, progress=print)
-    lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
-    assert expand(lost, "partition", "offset", "seq") == truth
-    assert all(cause_name(r["cause"]) == "acks=1 fail-over" or r["cause"].startswith(
-        "unknown: watcher blind") for r in lost), {r["cause"] for r in lost}
+    truth = losses_as_found(spark, settings, cluster, topic, "go", run_id, told,
+                            twice_acked(output))
     acks = {r["acks"] for r in read_table(settings.table_path("acks"), "acks").to_pylist()
             if r["run_id"] == run_id}
     assert acks == {"1"}  # the producer configuration's acks, read by the plugin

@@ -21,14 +21,7 @@ from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.harness import Component, expand_rows, findings_of
 from kafka_audit.status import read_statuses
 
-
-def summary(settings, topic) -> dict | None:
-    try:
-        r = httpx.get(f"http://{settings.api.host}:{settings.api.port}/v1/summary",
-                      params={"topic": topic}, timeout=10)
-    except httpx.HTTPError:
-        return None
-    return r.json() if r.status_code == 200 else None
+from ..support.rest import summary
 
 
 def environ(pid: int) -> list[bytes]:

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from kafka_audit.schemas.stamp import Stamp, StampError, checksum_ok, stamp_of_headers
 from kafka_audit.store import read_table
 
-__all__ = ["Record", "read_log", "ledger_reports", "ledger_sources", "leader_kill", "ship"]
+__all__ = ["Record", "read_log", "ledger_reports", "ledger_sources", "leader_kill", "ship",
+           "losses_as_found"]
 
 
 @dataclass(frozen=True)
@@ -122,3 +123,34 @@ def ship(settings):
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
+
+
+def losses_as_found(spark, settings, cluster, topic: str, producer_id: str, run_id: str,
+                    told: list[tuple[int, int]], twice: int) -> list[tuple[int, int, int]]:
+    """After a leader kill under a producer in another language: its spool shipped, the
+    ledger equals the client's own account of its acks (``told``: (partition, offset) of
+    each success, sorted; an offset acked twice, ``twice`` of them, was lost once), the
+    ground truth from a full read (each lost write's offset reused), and the auditor's
+    loss findings equal to it, each caused by the fail-over or saying the watcher was
+    blind through it (a loaded machine: its metadata requests time out while the
+    followers are frozen). The truth: (partition, offset, seq) of each lost write."""
+    from kafka_audit.scenarios.harness import audit_until_settled, expand_rows, findings_of
+    from kafka_audit.schemas.verdicts import cause_name
+
+    ship(settings)
+    reports = ledger_reports(settings, producer_id, run_id)
+    assert sorted((part, off) for _s, _t, part, off, e in reports if e is None) == told
+    log = read_log(cluster.bootstrap, topic, checksums=False)
+    found = {r.stamp.seq for r in log.values() if r.stamp is not None}
+    truth = sorted((part, off, seq) for seq, _t, part, off, e in reports
+                   if e is None and seq not in found)
+    assert truth, (f"acks=1 with leader SIGKILLs mid-stream is expected to lose writes; the "
+                   f"client reported {len(told)} deliveries")
+    assert len(truth) == twice  # each lost one's offset reused
+    audit_until_settled(spark, settings, topic, progress=print)
+    lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
+    assert expand_rows(lost, "partition", "offset", "seq") == truth
+    assert all(cause_name(r["cause"]) == "acks=1 fail-over" or r["cause"].startswith(
+        "unknown: watcher blind") for r in lost), {r["cause"] for r in lost}
+    assert {r["run_id"] for r in lost} == {run_id}
+    return truth
