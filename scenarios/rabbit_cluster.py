@@ -26,13 +26,13 @@ import os
 import secrets
 import shutil
 import subprocess
-import urllib.error
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
 from kafka_audit.errors import ClusterError
-from kafka_audit.scenarios.cluster import NodeProcesses, _our_pid, _terminate, wait_until
+from kafka_audit.producers.ledger import private_file
+from kafka_audit.scenarios.cluster import NodeProcesses, _our_pid, wait_until
 from kafka_audit.settings import RabbitSettings, Settings
 
 __all__ = ["LocalRabbitCluster", "RABBITMQ_SERVER"]
@@ -64,18 +64,13 @@ class LocalRabbitCluster(NodeProcesses):
             raise ClusterError(f"the local rabbit cluster has nodes {self.nodes}, not {node}")
         return self.root / f"node{node}"
 
-    def amqp_url(self, node: int = 1) -> str:
-        return f"amqp://{GUEST}:{GUEST}@{self.cfg.host}:{self.cfg.amqp_port(node)}/%2F"
-
     # ---- one node -----------------------------------------------------------------------
     def _cookie(self) -> str:
         """The cluster's Erlang cookie, made once (the nodes and ``rabbitmqctl`` share it)."""
         path = self.root / "cookie"
         if not path.exists():
             self.root.mkdir(parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-            with os.fdopen(fd, "w") as f:
-                f.write(secrets.token_hex(20))
+            _secret_file(path, secrets.token_hex(20))
         return path.read_text()
 
     def _env(self, node: int) -> dict[str, str]:
@@ -117,11 +112,8 @@ class LocalRabbitCluster(NodeProcesses):
                  "log.console = false", "log.file.level = info"]
         (home / "rabbitmq.conf").write_text("\n".join(lines) + "\n")
         (home / "enabled_plugins").write_text(f"[{','.join(PLUGINS)}].\n")
-        cookie = home / ".erlang.cookie"
-        if not cookie.exists():
-            fd = os.open(cookie, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-            with os.fdopen(fd, "w") as f:
-                f.write(self._cookie())
+        if not (cookie := home / ".erlang.cookie").exists():
+            _secret_file(cookie, self._cookie())
 
     def pid(self, node: int) -> int | None:
         """The node's Erlang VM, if it runs (``beam.smp`` with the node's folder as its
@@ -162,12 +154,10 @@ class LocalRabbitCluster(NodeProcesses):
         except (OSError, ValueError):
             return None
 
-    def clustered(self, nodes: list[int] | None = None) -> bool:
-        """Whether each of ``nodes`` (default: all) answers and sees all of them running,
-        with no partition."""
-        nodes = nodes or self.nodes
-        names = {self.cfg.node_name(n) for n in nodes}
-        for n in nodes:
+    def clustered(self) -> bool:
+        """Whether every node answers and sees all of them running, with no partition."""
+        names = {self.cfg.node_name(n) for n in self.nodes}
+        for n in self.nodes:
             seen = self.view(n)
             if seen is None or not names <= {k for k, row in seen.items() if row["running"]}:
                 return False
@@ -188,7 +178,7 @@ class LocalRabbitCluster(NodeProcesses):
 
     def down(self, discard: bool = False) -> None:
         for n in self.nodes:
-            _terminate(self.pid(n), 60)
+            self.stop(n)
         self._stop_epmd()
         if discard:
             shutil.rmtree(self.root, ignore_errors=True)
@@ -206,9 +196,9 @@ class LocalRabbitCluster(NodeProcesses):
     def status(self) -> str:
         lines = []
         for n in self.nodes:
-            seen = self.view(n) if self.pid(n) is not None else None
-            state = ("down" if self.pid(n) is None else "not answering" if seen is None
-                     else "running")
+            up = self.pid(n) is not None
+            seen = self.view(n) if up else None
+            state = "down" if not up else "not answering" if seen is None else "running"
             lines.append(f"node {n} {self.cfg.node_name(n)}: {state} (AMQP "
                          f"{self.cfg.host}:{self.cfg.amqp_port(n)})")
             if seen:
@@ -218,3 +208,10 @@ class LocalRabbitCluster(NodeProcesses):
                 lines.append(f"  sees running: {', '.join(others)}"
                              + (f"; partitioned from: {', '.join(parts)}" if parts else ""))
         return "\n".join(lines)
+
+
+def _secret_file(path: Path, text: str) -> None:
+    """``text`` in a new file of ``path`` that its owner alone reads (0600: Erlang refuses
+    a cookie others may read)."""
+    with open(private_file(path, os.O_WRONLY | os.O_EXCL), "w") as f:
+        f.write(text)

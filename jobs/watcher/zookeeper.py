@@ -251,7 +251,7 @@ class ZooKeeperTimeline(FoldedTimeline):
         if known not in (None, topic, tid):  # deleted and made again between two reads
             self._forget(topic)
             known = None
-        if known != tid or not any(k[0] == topic for k in list(self._replicas)):
+        if known != tid or not any(k[0] == topic for k in self._replicas):  # (one lock)
             self._topics[topic] = tid
             self.take({"type": "TOPIC_RECORD", "time": stat.ctime,
                           "data": {"topicId": tid, "name": topic}})

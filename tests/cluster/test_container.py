@@ -69,17 +69,18 @@ def test_the_image_checks_audits_a_fault_and_stops_on_sigterm(image, cluster, se
     print(check.stdout[-2000:])
 
     name = f"kafka-audit-test-{uuid.uuid4().hex[:8]}"
-    log = (home.parent / f"{name}.log").open("w")
-    cmd = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "run", "--name",
-           name, *flags, image]  # its command: kafka-audit run
-    service = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    log_path = home.parent / f"{name}.log"
+    log = log_path.open("w")
+    # its command: kafka-audit run
+    service = subprocess.Popen([*container.PODMAN, "run", "--name", name, *flags, image],
+                               stdout=log, stderr=subprocess.STDOUT)
     base = f"http://{settings.api.host}:{settings.api.port}"
     try:
         # (a container that exits stops the wait at once: its log says why)
         wait_until(lambda: service.poll() is not None or httpx.get(
             f"{base}/healthz", timeout=10).status_code == 200, 300,
             "the container's REST API to answer")
-        assert service.poll() is None, (home.parent / f"{name}.log").read_text()[-3000:]
+        assert service.poll() is None, log_path.read_text()[-3000:]
         # the fault, from this host: a producer here writes its ledger onto the volume
         # (world-writable files, so that the container's user may compact them)
         old = os.umask(0)
@@ -107,7 +108,7 @@ def test_the_image_checks_audits_a_fault_and_stops_on_sigterm(image, cluster, se
             service.kill()
         container.podman("rm", "-f", name, check=False)
         log.close()
-    output = (home.parent / f"{name}.log").read_text()
+    output = log_path.read_text()
     print(f"container stopped in {stopped_in:.1f} s with exit code {code}")
     assert code == 0 and stopped_in < 30, (code, stopped_in, output[-3000:])
     # it ran as the image's user and built nothing at start

@@ -27,10 +27,13 @@ MIRROR = "http://deb.debian.org/debian"
 UID = 10001
 
 
+#: podman as it runs here (runc and cgroupfs: crun fails on this machine's cgroups)
+PODMAN = ["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs"]
+
+
 def podman(*args: str, timeout: float = 120, check: bool = True
            ) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["podman", "--runtime", "runc", "--cgroup-manager", "cgroupfs",
-                           *args], capture_output=True, text=True, timeout=timeout)
+    proc = subprocess.run([*PODMAN, *args], capture_output=True, text=True, timeout=timeout)
     if check and proc.returncode != 0:
         raise AssertionError(f"podman {' '.join(args[:2])} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

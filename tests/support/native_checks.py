@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from kafka_audit.schemas.stamp import Stamp, StampError, checksum_ok, stamp_of_headers
 from kafka_audit.store import read_table
 
-__all__ = ["Record", "read_log", "ledger_reports", "ledger_sources", "leader_kill", "ship",
-           "losses_as_found"]
+__all__ = ["Record", "read_log", "ledger_rows", "ledger_reports", "ledger_sources",
+           "leader_kill", "acked_twice", "kill_until_a_loss", "ship", "losses_as_found"]
 
 
 @dataclass(frozen=True)
@@ -62,6 +62,12 @@ def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool =
         return out
     finally:
         c.close()
+
+
+def ledger_rows(settings, run_id: str) -> list[dict]:
+    """The ``acks`` table's rows of one producer run, as they are."""
+    return [r for r in read_table(settings.table_path("acks"), "acks").to_pylist()
+            if r["run_id"] == run_id]
 
 
 def ledger_reports(settings, producer_id: str, run_id: str | None = None) -> list[tuple]:
@@ -113,6 +119,28 @@ def leader_kill(cluster, topic: str, lag_seconds: float = 0.5, progress=print) -
     return leader
 
 
+def acked_twice(told: list[tuple[int, int]]) -> int:
+    """Offsets a client was told twice (a truncated write's, then its successor's) in its
+    own account of its acks, ``told``: (partition, offset) of each success."""
+    return len(told) - len(set(told))
+
+
+def kill_until_a_loss(cluster, topic: str, told) -> tuple[int, int]:
+    """The demo's fault under a producer that runs meanwhile, each attempt with the
+    followers frozen longer (all well inside replica.lag.time.max.ms: they stay in the
+    ISR), until the client's own account (``told()``) shows an offset acknowledged twice:
+    whether a fault lost writes is the cluster's to decide (in CI a 0.5 s lag window has
+    acknowledged nothing, three times in one run). (the node killed last, attempts)."""
+    attempts = 0
+    for lag in (0.5, 1.5, 3.0, 5.0):
+        attempts += 1
+        killed = leader_kill(cluster, topic, lag_seconds=lag)
+        time.sleep(3)  # and after the heal: the frontier must pass the loss
+        if acked_twice(told()):
+            break
+    return killed, attempts
+
+
 def ship(settings):
     """``kafka-audit ship``, as an operator runs it beside a producer in another language."""
     from kafka_audit.scenarios.harness import settings_file
@@ -126,10 +154,10 @@ def ship(settings):
 
 
 def losses_as_found(spark, settings, cluster, topic: str, producer_id: str, run_id: str,
-                    told: list[tuple[int, int]], twice: int) -> list[tuple[int, int, int]]:
+                    told: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
     """After a leader kill under a producer in another language: its spool shipped, the
     ledger equals the client's own account of its acks (``told``: (partition, offset) of
-    each success, sorted; an offset acked twice, ``twice`` of them, was lost once), the
+    each success, sorted; an offset acked twice was lost once), the
     ground truth from a full read (each lost write's offset reused), and the auditor's
     loss findings equal to it, each caused by the fail-over or saying the watcher was
     blind through it (a loaded machine: its metadata requests time out while the
@@ -146,7 +174,7 @@ def losses_as_found(spark, settings, cluster, topic: str, producer_id: str, run_
                    if e is None and seq not in found)
     assert truth, (f"acks=1 with leader SIGKILLs mid-stream is expected to lose writes; the "
                    f"client reported {len(told)} deliveries")
-    assert len(truth) == twice  # each lost one's offset reused
+    assert len(truth) == acked_twice(told)  # each lost one's offset reused
     audit_until_settled(spark, settings, topic, progress=print)
     lost = [r for r in findings_of(settings, topic) if r["kind"] in ("lost", "lost_after_seen")]
     assert expand_rows(lost, "partition", "offset", "seq") == truth
