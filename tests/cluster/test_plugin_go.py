@@ -24,11 +24,11 @@ import confluent_kafka
 import pytest
 
 from kafka_audit.jars import plugin_library
-from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.producers.ledger import private_file
 from kafka_audit.producers.native import librdkafka_path, native_spool_root
 from kafka_audit.profile import librdkafka_config
 
+from ..support.leader_kill import watching
 from ..support.native_checks import kill_until_a_loss, ledger_rows, losses_as_found
 
 GO = shutil.which("go") or ("/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists()
@@ -92,15 +92,10 @@ def test_a_go_producer_over_sasl_ssl_is_audited_and_its_loss_found(cluster, spar
                                  "-rate", "2000"], stdin=subprocess.PIPE, stdout=out,
                                 stderr=err)
     try:
-        watcher = ClusterWatcher(settings)
-        wthread, wstop = watcher.start_thread()
-        try:
+        with watching(settings):
             time.sleep(3)  # a stream before the fault: part of the scenario
             killed, _ = kill_until_a_loss(cluster, topic,
                                           lambda: delivered(out_path.read_text()))
-        finally:
-            wstop.set()
-            wthread.join(10)
     finally:
         proc.stdin.close()  # the program flushes and exits
         try:

@@ -12,12 +12,12 @@ import uuid
 
 import pytest
 
-from kafka_audit.jobs.watcher.watcher import ClusterWatcher
 from kafka_audit.producers.native import load_plugin, native_spool_root
 from kafka_audit.scenarios.harness import audit_until_settled, findings_of
 from kafka_audit.scenarios.harness import expand_rows as expand
 from kafka_audit.schemas.stamp import HEADER
 
+from ..support.leader_kill import watching
 from ..support.native_checks import (
     kill_until_a_loss,
     ledger_reports,
@@ -159,20 +159,17 @@ def test_kcat_acks1_leader_kill_loss_is_found(cluster, spark, settings, topic):
             time.sleep(0.005)
         proc.stdin.close()
 
-    watcher = ClusterWatcher(settings)
-    wthread, wstop = watcher.start_thread()
     feeder = threading.Thread(target=feed, name="kcat-feed")
-    feeder.start()
-    try:
-        time.sleep(3)  # a stream before the fault: part of the scenario
-        killed, attempts = kill_until_a_loss(cluster, topic,
-                                             lambda: delivered(err_path.read_text()))
-    finally:
-        stop.set()
-        feeder.join(60)
-        assert proc.wait(120) == 0
-        wstop.set()
-        wthread.join(10)
+    with watching(settings):
+        feeder.start()
+        try:
+            time.sleep(3)  # a stream before the fault: part of the scenario
+            killed, attempts = kill_until_a_loss(cluster, topic,
+                                                 lambda: delivered(err_path.read_text()))
+        finally:
+            stop.set()
+            feeder.join(60)
+            assert proc.wait(120) == 0
     told = delivered(err_path.read_text())
     assert len(told) > 10000, f"{attempts} kills"
     losses_as_found(spark, settings, cluster, topic, "kcat", run_id, told)
