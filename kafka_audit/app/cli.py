@@ -373,25 +373,19 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("setup", help="fetch the pinned Kafka, Spark-Kafka and Delta jars (once)")
     s.set_defaults(fn=_setup)
 
-    s = sub.add_parser("cluster", help="the local 3-node KRaft cluster")
-    s.add_argument("action", choices=["up", "down", "discard", "status", "kill", "stop",
-                                      "start"],
-                   help="up: start (formatted on first use, as cluster.kafka_version and "
-                   "cluster.eligible_leader_replicas say); status: nodes, leaders and "
-                   "ISRs; down: stop all; discard: stop all and remove the cluster's data; "
-                   "kill N: SIGKILL node N; stop N / start N")
-    s.add_argument("node", nargs="?", type=int, help="node number for kill/stop/start")
-    s.set_defaults(fn=_cluster)
-
-    s = sub.add_parser("rabbit", help="the local 3-node RabbitMQ cluster")
-    s.add_argument("action", choices=["up", "down", "discard", "status", "kill", "stop",
-                                      "start"],
-                   help="up: start (clustered on first use, as the rabbit settings say); "
-                   "status: each node and the nodes it sees running; down: stop all; "
-                   "discard: stop all and remove the cluster's data; kill N: SIGKILL node "
-                   "N; stop N / start N")
-    s.add_argument("node", nargs="?", type=int, help="node number for kill/stop/start")
-    s.set_defaults(fn=_rabbit)
+    for name, fn, what, up, status in (
+            ("cluster", _cluster, "KRaft", "formatted on first use, as cluster.kafka_version "
+             "and cluster.eligible_leader_replicas say", "nodes, leaders and ISRs"),
+            ("rabbit", _rabbit, "RabbitMQ", "clustered on first use, as the rabbit settings "
+             "say", "each node and the nodes it sees running")):
+        s = sub.add_parser(name, help=f"the local 3-node {what} cluster")
+        s.add_argument("action", choices=["up", "down", "discard", "status", "kill", "stop",
+                                          "start"],
+                       help=f"up: start ({up}); status: {status}; down: stop all; discard: "
+                       "stop all and remove the cluster's data; kill N: SIGKILL node N; "
+                       "stop N / start N")
+        s.add_argument("node", nargs="?", type=int, help="node number for kill/stop/start")
+        s.set_defaults(fn=fn)
 
     s = sub.add_parser("produce", help="stamped load with a Delta ack ledger")
     s.add_argument("topic", help="the topic to write to (it must exist)")
