@@ -51,6 +51,7 @@ import pyarrow.ipc as ipc
 
 from kafka_audit.errors import LedgerWriteError
 from kafka_audit.schemas.policy import Durability
+from kafka_audit.schemas.systems import KAFKA
 from kafka_audit.schemas.tables import LEDGER_NOTES, arrow_schema
 from kafka_audit.store import (
     append_arrow_once,
@@ -652,5 +653,6 @@ class AckLedger:
             # confluent-kafka's reports do not name the broker
             "leader_epoch": pa.nulls(m, pa.int32()),
             "broker": pa.nulls(m, pa.int32()),
+            "system": pa.repeat(pa.scalar(KAFKA, pa.string()), m),
         }
         return pa.Table.from_pydict(cols, schema=_SCHEMA)

@@ -56,6 +56,7 @@ from kafka_audit.errors import AuditorError, LedgerWriteError
 from kafka_audit.producers.ledger import SpoolCommitter, private_dir, private_file
 from kafka_audit.producers.native import SpoolState
 from kafka_audit.schemas.policy import Durability
+from kafka_audit.schemas.systems import KAFKA
 from kafka_audit.schemas.tables import LEDGER_NOTES, arrow_schema
 from kafka_audit.store import check_table
 
@@ -221,6 +222,7 @@ def runs_to_table(records: np.ndarray, topics: dict[int, str], meta: Meta) -> pa
         "leader_epoch": pa.array(records["leader_epoch"], pa.int32(),
                                  mask=records["leader_epoch"] < 0),
         "broker": pa.array(records["broker"], pa.int32(), mask=records["broker"] < 0),
+        "system": pa.repeat(pa.scalar(KAFKA, pa.string()), m),
     }
     return pa.Table.from_pydict(cols, schema=_SCHEMA)
 

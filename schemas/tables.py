@@ -90,6 +90,8 @@ TABLES: dict[str, list[Column]] = {
         C("broker", "int", True, "the broker that acknowledged the run, where the client "
                                  "exposes it (librdkafka through the kaudit plugin; null "
                                  "from confluent-kafka's Python reports)"),
+        C("system", "string", True, "kafka | rabbitmq (schemas/systems.py; null: written "
+                                    "before the column existed, Kafka's)"),
     ],
     "consumed": [
         C("topic", "string", False),
@@ -110,6 +112,8 @@ TABLES: dict[str, list[Column]] = {
                                      "truncated (past the log end) | expired (below the log "
                                      "start)"),
         C("leader_epoch", "int", True, "leader epoch of the records (re-reads only)"),
+        C("system", "string", True, "kafka | rabbitmq (schemas/systems.py; null: written "
+                                    "before the column existed, Kafka's)"),
     ],
     "cluster_events": [
         C("event_time", "timestamp", False),

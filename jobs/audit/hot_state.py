@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot, step_partition
 from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.schemas.systems import system_of
 from kafka_audit.schemas.tables import arrow_schema, spark_schema
 
 __all__ = ["hot_from_rows", "hot_from_arrow", "hot_table", "step_fn", "arrow_step_fn",
@@ -545,4 +546,4 @@ def consumed_row(r: ReadRun, batch_id: int) -> dict:
             "producer_id": r.producer_id, "run_id": r.run_id, "seq": r.seq,
             "checksum_ok": True if stamped else None, "read_time": r.read_time,
             "batch_id": batch_id, "source": r.source, "status": r.status,
-            "leader_epoch": r.leader_epoch}
+            "leader_epoch": r.leader_epoch, "system": system_of(r.topic)}

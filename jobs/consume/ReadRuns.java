@@ -465,7 +465,7 @@ public final class ReadRuns {
                     stamped ? new String(runStamp, runFixed + runPLen, runRLen,
                                          StandardCharsets.UTF_8) : null,
                     stamped ? runSeq : null, runChecksumOk, readTime, batchId, "stream",
-                    "record", null);
+                    "record", null, "kafka");
         }
     }
 

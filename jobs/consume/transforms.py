@@ -36,6 +36,7 @@ from kafka_audit.schemas.stamp import (
     VERSION_XXH64,
     StampMac,
 )
+from kafka_audit.schemas.systems import KAFKA
 from kafka_audit.schemas.tables import column_names
 
 __all__ = ["parse_kafka_records", "read_runs", "fold_read_runs"]
@@ -148,6 +149,7 @@ def read_runs(records: DataFrame) -> DataFrame:
                  F.min_by("kafka_timestamp", "offset").alias("kafka_timestamp")))
     return (runs.withColumn("source", F.lit("stream")).withColumn("status", F.lit("record"))
             .withColumn("leader_epoch", F.lit(None).cast("int"))
+            .withColumn("system", F.lit(KAFKA))
             .select(*column_names("consumed")))
 
 

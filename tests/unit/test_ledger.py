@@ -51,6 +51,7 @@ def test_every_report_lands_once_with_its_settings(tmp_path):
     assert [(r["seq"], r["count"], r["offset"]) for r in got] == [(0, 5, 0), (5, 1, None)]
     assert got[1]["error_name"] == "_MSG_TIMED_OUT" and got[1]["error_code"] == -192
     assert got[0]["acks"] == "1" and got[0]["error_code"] is None
+    assert {r["system"] for r in got} == {"kafka"}
     assert got[0]["last_ack_time"] >= got[0]["ack_time"] >= got[0]["send_time"]
     assert led.spooled_segments() == []
 

@@ -97,6 +97,7 @@ def test_runs_become_acks_rows_with_the_producers_settings(tmp_path):
         (5, 4, "t", 0, None, None, None)]
     assert {(r["acks"], r["idempotence"], r["retries"], r["max_in_flight"]) for r in got} == {
         ("all", False, 2, 5)}
+    assert {r["system"] for r in got} == {"kafka"}
     assert all(r["send_time"] < r["ack_time"] <= r["last_ack_time"] for r in got)
     with pytest.raises(SpoolError, match="topic indexes"):
         runs_to_table(np.array([run(0, 1, topic=7)], RECORD), {0: "t"}, read_meta(folder))

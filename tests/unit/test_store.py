@@ -116,8 +116,8 @@ def test_a_table_an_older_version_wrote_grows_the_nullable_columns_added_since(t
 
     path = str(tmp_path / "acks")
     full = arrow_schema("acks")
-    assert full.names[-1] == "broker"
-    old = pa.schema(list(full)[:-1])
+    assert full.names[-2:] == ["broker", "system"]
+    old = pa.schema(list(full)[:-2])  # before either was added
     row = {"run_id": "r", "producer_id": "p", "seq": 0, "count": 3, "topic": "t",
            "partition": 0, "offset": 10, "send_time": datetime(2026, 1, 1, tzinfo=UTC),
            "ack_time": datetime(2026, 1, 1, tzinfo=UTC),
@@ -135,12 +135,12 @@ def test_a_table_an_older_version_wrote_grows_the_nullable_columns_added_since(t
     assert DeltaTable(path).version() == version + 1
     # a part in the older form (spooled before the upgrade) and one in the new
     write_arrow(path, "acks", pa.Table.from_pylist([{**row, "seq": 3}], schema=old))
-    append_rows(path, "acks", [{**row, "seq": 6, "broker": 2}])
-    got = sorted(read_table(path, "acks", columns=["seq", "broker", "leader_epoch"]
+    append_rows(path, "acks", [{**row, "seq": 6, "broker": 2, "system": "kafka"}])
+    got = sorted(read_table(path, "acks", columns=["seq", "broker", "leader_epoch", "system"]
                             ).to_pylist(), key=lambda r: r["seq"])
-    assert got == [{"seq": 0, "broker": None, "leader_epoch": 4},
-                   {"seq": 3, "broker": None, "leader_epoch": 4},
-                   {"seq": 6, "broker": 2, "leader_epoch": 4}]
+    assert got == [{"seq": 0, "broker": None, "leader_epoch": 4, "system": None},
+                   {"seq": 3, "broker": None, "leader_epoch": 4, "system": None},
+                   {"seq": 6, "broker": 2, "leader_epoch": 4, "system": "kafka"}]
 
 
 def test_a_table_missing_a_column_that_may_not_be_null_is_refused_not_grown(tmp_path):
