@@ -16,6 +16,7 @@ import time
 
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.jobs.core.model import ReadRun, Reread
+from kafka_audit.schemas.systems import KAFKA, kafka_topics, system_of
 from kafka_audit.settings import Settings
 
 __all__ = ["ClusterLookups", "POLICY_FRESH_SECONDS", "POLICY_STALE_SECONDS",
@@ -75,6 +76,7 @@ class ClusterLookups:
         ask that failed is made again :data:`POLICY_RETRY_SECONDS` later."""
         from confluent_kafka.admin import ConfigResource
 
+        topics = kafka_topics(topics)
         if not topics:
             return frozenset(), frozenset()
         self._harvest()
@@ -115,10 +117,11 @@ class ClusterLookups:
             self._policies[topic] = (compacted, time.monotonic())
 
     def log_ends(self, partitions: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        """The high watermark of each partition that answers."""
+        """The high watermark of each partition that answers (a RabbitMQ key: none)."""
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
+        partitions = [p for p in partitions if system_of(p[0]) == KAFKA]
         if not partitions:
             return {}
         admin = self._admin()

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 
 import pandas as pd
 
+from kafka_audit.schemas.systems import KAFKA, SYSTEMS, system_of
 from kafka_audit.settings import Settings
 from kafka_audit.store import (
     append_rows,
@@ -49,6 +50,11 @@ def _validations():
     for col in ("producer_id", "run_id", "seq"):
         every.add_expectation(gxe.ExpectColumnValuesToNotBeNull(column=col))
     every.add_expectation(gxe.ExpectColumnValuesToBeBetween(column="count", min_value=1))
+    every.add_expectation(gxe.ExpectColumnValuesToBeInSet(column="system",
+                                                          value_set=list(SYSTEMS)))
+    # the column says what the key's prefix says (null: a row from before the column)
+    every.add_expectation(gxe.ExpectColumnPairValuesToBeEqual(
+        column_A="system", column_B="key_system", ignore_row_if="either_value_is_missing"))
     every.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
         column_A="ack_time", column_B="send_time", or_equal=True))
     every.add_expectation(gxe.ExpectColumnPairValuesAToBeGreaterThanB(
@@ -68,7 +74,9 @@ def _validations():
 def validate_acks_frame(df: pd.DataFrame) -> list[dict]:
     """Run both suites over one batch of ack rows; return one result dict per expectation."""
     every, ok = _validations()
-    success_rows = df[df["error_code"].isna()]
+    df = df.assign(key_system=df["topic"].map(system_of, na_action="ignore"))
+    # a RabbitMQ confirm carries no offset (schemas/systems.py): Kafka's rows alone
+    success_rows = df[df["error_code"].isna() & (df["key_system"] == KAFKA)]
     out = []
     for vd, frame in ((every, df), (ok, success_rows)):
         if frame.empty:

@@ -48,6 +48,7 @@ from kafka_audit.jobs.consume.transforms import fold_read_runs
 from kafka_audit.jobs.sink import write_delta
 from kafka_audit.jobs.spark import raise_if_jvm_died
 from kafka_audit.profile import spark_kafka_options, topic_pattern
+from kafka_audit.schemas.systems import kafka_topics
 from kafka_audit.settings import Settings
 from kafka_audit.store import check_table, commit_metadata
 
@@ -116,14 +117,14 @@ class LedgerTopics:
         try:
             version, files, _ = files_added_since(self.path, self.version)
             for f in files:  # topics are never removed: what was seen stays
-                self.topics.update(read_file(f, columns=["topic"]).column("topic")
-                                   .unique().to_pylist())
+                self.topics.update(kafka_topics(
+                    read_file(f, columns=["topic"]).column("topic").unique().to_pylist()))
             self.files_read += len(files)
         except Exception as exc:  # noqa: BLE001 - a file vacuumed meanwhile: read it all
             log.info("ledger topics read whole (%s)", exc)
             version = latest_version(self.path)
             ledger = read_table(self.path, "acks", columns=["topic"], version=version)
-            self.topics = set(ledger.column("topic").unique().to_pylist())
+            self.topics = kafka_topics(ledger.column("topic").unique().to_pylist())
             self.full_reads += 1
         self.version = version
         return self.topics

@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from kafka_audit.jobs.core import rules
 from kafka_audit.jobs.core.model import AckRun, Clock, ClusterEvent, Finding, ReadRun, Reread
+from kafka_audit.schemas.systems import KAFKA, system_of
 
 __all__ = ["AuditConfig", "PartitionHot", "StepResult", "step_partition", "InMemoryAuditor"]
 
@@ -70,7 +71,12 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
     is the partition's log end now (None if unknown), the horizon of failed
     reports that have none yet, and the end writes acknowledged beyond it are judged
     against (:func:`rules.beyond_end`).
+
+    A RabbitMQ queue's or stream's rows (``schemas/systems.py``) are held as they are,
+    pending: the rules here judge Kafka's offsets, and RabbitMQ's confirms carry none.
     """
+    if system_of(topic) != KAFKA:
+        return StepResult(hot, [], [], Clock(now), sum(a.count for a in hot.acks), 0, None)
     acks = hot.acks if log_end is None else [
         a if a.placed or a.horizon is not None else replace(a, horizon=log_end)
         for a in hot.acks]

@@ -40,6 +40,7 @@ from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.errors import AuditorError
 from kafka_audit.profile import audited, spark_kafka_options
 from kafka_audit.schemas.policy import Durability, allowed_because
+from kafka_audit.schemas.systems import KAFKA, system_of
 from kafka_audit.schemas.verdicts import Kind
 from kafka_audit.settings import Settings
 
@@ -211,7 +212,8 @@ def _ledger_producers(settings: Settings) -> dict[str, set[tuple]]:
     t = read_table(settings.table_path("acks"), "acks", columns=cols)
     out: dict[str, set[tuple]] = {}
     for r in t.group_by(cols).aggregate([]).to_pylist():
-        out.setdefault(r["topic"], set()).add(tuple(r[c] for c in cols[1:]))
+        if system_of(r["topic"]) == KAFKA:  # a RabbitMQ queue is no topic of the cluster
+            out.setdefault(r["topic"], set()).add(tuple(r[c] for c in cols[1:]))
     return out
 
 

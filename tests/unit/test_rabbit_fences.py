@@ -1,0 +1,52 @@
+"""RabbitMQ's rows beside Kafka's in the same tables (``schemas/systems.py``): the Kafka
+path never takes a RabbitMQ queue's key for a topic. It is not subscribed, not asked of
+the Kafka cluster, and its writes are held pending by the Kafka rules, never judged by
+them (a confirm carries no offset: those rules would call every one indeterminate)."""
+
+from datetime import UTC, datetime, timedelta
+
+from kafka_audit.jobs.audit.lookups import ClusterLookups
+from kafka_audit.jobs.consume.consume_job import LedgerTopics, audited_pattern
+from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot, step_partition
+from kafka_audit.jobs.core.model import AckRun, ReadRun
+from kafka_audit.schemas.systems import rabbit_key
+from kafka_audit.settings import Settings
+from kafka_audit.store import append_rows
+
+from ..support.rows import ledger_row
+
+QUEUE = rabbit_key("queue", "/", "orders")
+T = datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def test_a_queue_in_the_ledger_is_never_subscribed(tmp_path):
+    s = Settings(home=tmp_path)
+    path = s.table_path("acks")
+    append_rows(path, "acks", [ledger_row(0, "orders"),
+                               {**ledger_row(0, QUEUE), "offset": None, "system": "rabbitmq"}])
+    seen = LedgerTopics(path)
+    assert seen.read() == {"orders"}
+    assert "rabbitmq" not in audited_pattern(s, seen) and "orders" in audited_pattern(s, seen)
+
+
+def test_a_queue_is_never_asked_of_the_kafka_cluster(tmp_path):
+    # a cluster nobody listens at: any ask would wait, then fail
+    lookups = ClusterLookups(Settings(home=tmp_path, cluster={"broker_base_port": 1}))
+    assert lookups.log_ends([(QUEUE, 0)]) == {}
+    assert lookups.policies({QUEUE}) == (frozenset(), frozenset())
+    assert lookups._client is None
+
+
+def test_the_kafka_rules_hold_a_queues_writes_pending_and_judge_none():
+    acks = [AckRun(QUEUE, 0, "p", "r", 0, 5, None, T, T),
+            AckRun(QUEUE, 0, "p", "r", 5, 1, None, T, T, error="NACK")]
+    reads = [ReadRun(QUEUE, 0, 0, 3, "p", "r", 0, T)]
+    hot = PartitionHot(acks=list(acks), reads=list(reads))
+    later = T + timedelta(days=1)
+    res = step_partition(QUEUE, hot, [], later, AuditConfig(), log_end=None)
+    assert res.findings == [] and res.rereads == []
+    assert res.hot.acks == acks and res.hot.reads == reads and res.pending == 6
+    # the same rows under a Kafka topic are judged
+    kafka = [AckRun("orders", 0, "p", "r", 0, 5, None, T, T)]
+    assert step_partition("orders", PartitionHot(acks=kafka), [], later, AuditConfig(),
+                          log_end=0).findings
