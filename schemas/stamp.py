@@ -89,15 +89,15 @@ import hashlib
 import hmac
 import struct
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = ["HEADER", "HEADER_BYTES", "VERSION", "VERSION_XXH64", "VERSIONS", "SEQ_CRC",
            "SEQ_XXH64", "MIN_LENGTH", "MIN_LENGTHS", "SEQ_LIMIT", "XXH64_SEED", "NO_STAMP",
            "MALFORMED", "FORGED", "MAC_HEADER", "MAC_LENGTH", "KEY_LENGTHS", "Stamp",
            "StampError", "ForgedStamp", "StampMac", "stamp_prefix", "build_stamp",
-           "parse_stamp", "stamp_of_headers", "checksum_ok", "checksum_of", "crc32", "xxh64",
-           "xxh64_reference"]
+           "parse_stamp", "stamp_of_headers", "amqp_headers", "stamp_of_amqp", "checksum_ok",
+           "checksum_of", "crc32", "xxh64", "xxh64_reference"]
 
 HEADER = "kaudit"
 HEADER_BYTES = HEADER.encode()
@@ -354,6 +354,34 @@ def stamp_of_headers(headers: Iterable[tuple[str | bytes, bytes | None]] | None,
     if mac is not None:
         mac.check(bytes(values[0]), macs)
     return stamp
+
+
+def amqp_headers(stamp: bytes, mac: StampMac | None = None) -> dict[str, bytes]:
+    """The AMQP 0-9-1 headers (a message's ``headers`` field table) that carry ``stamp`` (a
+    :func:`build_stamp` value), and its MAC under ``mac`` if a stamp key is configured:
+    the same values as Kafka's headers, as byte arrays (field type ``x``, what pika
+    writes for ``bytes``)."""
+    return {HEADER: stamp} if mac is None else {HEADER: stamp, MAC_HEADER: mac(stamp)}
+
+
+def stamp_of_amqp(headers: Mapping[str, object] | None, mac: StampMac | None = None
+                  ) -> Stamp | None:
+    """The stamp rule (:func:`stamp_of_headers`) over an AMQP message's ``headers`` table
+    as the client decoded it (``None``: no headers). A table holds each key once, so two
+    stamps cannot travel together; a ``kaudit`` value the client hands back as no bytes (a
+    string, a number, a nested table) is a *malformed* stamp, and a ``kaudit-mac`` one
+    verifies nothing (*forged* while a stamp key is configured). pika hands back a byte
+    array as ``bytes``, and a long string as ``str`` unless it is no UTF-8."""
+    pairs: list[tuple[str, bytes | None]] = []
+    for key, value in (headers or {}).items():
+        if key in (HEADER, MAC_HEADER) and not isinstance(value, bytes | bytearray):
+            if key == HEADER:
+                raise StampError(f"the {HEADER} header is an AMQP "
+                                 f"{type(value).__name__}, not a byte array")
+            value = None
+        if key in (HEADER, MAC_HEADER):
+            pairs.append((key, value))
+    return stamp_of_headers(pairs, mac)
 
 
 def checksum_ok(stamp: Stamp, value: bytes | None) -> bool:

@@ -55,7 +55,7 @@ EXTRA_OF_MODULE = {
     "plotly": "api", "fastapi_standalone_docs": "api",
     "pyspark": "spark", "delta": "spark", "py4j": "spark", "great_expectations": "spark",
     "pandas": "spark", "matplotlib": "spark", "scramp": "spark", "xxhash": "spark",
-    "kazoo": "spark",
+    "kazoo": "spark", "pika": "rabbitmq",
 }
 
 

@@ -19,7 +19,7 @@ from ..support.extras_env import closure
 
 ROOT = Path(__file__).resolve().parents[2]
 PROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-PARTS = ("producer", "api", "spark")
+PARTS = ("producer", "api", "spark", "rabbitmq")
 
 
 def _names(requirements: list[str]) -> set[str]:
