@@ -165,6 +165,16 @@ class LocalRabbitCluster(NodeProcesses):
                 return False
         return True
 
+    def parameters(self, node: int, heartbeat: int = 5):
+        """pika's connection parameters for ``node``'s AMQP listener, as the guest user (a
+        lost node noticed within ``heartbeat`` seconds, twice over)."""
+        import pika
+
+        return pika.ConnectionParameters(
+            self.cfg.host, self.cfg.amqp_port(node),
+            credentials=pika.PlainCredentials(GUEST, GUEST), heartbeat=heartbeat,
+            connection_attempts=1, socket_timeout=5, blocked_connection_timeout=30)
+
     # ---- the cluster --------------------------------------------------------------------
     def up(self, progress: Callable[[str], None] = lambda _m: None) -> None:
         for n in self.nodes:

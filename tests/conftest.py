@@ -94,6 +94,29 @@ def test_settings(home: Path, **more) -> Settings:
 test_settings.__test__ = False  # a helper, not a test
 
 
+@pytest.fixture(scope="session")
+def rabbit():
+    """The local RabbitMQ cluster (three nodes), one per session, started by the first test
+    that asks for it. A fixed home, as the Kafka test cluster's: a session interrupted
+    before its teardown leaves nodes the next one finds there and stops first."""
+    from kafka_audit.scenarios.rabbit_cluster import LocalRabbitCluster
+
+    home = ROOT / "var" / ("test-rabbit" if not OFFSET else f"test-rabbit-{OFFSET}")
+    settings = Settings(home=home, rabbit={
+        "amqp_base_port": 19591 + OFFSET, "management_base_port": 19691 + OFFSET,
+        "stream_base_port": 19791 + OFFSET, "dist_base_port": 19891 + OFFSET,
+        "epmd_port": 19590 + OFFSET,
+        # an address block of this session's own (a cut never reaches another's nodes)
+        "node_address_base": f"127.0.{2 + OFFSET // 100 % 250}"})
+    c = LocalRabbitCluster(settings)
+    c.discard()
+    try:
+        c.up(print)
+        yield c
+    finally:
+        c.discard()
+
+
 @pytest.fixture
 def settings(tmp_path):
     return test_settings(tmp_path)

@@ -9,34 +9,9 @@ from __future__ import annotations
 import socket
 import subprocess
 
-import pytest
-
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import isolate_rabbit
 from kafka_audit.scenarios.rabbit_cluster import LocalRabbitCluster
-from kafka_audit.settings import Settings
-
-from ..conftest import OFFSET, ROOT
-
-
-@pytest.fixture(scope="module")
-def rabbit():
-    # a fixed home, as the Kafka test cluster's: a session interrupted before its teardown
-    # leaves nodes the next one finds there and stops before it starts its own
-    home = ROOT / "var" / ("test-rabbit" if not OFFSET else f"test-rabbit-{OFFSET}")
-    settings = Settings(home=home, rabbit={
-        "amqp_base_port": 19591 + OFFSET, "management_base_port": 19691 + OFFSET,
-        "stream_base_port": 19791 + OFFSET, "dist_base_port": 19891 + OFFSET,
-        "epmd_port": 19590 + OFFSET,
-        # an address block of this session's own (a cut never reaches another's nodes)
-        "node_address_base": f"127.0.{2 + OFFSET // 100 % 250}"})
-    c = LocalRabbitCluster(settings)
-    c.discard()
-    try:
-        c.up(print)
-        yield c
-    finally:
-        c.discard()
 
 
 def amqp_answers(cluster: LocalRabbitCluster, node: int) -> bool:
