@@ -110,7 +110,9 @@ TABLES: dict[str, list[Column]] = {
         C("source", "string", False, "stream (consume job) | reread (direct re-read by the audit)"),
         C("status", "string", False, "record | absent (re-read found no record) | "
                                      "truncated (past the log end) | expired (below the log "
-                                     "start)"),
+                                     "start); RabbitMQ: record | redelivered (delivered "
+                                     "again: presence, never a copy) | barrier (seq: when "
+                                     "its publish began, µs since the epoch)"),
         C("leader_epoch", "int", True, "leader epoch of the records (re-reads only)"),
         C("system", "string", True, "kafka | rabbitmq (schemas/systems.py; null: written "
                                     "before the column existed, Kafka's)"),
@@ -193,7 +195,8 @@ TABLES: dict[str, list[Column]] = {
         C("error_name", "string", True, "ack: librdkafka error name (null on success)"),
         C("acks", "string", True, "ack: the producer's acks setting"),
         C("source", "string", True, "read: stream | reread"),
-        C("status", "string", True, "read: record | absent | truncated | expired"),
+        C("status", "string", True, "read: record | absent | truncated | expired; "
+                                    "RabbitMQ: record | redelivered | barrier"),
         C("leader_epoch", "int", True, "read: leader epoch of the records"),
         C("horizon", "long", True, "ack without offset: the log end after its report"),
         C("progress", "string", True, "progress row: JSON of source versions and pass id"),

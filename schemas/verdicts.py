@@ -107,4 +107,7 @@ REJECTING_ERRORS = frozenset({
     "MSG_SIZE_TOO_LARGE", "RECORD_LIST_TOO_LARGE", "INVALID_RECORD",
     "TOPIC_AUTHORIZATION_FAILED", "CLUSTER_AUTHORIZATION_FAILED", "UNKNOWN_TOPIC_OR_PART",
     "_UNKNOWN_TOPIC", "_UNKNOWN_PARTITION", "INVALID_MSG_SIZE", "_MSG_TIMED_OUT_QUEUED",
+    # RabbitMQ (producers/rabbit.py): a nack (the broker did not take the message) and a
+    # mandatory message returned unrouted
+    "NACK", "RETURNED",
 })

@@ -136,7 +136,9 @@ _STAMPED = "stamped AND coalesce(checksum_ok, true)"  # a bad checksum reads as 
 _READ_AS_HOT = {"kind": "'read'", "topic": "topic", "partition": "`partition`",
                 "producer_id": f"CASE WHEN {_STAMPED} THEN producer_id END",
                 "run_id": f"CASE WHEN {_STAMPED} THEN run_id END",
-                "seq": f"CASE WHEN {_STAMPED} THEN seq END", "count": "`count`",
+                # a RabbitMQ barrier's seq is when its publish began (rabbit_rules.py)
+                "seq": f"CASE WHEN {_STAMPED} OR status = 'barrier' THEN seq END",
+                "count": "`count`",
                 "offset": "`offset`", "read_time": "read_time", "source": "source",
                 "status": "status", "leader_epoch": "leader_epoch"}
 
@@ -230,7 +232,9 @@ def _as_hot(table: str, data: pa.Table) -> pa.Table:
         elif f.name in cols:
             col = data.column(cols[f.name]).cast(f.type)
             if mask is not None and f.name in ("producer_id", "run_id", "seq"):
-                col = pc.if_else(mask, col, pa.nulls(n, f.type))
+                keep = mask if f.name != "seq" else pc.or_(mask, pc.fill_null(pc.equal(
+                    data.column("status"), "barrier"), False))
+                col = pc.if_else(keep, col, pa.nulls(n, f.type))
             arrays.append(col)
         else:
             arrays.append(pa.nulls(n, f.type))

@@ -25,7 +25,7 @@ import pyarrow.compute as pc
 
 from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot, step_partition
 from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
-from kafka_audit.schemas.systems import system_of
+from kafka_audit.schemas.systems import KAFKA, system_of
 from kafka_audit.schemas.tables import arrow_schema, spark_schema
 
 __all__ = ["hot_from_rows", "hot_from_arrow", "hot_table", "step_fn", "arrow_step_fn",
@@ -349,7 +349,10 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig, log_end: int |
     depend on the order of its rows (Spark hands them in any order); the step equals
     the one without this split (``tests/unit/test_hot_state.py``). Where the pass asked
     the partition's log end (``log_end``), acks older than ``cfg.beyond_end_seconds`` are
-    never idle: they may lie past the log's end (``rules.beyond_end``)."""
+    never idle: they may lie past the log's end (``rules.beyond_end``). A RabbitMQ key
+    (``schemas/systems.py``) is never split: its rules need every row it keeps."""
+    if system_of(str(key[0])) != KAFKA:
+        return t, t.schema.empty_table()
     kind = t.column("kind")
     reads_at, judged_at = pc.equal(kind, "read"), pc.equal(kind, "judged")
     acks_at = pc.equal(kind, "ack")

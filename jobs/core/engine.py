@@ -23,6 +23,7 @@ from datetime import datetime, timedelta
 
 from kafka_audit.jobs.core import rules
 from kafka_audit.jobs.core.model import AckRun, Clock, ClusterEvent, Finding, ReadRun, Reread
+from kafka_audit.jobs.core.rabbit_rules import RabbitConfig, judge_rabbit, retained_rabbit_reads
 from kafka_audit.schemas.systems import KAFKA, system_of
 
 __all__ = ["AuditConfig", "PartitionHot", "StepResult", "step_partition", "InMemoryAuditor"]
@@ -37,6 +38,8 @@ class AuditConfig:
     compacted_topics: frozenset[str] = frozenset()
     unknown_policy_topics: frozenset[str] = frozenset()
     beyond_end_seconds: float = 60.0
+    #: how far apart a RabbitMQ publisher's and reader's clocks may be (the barrier rule)
+    rabbit_margin_seconds: float = 1.0
 
 
 @dataclass
@@ -72,11 +75,11 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
     reports that have none yet, and the end writes acknowledged beyond it are judged
     against (:func:`rules.beyond_end`).
 
-    A RabbitMQ queue's or stream's rows (``schemas/systems.py``) are held as they are,
-    pending: the rules here judge Kafka's offsets, and RabbitMQ's confirms carry none.
+    A RabbitMQ queue or stream (``schemas/systems.py``) is judged by its own rules
+    (:func:`~kafka_audit.jobs.core.rabbit_rules.judge_rabbit`: a confirm names no offset).
     """
     if system_of(topic) != KAFKA:
-        return StepResult(hot, [], [], Clock(now), sum(a.count for a in hot.acks), 0, None)
+        return _step_rabbit(hot, events, now, cfg)
     acks = hot.acks if log_end is None else [
         a if a.placed or a.horizon is not None else replace(a, horizon=log_end)
         for a in hot.acks]
@@ -107,6 +110,17 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
     )
     return StepResult(kept, j.findings, j.rereads, clock, j.pending, j.unseen, j.oldest_unseen,
                       _settles(observations, j.suspect_end, now, cfg.settle_seconds))
+
+
+def _step_rabbit(hot: PartitionHot, events: Sequence[ClusterEvent], now: datetime,
+                 cfg: AuditConfig) -> StepResult:
+    """:func:`step_partition` for a RabbitMQ key: its writes judged by the barrier rule, the
+    reads it may still need kept (no frontier, no re-reads)."""
+    rc = RabbitConfig(cfg.settle_seconds, cfg.rabbit_margin_seconds, cfg.unseen_after_seconds,
+                      cfg.read_retention_seconds)
+    j = judge_rabbit(hot.acks, hot.reads, now, rc, events)
+    kept = PartitionHot(acks=j.acks, reads=retained_rabbit_reads(hot.reads, j.acks, now, rc))
+    return StepResult(kept, j.findings, [], Clock(now), j.pending, j.unseen, j.oldest_unseen)
 
 
 def _settles(observations: list[tuple[int, datetime]], end: int | None, now: datetime,

@@ -75,6 +75,8 @@ class ReadRun:
     now, although the consumed frontier had passed them) or ``expired``
     (below the log start: retention).
     ``source``: ``stream`` (the consume job) or ``reread`` (a direct re-read).
+    A RabbitMQ key's reads (``jobs/core/rabbit_rules.py``): ``offset`` is the reader's
+    position, ``status`` ``record``, ``redelivered`` or ``barrier``.
     """
 
     topic: str

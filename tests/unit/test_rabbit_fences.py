@@ -1,7 +1,7 @@
 """RabbitMQ's rows beside Kafka's in the same tables (``schemas/systems.py``): the Kafka
 path never takes a RabbitMQ queue's key for a topic. It is not subscribed, not asked of
-the Kafka cluster, and its writes are held pending by the Kafka rules, never judged by
-them (a confirm carries no offset: those rules would call every one indeterminate)."""
+the Kafka cluster, and its writes are never judged by Kafka's rules (a confirm carries no
+offset: those rules would call every one indeterminate)."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -37,7 +37,9 @@ def test_a_queue_is_never_asked_of_the_kafka_cluster(tmp_path):
     assert lookups._client is None
 
 
-def test_the_kafka_rules_hold_a_queues_writes_pending_and_judge_none():
+def test_a_queues_writes_wait_for_a_barrier_not_for_kafkas_frontier():
+    """Kafka's rules would judge an offset-less confirm against the log's end; a queue's
+    wait for the barrier rule (tests/unit/test_rabbit_rules.py): with none read, pending."""
     acks = [AckRun(QUEUE, 0, "p", "r", 0, 5, None, T, T),
             AckRun(QUEUE, 0, "p", "r", 5, 1, None, T, T, error="NACK")]
     reads = [ReadRun(QUEUE, 0, 0, 3, "p", "r", 0, T)]
@@ -46,6 +48,7 @@ def test_the_kafka_rules_hold_a_queues_writes_pending_and_judge_none():
     res = step_partition(QUEUE, hot, [], later, AuditConfig(), log_end=None)
     assert res.findings == [] and res.rereads == []
     assert res.hot.acks == acks and res.hot.reads == reads and res.pending == 6
+    assert res.unseen == 6 and res.oldest_unseen == T
     # the same rows under a Kafka topic are judged
     kafka = [AckRun("orders", 0, "p", "r", 0, 5, None, T, T)]
     assert step_partition("orders", PartitionHot(acks=kafka), [], later, AuditConfig(),

@@ -1,0 +1,205 @@
+"""The rules for a RabbitMQ queue or stream: plain rows in, verdicts out (pure).
+
+A RabbitMQ key (``schemas/systems.py``) has no offsets to judge by: a publisher confirm
+names no position. What the reader of a queue or stream records instead
+(``ReadRun`` rows of the key, ``offset`` the reader's position):
+
+* ``record``: stamped messages (seqs ``seq ..`` of one producer run) read in that order,
+  each for the first time as far as the broker knows;
+* ``redelivered``: the same, delivered again (the broker's ``redelivered`` flag: a
+  consumer before did not acknowledge it): presence, never a copy;
+* ``barrier``: a *barrier* read back, ``seq`` the time its publish began (µs since the
+  epoch). The reader publishes one into each queue it reads every few seconds; of a
+  stream, whose messages are the users', it records one each time it has read to the
+  stream's end (``seq``: when it saw itself there).
+
+**The barrier rule.** A queue delivers in the order it enqueued, and a stream is read in
+its own order: a message the broker confirmed before a barrier's publish began is ahead
+of it. Once a barrier whose publish began more than ``margin_seconds`` after a write's
+last confirm (the publisher's and the reader's clocks may differ by that much) has been
+read, and ``settle_seconds`` have passed since that read (a redelivery of what a reader
+before took but did not acknowledge, a straggling replica), every message of that
+write the queue still holds has been read. Then the write is judged, seq by seq:
+
+* confirmed and read: ``confirmed``; confirmed and never read: ``lost`` (``vanished``);
+* not confirmed (``NACK``, ``RETURNED``, ``UNCONFIRMED``): read, ``indeterminate``
+  (``present``); not read, ``rejected`` for ``NACK`` and ``RETURNED`` (the broker
+  refused it: never a loss), ``indeterminate`` (``absent``) for ``UNCONFIRMED``
+  (``rules.judge_failed``, the Kafka definition);
+* a seq read as ``record`` twice: ``duplicate`` (a redelivery is not one);
+* a seq read after a higher seq of its producer run (by reader position, first reads
+  only): ``reordered``.
+
+Until then a write is pending; past ``unseen_after_seconds`` without a settling barrier
+it counts as unseen (the reader is behind, or down).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, Finding, ReadRun
+from kafka_audit.jobs.core.rules import Judgement, judge_failed
+from kafka_audit.schemas.verdicts import Cause, Kind, Subkind
+
+__all__ = ["RabbitConfig", "RECORD", "REDELIVERED", "BARRIER", "judge_rabbit",
+           "barrier_time", "settling_barrier", "retained_rabbit_reads"]
+
+RECORD, REDELIVERED, BARRIER = "record", "redelivered", "barrier"
+
+
+@dataclass(frozen=True)
+class RabbitConfig:
+    settle_seconds: float = 30.0
+    margin_seconds: float = 1.0
+    unseen_after_seconds: float = 120.0
+    read_retention_seconds: float = 600.0
+
+
+def barrier_time(r: ReadRun) -> datetime:
+    """When a barrier's publish began (its ``seq``: µs since the epoch)."""
+    return datetime.fromtimestamp(r.seq / 1e6, UTC)  # type: ignore[operator]
+
+
+def settling_barrier(a: AckRun, barriers: Sequence[ReadRun], now: datetime,
+                     cfg: RabbitConfig) -> ReadRun | None:
+    """The first barrier read that settles ``a`` (published after its last confirm and the
+    margin, read ``settle_seconds`` before ``now``), None if none yet."""
+    after = a.last_ack + timedelta(seconds=cfg.margin_seconds)
+    settled = now - timedelta(seconds=cfg.settle_seconds)
+    return min((b for b in barriers if barrier_time(b) > after and b.read_time <= settled),
+               key=lambda b: b.read_time, default=None)
+
+
+def _seqs(reads: Sequence[ReadRun], a: AckRun) -> dict[int, list[tuple[int, str]]]:
+    """Per seq of ``a``, where it was read (reader position, status), in position order."""
+    at: dict[int, list[tuple[int, str]]] = {}
+    lo, hi = a.seq, a.seq + a.count
+    for r in reads:
+        if r.producer_id != a.producer_id or r.run_id != a.run_id or r.seq is None:
+            continue
+        for i in range(max(lo, r.seq), min(hi, r.seq + r.count)):
+            at.setdefault(i, []).append((r.offset + i - r.seq, r.status))
+    for v in at.values():
+        v.sort()
+    return at
+
+
+def _reordered(reads: Sequence[ReadRun], a: AckRun) -> set[int]:
+    """The seqs of ``a`` whose first read came after a read of a higher seq of its
+    producer run (reads as ``record`` only, in reader position order)."""
+    firsts = sorted((r for r in reads if r.status == RECORD and r.producer_id == a.producer_id
+                     and r.run_id == a.run_id and r.seq is not None), key=lambda r: r.offset)
+    out: set[int] = set()
+    seen: set[int] = set()
+    highest = -1  # one past the highest seq read so far
+    for r in firsts:
+        for s in range(max(r.seq, a.seq), min(r.seq + r.count, highest, a.seq + a.count)):
+            if s not in seen:
+                out.add(s)
+        seen.update(range(max(r.seq, a.seq), min(r.seq + r.count, a.seq + a.count)))
+        highest = max(highest, r.seq + r.count)
+    return out
+
+
+def judge_rabbit(acks: Sequence[AckRun], reads: Sequence[ReadRun], now: datetime,
+                 cfg: RabbitConfig, events: Sequence[ClusterEvent] = ()) -> Judgement:
+    """Judge the settled writes of one RabbitMQ key (module docstring); the rest stay
+    pending in ``Judgement.acks``."""
+    out = Judgement()
+    barriers = [r for r in reads if r.status == BARRIER and r.seq is not None]
+    unseen_before = now - timedelta(seconds=cfg.unseen_after_seconds)
+    for a in acks:
+        barrier = settling_barrier(a, barriers, now, cfg)
+        if barrier is None:
+            out.acks.append(a)
+            out.pending += a.count
+            if a.last_ack < unseen_before:
+                out.unseen += a.count
+                out.oldest_unseen = min(filter(None, (out.oldest_unseen, a.first_ack)))
+            continue
+        at = _seqs(reads, a)
+        reordered = _reordered(reads, a)
+        if a.error is None:
+            out.judged.append(a)
+        for lo, hi, kind, subkind, evidence in _pieces(a, at, barrier):
+            cause = str(Cause.unknown) if kind == Kind.lost else None
+            out.findings.append(_finding(a, kind, lo, hi, subkind, cause, evidence))
+        for lo, hi in _spans(s for s in range(a.seq, a.seq + a.count)
+                             if sum(st == RECORD for _, st in at.get(s, ())) > 1):
+            out.findings.append(_finding(a, Kind.duplicate, lo, hi, None, None, {
+                "read_at": [p for p, st in at[lo] if st == RECORD]}))
+        for lo, hi in _spans(sorted(reordered)):
+            out.findings.append(_finding(a, Kind.reordered, lo, hi, None, None, {
+                "read_at": at[lo][0][0]}))
+    return out
+
+
+def _pieces(a: AckRun, at: dict[int, list[tuple[int, str]]], barrier: ReadRun):
+    """``a``'s seqs in spans of one verdict: (first seq, one past the last, kind, sub-kind,
+    evidence)."""
+    settled_by = {"barrier_published": barrier_time(barrier).isoformat(),
+                  "barrier_read": barrier.read_time.isoformat(), "barrier_at": barrier.offset}
+
+    def verdict(s: int):
+        found = [p for p, _ in at.get(s, ())]
+        if a.error is not None:
+            v = judge_failed(a.error, found)
+            return v.kind, v.subkind, bool(found)
+        return (Kind.confirmed, None, True) if found else (Kind.lost, Subkind.vanished, False)
+
+    start, current = a.seq, verdict(a.seq)
+    for s in range(a.seq + 1, a.seq + a.count + 1):
+        v = verdict(s) if s < a.seq + a.count else None
+        if v != current:
+            kind, subkind, found = current
+            evidence = {"acks": a.acks, **({"error": a.error} if a.error else {})}
+            if found:
+                evidence["read_at"] = at[start][0][0]
+            else:
+                evidence.update(settled_by)
+            yield start, s, kind, subkind, evidence
+            start, current = s, v
+
+
+def _spans(seqs) -> list[tuple[int, int]]:
+    """Ascending seqs as spans of consecutive ones: (first, one past the last)."""
+    out: list[list[int]] = []
+    for s in seqs:
+        if out and out[-1][1] == s:
+            out[-1][1] = s + 1
+        else:
+            out.append([s, s + 1])
+    return [(lo, hi) for lo, hi in out]
+
+
+def _finding(a: AckRun, kind: str, lo: int, hi: int, subkind: str | None, cause: str | None,
+             evidence: dict) -> Finding:
+    return Finding(kind=str(kind), topic=a.topic, partition=a.partition,
+                   producer_id=a.producer_id, run_id=a.run_id, seq=lo, offset=None,
+                   count=hi - lo, subkind=None if subkind is None else str(subkind),
+                   ack_time=a.first_ack, cause=cause, evidence=evidence)
+
+
+def retained_rabbit_reads(reads: Sequence[ReadRun], pending: Sequence[AckRun], now: datetime,
+                          cfg: RabbitConfig) -> list[ReadRun]:
+    """The reads a RabbitMQ key keeps between passes: those of the last
+    ``read_retention_seconds`` (a write whose ack is still on its way, duplicates and
+    reorders to come), those of a pending write's seqs, and every barrier a pending write
+    may still be settled by (read after the oldest pending write's confirm)."""
+    cutoff = now - timedelta(seconds=cfg.read_retention_seconds)
+    oldest = min((a.last_ack for a in pending), default=None)
+    runs: dict[tuple, list[tuple[int, int]]] = {}
+    for a in pending:
+        runs.setdefault((a.producer_id, a.run_id), []).append((a.seq, a.seq + a.count))
+
+    def needed(r: ReadRun) -> bool:
+        if r.read_time >= cutoff:
+            return True
+        if r.status == BARRIER:
+            return oldest is not None and barrier_time(r) > oldest
+        return any(lo < r.seq + r.count and r.seq < hi  # type: ignore[operator]
+                   for lo, hi in runs.get((r.producer_id, r.run_id), ()))
+    return [r for r in reads if needed(r)]

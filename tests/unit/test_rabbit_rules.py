@@ -1,0 +1,190 @@
+"""The RabbitMQ rules (jobs/core/rabbit_rules.py): the barrier rule, the verdicts seq by
+seq, and a per-seq reference over random histories."""
+
+from __future__ import annotations
+
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot, step_partition
+from kafka_audit.jobs.core.model import AckRun, ReadRun
+from kafka_audit.jobs.core.rabbit_rules import (
+    BARRIER,
+    REDELIVERED,
+    RabbitConfig,
+    judge_rabbit,
+    retained_rabbit_reads,
+)
+from kafka_audit.schemas.systems import rabbit_key
+from kafka_audit.schemas.verdicts import PRIMARY, REJECTING_ERRORS
+
+Q = rabbit_key("queue", "/", "orders")
+T = datetime(2026, 11, 30, 12, tzinfo=UTC)
+CFG = RabbitConfig(settle_seconds=30, margin_seconds=1, unseen_after_seconds=120)
+
+
+def at(seconds: float) -> datetime:
+    return T + timedelta(seconds=seconds)
+
+
+def ack(seq: int, count: int, acked: float = 0, error: str | None = None,
+        run: str = "r") -> AckRun:
+    return AckRun(Q, 0, "p", run, seq, count, None, at(acked), at(acked), error=error)
+
+
+def read(position: int, seq: int, count: int = 1, status: str = "record", when: float = 2,
+         run: str = "r") -> ReadRun:
+    return ReadRun(Q, 0, position, count, "p", run, seq, at(when), status=status)
+
+
+def barrier(position: int, published: float, when: float) -> ReadRun:
+    return ReadRun(Q, 0, position, 1, None, None, round(at(published).timestamp() * 1e6),
+                   at(when), status=BARRIER)
+
+
+def verdicts(findings) -> list[tuple[str, str | None, int, int]]:
+    return sorted((f.kind, f.subkind, f.seq, f.count) for f in findings)
+
+
+def test_without_a_settled_barrier_a_write_waits():
+    acks = [ack(0, 3)]
+    reads = [read(0, 0, 2)]
+    assert judge_rabbit(acks, reads, at(10), CFG).acks == acks  # no barrier yet
+    # published before the confirm (and its margin): the write may be behind it
+    early = judge_rabbit(acks, [*reads, barrier(5, 0.5, 3)], at(100), CFG)
+    assert early.findings == [] and early.pending == 3
+    # published after, but read less than the settle period ago
+    fresh = judge_rabbit(acks, [*reads, barrier(5, 1.5, 80)], at(100), CFG)
+    assert fresh.findings == [] and fresh.pending == 3
+    # nothing settles it for longer than unseen_after: counted unseen
+    late = judge_rabbit(acks, reads, at(121), CFG)
+    assert (late.unseen, late.oldest_unseen) == (3, at(0))
+
+
+def test_a_settled_barrier_judges_each_seq_read_or_not():
+    j = judge_rabbit([ack(0, 5)], [read(0, 0, 2), read(2, 3), barrier(3, 1.5, 5)], at(40),
+                     CFG)
+    assert verdicts(j.findings) == [("confirmed", None, 0, 2), ("confirmed", None, 3, 1),
+                                    ("lost", "vanished", 2, 1), ("lost", "vanished", 4, 1)]
+    lost = next(f for f in j.findings if f.kind == "lost")
+    assert lost.cause == "unknown" and lost.offset is None
+    assert lost.evidence["barrier_read"] == at(5).isoformat()
+    assert j.acks == [] and j.pending == 0
+
+
+def test_a_write_that_was_not_confirmed_is_judged_by_kafkas_definition():
+    acks = [ack(0, 2, error="UNCONFIRMED"), ack(2, 2, error="NACK"), ack(4, 2, error="RETURNED")]
+    reads = [read(0, 0), read(1, 2), read(2, 4), barrier(3, 2, 5)]
+    assert "NACK" in REJECTING_ERRORS and "RETURNED" in REJECTING_ERRORS
+    assert verdicts(judge_rabbit(acks, reads, at(40), CFG).findings) == [
+        ("indeterminate", "absent", 1, 1), ("indeterminate", "present", 0, 1),
+        ("indeterminate", "present", 2, 1), ("indeterminate", "present", 4, 1),
+        ("rejected", None, 3, 1), ("rejected", None, 5, 1)]
+
+
+def test_a_redelivery_is_presence_and_a_second_first_delivery_a_duplicate():
+    reads = [read(0, 0, 3), read(3, 1, status=REDELIVERED), read(4, 2), barrier(5, 2, 5)]
+    j = judge_rabbit([ack(0, 3)], reads, at(40), CFG)
+    assert verdicts(j.findings) == [("confirmed", None, 0, 3), ("duplicate", None, 2, 1)]
+    assert next(f for f in j.findings if f.kind == "duplicate").evidence == {"read_at": [2, 4]}
+
+
+def test_a_seq_read_after_a_higher_one_of_its_run_is_reordered():
+    reads = [read(0, 5, 5), read(5, 0, 5), barrier(10, 2, 5)]
+    j = judge_rabbit([ack(0, 10)], reads, at(40), CFG)
+    assert verdicts(j.findings) == [("confirmed", None, 0, 10), ("reordered", None, 0, 5)]
+
+
+def test_reads_and_barriers_a_pending_write_needs_are_kept():
+    pending = [ack(0, 2, acked=1000)]
+    old = [read(0, 0, when=0), read(1, 9, when=0), barrier(2, 999, 0), barrier(3, 1001, 0)]
+    kept = retained_rabbit_reads(old, pending, at(2000), CFG)
+    # its own seq, and the barrier published after its confirm: not the others
+    assert kept == [old[0], old[3]]
+    assert retained_rabbit_reads(old, [], at(100), CFG) == old  # within the retention
+
+
+def test_the_engine_judges_a_queue_once_and_lets_the_judged_go():
+    cfg = AuditConfig(settle_seconds=30, rabbit_margin_seconds=1)
+    hot = PartitionHot(acks=[ack(0, 3)], reads=[read(0, 0, 2), barrier(2, 2, 5)])
+    first = step_partition(Q, hot, [], at(40), cfg)
+    assert verdicts(first.findings) == [("confirmed", None, 0, 2), ("lost", "vanished", 2, 1)]
+    again = step_partition(Q, first.hot, [], at(80), cfg)
+    assert again.findings == [] and again.hot.acks == [] and again.pending == 0
+
+
+# ---- random histories against a per-seq reference ------------------------------------
+
+OUTCOMES = (None, None, None, "UNCONFIRMED", "NACK", "RETURNED")
+
+
+@st.composite
+def histories(draw):
+    """One producer run of up to 40 seqs in runs of random outcomes; a random subset of the
+    seqs read in a random order, some twice, some redelivered; a barrier that settles all
+    of them, or not."""
+    n = draw(st.integers(1, 40))
+    cuts = sorted(set(draw(st.lists(st.integers(1, n - 1), max_size=6)))) if n > 1 else []
+    bounds = [0, *cuts, n]
+    acks = [ack(lo, hi - lo, acked=draw(st.floats(0, 5)), error=draw(st.sampled_from(OUTCOMES)))
+            for lo, hi in zip(bounds, bounds[1:], strict=False)]
+    seqs = draw(st.lists(st.integers(0, n - 1), max_size=60))
+    statuses = draw(st.lists(st.sampled_from(["record", "record", REDELIVERED]),
+                             min_size=len(seqs), max_size=len(seqs)))
+    reads = [read(p, s, status=st_) for p, (s, st_) in enumerate(zip(seqs, statuses,
+                                                                     strict=True))]
+    if draw(st.booleans()):
+        reads.append(barrier(len(reads), 7, 8))
+    return acks, draw(st.permutations(reads))
+
+
+def reference(acks: list[AckRun], reads: list[ReadRun], now: datetime) -> Counter:
+    """Per seq, straight from the rule's words: (kind, subkind, seq) of each write, and its
+    annotations."""
+    settled = any(r.status == BARRIER and r.read_time <= now - timedelta(seconds=30)
+                  for r in reads)
+    out: Counter = Counter()
+    firsts = sorted((r for r in reads if r.status == "record"), key=lambda r: r.offset)
+    for a in acks:
+        for s in range(a.seq, a.seq + a.count):
+            if not settled:
+                out["pending", None, s] += 1
+                continue
+            present = any(r.seq == s and r.status != BARRIER for r in reads)
+            if a.error is None:
+                out[("confirmed", None, s) if present else ("lost", "vanished", s)] += 1
+            elif present:
+                out["indeterminate", "present", s] += 1
+            elif a.error in REJECTING_ERRORS:
+                out["rejected", None, s] += 1
+            else:
+                out["indeterminate", "absent", s] += 1
+            if sum(r.seq == s for r in firsts) > 1:
+                out["duplicate", None, s] += 1
+            first = next((r for r in firsts if r.seq == s), None)
+            if first is not None and any(r.seq > s for r in firsts if r.offset < first.offset):
+                out["reordered", None, s] += 1
+    return out
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_the_rules_equal_the_per_seq_reference(history):
+    acks, reads = history
+    now = at(60)
+    j = judge_rabbit(acks, reads, now, CFG)
+    got: Counter = Counter()
+    for f in j.findings:
+        for s in range(f.seq, f.seq + f.count):
+            got[f.kind, f.subkind, s] += 1
+    for a in j.acks:
+        for s in range(a.seq, a.seq + a.count):
+            got["pending", None, s] += 1
+    assert got == reference(acks, reads, now)
+    # each write gets exactly one verdict (or stays pending)
+    primary = Counter(s for (k, _, s), n in got.items() for _ in range(n)
+                      if k in PRIMARY or k == "pending")
+    assert primary == Counter(range(sum(a.count for a in acks)))
