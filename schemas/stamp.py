@@ -96,7 +96,8 @@ __all__ = ["HEADER", "HEADER_BYTES", "VERSION", "VERSION_XXH64", "VERSIONS", "SE
            "SEQ_XXH64", "MIN_LENGTH", "MIN_LENGTHS", "SEQ_LIMIT", "XXH64_SEED", "NO_STAMP",
            "MALFORMED", "FORGED", "MAC_HEADER", "MAC_LENGTH", "KEY_LENGTHS", "Stamp",
            "StampError", "ForgedStamp", "StampMac", "stamp_prefix", "build_stamp",
-           "parse_stamp", "stamp_of_headers", "amqp_headers", "stamp_of_amqp", "checksum_ok",
+           "parse_stamp", "stamp_of_headers", "amqp_headers", "stamp_of_amqp", "BARRIER_HEADER",
+           "amqp_barrier", "barrier_of_amqp", "checksum_ok",
            "checksum_of", "crc32", "xxh64", "xxh64_reference"]
 
 HEADER = "kaudit"
@@ -382,6 +383,38 @@ def stamp_of_amqp(headers: Mapping[str, object] | None, mac: StampMac | None = N
         if key in (HEADER, MAC_HEADER):
             pairs.append((key, value))
     return stamp_of_headers(pairs, mac)
+
+
+#: the header of a RabbitMQ reader's barrier (``jobs/core/rabbit_rules.py``): 8 bytes, when
+#: its publish began in µs since the epoch (big-endian); its MAC, with a stamp key, is
+#: over the header's name and value (no stamp begins with ``kaudit-barrier``)
+BARRIER_HEADER = "kaudit-barrier"
+_BARRIER = struct.Struct(">Q")
+
+
+def amqp_barrier(sent_us: int, mac: StampMac | None = None) -> dict[str, bytes]:
+    """The AMQP headers of a barrier whose publish began at ``sent_us``."""
+    value = _BARRIER.pack(sent_us)
+    if mac is None:
+        return {BARRIER_HEADER: value}
+    return {BARRIER_HEADER: value, MAC_HEADER: mac(BARRIER_HEADER.encode() + value)}
+
+
+def barrier_of_amqp(headers: Mapping[str, object] | None, mac: StampMac | None = None
+                    ) -> int | None:
+    """When the barrier in a message's headers was published (µs since the epoch), None
+    when it is no barrier; :class:`StampError` when its value is malformed,
+    :class:`ForgedStamp` when its MAC does not verify while a stamp key is configured."""
+    value = (headers or {}).get(BARRIER_HEADER)
+    if value is None and BARRIER_HEADER not in (headers or {}):
+        return None
+    if not isinstance(value, bytes | bytearray) or len(value) != _BARRIER.size:
+        raise StampError(f"a {BARRIER_HEADER} header is {_BARRIER.size} bytes")
+    if mac is not None:
+        m = headers.get(MAC_HEADER, ...)  # type: ignore[union-attr]
+        mac.check(BARRIER_HEADER.encode() + bytes(value),
+                  [] if m is ... else [m if isinstance(m, bytes | bytearray) else None])
+    return _BARRIER.unpack(bytes(value))[0]
 
 
 def checksum_ok(stamp: Stamp, value: bytes | None) -> bool:

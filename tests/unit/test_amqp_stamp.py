@@ -14,7 +14,9 @@ from kafka_audit.schemas.stamp import (
     Stamp,
     StampError,
     StampMac,
+    amqp_barrier,
     amqp_headers,
+    barrier_of_amqp,
     build_stamp,
     checksum_of,
     stamp_of_amqp,
@@ -65,3 +67,20 @@ def test_a_stamp_without_its_mac_is_forged_while_a_key_is_configured():
     with pytest.raises(ForgedStamp, match="does not verify"):
         stamp_of_amqp(wire(amqp_headers(stamp, StampMac(b"other-key-" * 2))), MAC)
     assert stamp_of_amqp(wire(amqp_headers(stamp)), None) == Stamp("p", "r", 1, 0)
+
+
+def test_a_barrier_crosses_the_wire_and_a_bad_one_is_refused():
+    sent = 1_764_500_000_123_456
+    assert barrier_of_amqp(wire(amqp_barrier(sent))) == sent
+    assert barrier_of_amqp(wire(amqp_barrier(sent, MAC)), MAC) == sent
+    assert barrier_of_amqp(wire({"kaudit": b"x"})) is None and barrier_of_amqp(None) is None
+    with pytest.raises(StampError, match="8 bytes"):
+        barrier_of_amqp(wire({"kaudit-barrier": b"\x00" * 7}))
+    with pytest.raises(StampError, match="8 bytes"):
+        barrier_of_amqp(wire({"kaudit-barrier": "12345678"}))
+    with pytest.raises(ForgedStamp, match="no kaudit-mac"):
+        barrier_of_amqp(wire(amqp_barrier(sent)), MAC)
+    # a stamp's MAC is no barrier's: the value is bound to the header's name
+    forged = {**amqp_barrier(sent), "kaudit-mac": MAC(amqp_barrier(sent)["kaudit-barrier"])}
+    with pytest.raises(ForgedStamp, match="does not verify"):
+        barrier_of_amqp(wire(forged), MAC)

@@ -1,0 +1,338 @@
+"""The RabbitMQ reader: what queues and streams really hold, into ``consumed``, exactly once.
+
+The Kafka consume job reads topics without taking anything from their consumers; AMQP has
+no such read of a queue. So the reader consumes the queues it is given: the audited queue
+itself where nobody else consumes it (a test, a drill), or, beside a queue with consumers
+of its own, an *audit queue* bound to the same exchange with the same routing key and the
+same policy (it goes through the same replication and fail-overs; what it cannot see:
+docs/rabbitmq.md). A stream is read by offset, from its first message (or from where the
+reader's last committed read ended), and takes nothing from anyone.
+
+Each delivery becomes part of a ``consumed`` row under the key of the queue or stream it
+came from (``schemas/systems.py``; ``system`` ``rabbitmq``, ``source`` ``stream``),
+``offset`` the reader's position: a queue's count of deliveries read (across the reader's
+restarts: it goes on from the table's highest), a stream's own offset. ``status``:
+
+* ``record``: a message, stamped or not (the stamp rule of ``schemas/stamp.py`` over its
+  AMQP headers, the checksum over its body), delivered for the first time;
+* ``redelivered``: delivered again (the broker's ``redelivered`` flag: a consumer before
+  this one took it and did not acknowledge it): presence, never a copy;
+* ``barrier``: a barrier (``kaudit-barrier`` header) the reader published into the queue
+  (or stream) every ``barrier_seconds``, ``seq`` when its publish began (µs since the
+  epoch). The audit's barrier rule (``jobs/core/rabbit_rules.py``) judges a write once a
+  barrier published after its confirm has been read.
+
+Every ``flush_seconds`` the rows read are committed as one idempotent Delta append
+(``app_id`` ``kaudit-rabbit-reader/<name>``, one version per batch), and only then are the
+deliveries acknowledged: a reader that dies before the commit has its deliveries given to
+the next one as redelivered; one that dies after it, before the acknowledgements, the same
+(they are presence both times: nothing is lost, nothing counted twice as a copy).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING
+
+import pyarrow as pa
+
+from kafka_audit.jobs.core.rabbit_rules import BARRIER, RECORD, REDELIVERED
+from kafka_audit.schemas.stamp import (
+    FORGED,
+    MALFORMED,
+    NO_STAMP,
+    ForgedStamp,
+    StampError,
+    amqp_barrier,
+    barrier_of_amqp,
+    checksum_ok,
+    stamp_of_amqp,
+)
+from kafka_audit.schemas.systems import RABBITMQ, parse_rabbit_key
+from kafka_audit.schemas.tables import arrow_schema
+from kafka_audit.store import (
+    append_arrow_once,
+    check_table,
+    read_table,
+    transaction_version,
+)
+
+if TYPE_CHECKING:
+    import pika
+
+    from kafka_audit.settings import Settings
+
+__all__ = ["RabbitReader", "reader_app_id"]
+
+log = logging.getLogger(__name__)
+_SCHEMA = arrow_schema("consumed")
+
+
+def reader_app_id(name: str) -> str:
+    """The idempotent writer name of the reader ``name``'s commits to ``consumed``."""
+    return f"kaudit-rabbit-reader/{name}"
+
+
+@dataclass
+class _Run:
+    """A run of deliveries that make one ``consumed`` row."""
+
+    key: str
+    offset: int
+    status: str
+    stamped: bool
+    stamp_error: str | None
+    producer_id: str | None
+    run_id: str | None
+    seq: int | None
+    checksum_ok: bool | None
+    read_time: datetime
+    count: int = 1
+
+    def extends(self, o: _Run) -> bool:
+        return (o.key == self.key and o.offset == self.offset + self.count
+                and o.status == self.status != BARRIER and o.stamped == self.stamped
+                and o.stamp_error == self.stamp_error and o.producer_id == self.producer_id
+                and o.run_id == self.run_id and o.checksum_ok == self.checksum_ok
+                and (o.seq is None) == (self.seq is None)
+                and (o.seq is None or o.seq == self.seq + self.count))
+
+
+@dataclass
+class _Source:
+    """One queue or stream being read: its key, and the reader's next position in it."""
+
+    key: str
+    stream: bool
+    position: int
+    tags: list = field(default_factory=list)  # (channel, delivery tag) read, not yet acked
+
+
+class RabbitReader:
+    """Reads ``keys`` (queues and streams, as ledger keys) from the cluster's ``nodes`` into
+    ``consumed`` (module docstring). :meth:`run` until its stop event is set; one reader
+    per ``name`` at a time."""
+
+    def __init__(self, settings: Settings, nodes: Mapping[int, pika.ConnectionParameters],
+                 keys: list[str], name: str = "reader", barrier_seconds: float = 2.0,
+                 flush_seconds: float = 1.0, prefetch: int = 1000) -> None:
+        from kafka_audit.stamp_key import stamp_mac
+
+        if not keys:
+            raise ValueError("a RabbitMQ reader needs at least one queue or stream to read")
+        self.nodes = dict(nodes)
+        self.path = settings.table_path("consumed")
+        check_table(self.path, "consumed")
+        self.app_id = reader_app_id(name)
+        self.barrier_seconds, self.flush_seconds = barrier_seconds, flush_seconds
+        self.prefetch = prefetch
+        self._mac = stamp_mac(settings)
+        targets = {k: parse_rabbit_key(k) for k in keys}
+        ends = self._ends(list(targets))
+        self.sources = {k: _Source(k, t.kind == "stream", ends.get(k, 0))
+                        for k, t in targets.items()}
+        self.targets = targets
+        self.version = transaction_version(self.path, self.app_id) or 0
+        self.runs: list[_Run] = []
+        self.rows_written = self.deliveries = self.barriers_published = 0
+        self.node: int | None = None
+        self._conn = self._channel = None
+        self._order = sorted(self.nodes)
+        self._next = 0
+
+    def _ends(self, keys: list[str]) -> dict[str, int]:
+        """Per key, one past the highest position the table holds (where reading goes on)."""
+        import pyarrow.compute as pc
+
+        t = read_table(self.path, "consumed", columns=["topic", "offset", "count"],
+                       where=pc.field("topic").isin(keys))
+        out: dict[str, int] = {}
+        for k, o, c in zip(*(t.column(n).to_pylist() for n in ("topic", "offset", "count")),
+                           strict=True):
+            out[k] = max(out.get(k, 0), o + c)
+        return out
+
+    # ---- the connection -----------------------------------------------------------------
+    def _connect(self) -> None:
+        import pika
+
+        errors = []
+        for i in range(len(self._order)):
+            node = self._order[(self._next + i) % len(self._order)]
+            try:
+                conn = pika.BlockingConnection(self.nodes[node])
+            except pika.exceptions.AMQPError as exc:
+                errors.append(f"node {node}: {exc!r}")
+                continue
+            try:
+                channel = conn.channel()
+                channel.basic_qos(prefetch_count=self.prefetch)
+                for src in self.sources.values():
+                    self._consume(channel, src)
+            except pika.exceptions.AMQPError as exc:
+                errors.append(f"node {node}: {exc!r}")
+                if conn.is_open:
+                    conn.close()
+                continue
+            self._conn, self._channel, self.node = conn, channel, node
+            log.info("rabbit reader %s reading %s through node %d", self.app_id,
+                     ", ".join(self.sources), node)
+            return
+        raise pika.exceptions.AMQPConnectionError("no node answered: " + "; ".join(errors))
+
+    def _consume(self, channel, src: _Source) -> None:
+        target = self.targets[src.key]
+        args = {"x-stream-offset": src.position} if src.stream else None
+
+        def on_message(ch, method, props, body) -> None:
+            self._delivered(src, ch, method, props, body)
+
+        channel.basic_consume(target.name, on_message, arguments=args)
+
+    def _lost(self) -> None:
+        conn, self._conn, self._channel = self._conn, None, None
+        if self.node is not None:
+            self._next = (self._order.index(self.node) + 1) % len(self._order)
+        self.node = None
+        for src in self.sources.values():
+            src.tags.clear()  # a closed channel's deliveries go back to the queue
+        if conn is not None and conn.is_open:
+            try:
+                conn.close()
+            except Exception:  # noqa: BLE001 - given up anyway
+                pass
+
+    # ---- reading ------------------------------------------------------------------------
+    def _delivered(self, src: _Source, channel, method, props, body: bytes) -> None:
+        headers = props.headers or {}
+        now = datetime.now(UTC)
+        if src.stream:
+            position = int(headers.get("x-stream-offset", src.position))
+        else:
+            position = src.position
+        src.position = position + 1
+        run = self._row(src.key, position, headers, body, now,
+                        REDELIVERED if method.redelivered and not src.stream else RECORD)
+        if self.runs and self.runs[-1].extends(run):
+            self.runs[-1].count += 1
+        else:
+            self.runs.append(run)
+        src.tags.append((channel, method.delivery_tag))
+        self.deliveries += 1
+
+    def _row(self, key: str, position: int, headers: dict, body: bytes, now: datetime,
+             status: str) -> _Run:
+        def foreign(error: str) -> _Run:
+            return _Run(key, position, status, False, error, None, None, None, None, now)
+
+        try:
+            sent = barrier_of_amqp(headers, self._mac)
+        except ForgedStamp:
+            return foreign(FORGED)
+        except StampError:
+            return foreign(MALFORMED)
+        if sent is not None:
+            return _Run(key, position, BARRIER, False, None, None, None, sent, None, now)
+        try:
+            stamp = stamp_of_amqp(headers, self._mac)
+        except ForgedStamp:
+            return foreign(FORGED)
+        except StampError:
+            return foreign(MALFORMED)
+        if stamp is None:
+            return foreign(NO_STAMP)
+        return _Run(key, position, status, True, None, stamp.producer_id, stamp.run_id,
+                    stamp.seq, checksum_ok(stamp, body), now)
+
+    def publish_barriers(self) -> None:
+        """A barrier into every queue and stream read, each stamped with when its publish
+        began (unconfirmed: one lost only delays a judgement)."""
+        import pika
+
+        for key, target in self.targets.items():
+            sent = time.time_ns() // 1000
+            self._channel.basic_publish("", target.name, b"", pika.BasicProperties(
+                headers=amqp_barrier(sent, self._mac), delivery_mode=2))
+            self.barriers_published += 1
+            log.debug("barrier into %s at %d", key, sent)
+
+    def flush(self) -> int:
+        """Commit the rows read since the last flush (one idempotent append), then
+        acknowledge their deliveries; the rows written."""
+        if not self.runs:
+            return 0
+        runs, self.runs = self.runs, []
+        tags = [t for src in self.sources.values() for t in src.tags]
+        table = self._table(runs, self.version + 1)
+        try:
+            append_arrow_once(self.path, "consumed", table, self.app_id, self.version + 1,
+                              known=self.version)
+        except Exception:
+            self.runs = runs + self.runs  # kept, unacknowledged: the next flush tries again
+            raise
+        self.version += 1
+        self.rows_written += table.num_rows
+        for src in self.sources.values():
+            src.tags.clear()
+        last: dict = {}
+        for channel, tag in tags:
+            last[id(channel)] = (channel, max(tag, last.get(id(channel), (None, 0))[1]))
+        for channel, tag in last.values():
+            if channel.is_open:
+                channel.basic_ack(tag, multiple=True)
+        return table.num_rows
+
+    def _flush_or_wait(self) -> None:
+        """:meth:`flush`; a warehouse that cannot be written is said and tried again at the
+        next flush: the deliveries stay unacknowledged meanwhile, and the broker sends no
+        more than ``prefetch`` of them (the reader waits, the queue keeps the rest)."""
+        try:
+            self.flush()
+        except Exception as exc:  # noqa: BLE001 - tried again at the next flush
+            log.warning("rabbit reader %s: %d rows wait to be written to %s: %s",
+                        self.app_id, sum(1 for _ in self.runs), self.path, exc)
+
+    def _table(self, runs: list[_Run], batch: int) -> pa.Table:
+        rows = [{"topic": r.key, "partition": 0, "offset": r.offset, "count": r.count,
+                 "kafka_timestamp": None, "stamped": r.stamped, "stamp_error": r.stamp_error,
+                 "producer_id": r.producer_id, "run_id": r.run_id, "seq": r.seq,
+                 "checksum_ok": r.checksum_ok, "read_time": r.read_time, "batch_id": batch,
+                 "source": "stream", "status": r.status, "leader_epoch": None,
+                 "system": RABBITMQ} for r in runs]
+        return pa.Table.from_pylist(rows, schema=_SCHEMA)
+
+    def run(self, stop: threading.Event) -> None:
+        """Read until ``stop`` is set: barriers every ``barrier_seconds``, commits every
+        ``flush_seconds``; a lost connection is taken up again through the next node."""
+        import pika
+
+        next_flush = next_barrier = time.monotonic()
+        backoff = 0.5
+        while not stop.is_set():
+            try:
+                if self._channel is None:
+                    self._connect()
+                    backoff = 0.5
+                self._conn.process_data_events(time_limit=0.1)
+                now = time.monotonic()
+                if now >= next_barrier:
+                    self.publish_barriers()
+                    next_barrier = now + self.barrier_seconds
+                if now >= next_flush:
+                    next_flush = now + self.flush_seconds
+                    self._flush_or_wait()
+            except (pika.exceptions.AMQPError, OSError) as exc:
+                log.warning("rabbit reader %s: %r; reading again through the next node",
+                            self.app_id, exc)
+                self._lost()
+                stop.wait(backoff)
+                backoff = min(backoff * 2, 10)
+        try:
+            self.flush()
+        finally:
+            self._lost()
