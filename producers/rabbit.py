@@ -52,7 +52,7 @@ import pyarrow as pa
 from kafka_audit.producers.ledger import AckLedger
 from kafka_audit.schemas.policy import Durability
 from kafka_audit.schemas.stamp import amqp_headers, build_stamp, crc32
-from kafka_audit.schemas.systems import RABBITMQ, parse_rabbit_key
+from kafka_audit.schemas.systems import PERSISTENT, RABBITMQ, TRANSIENT, parse_rabbit_key
 from kafka_audit.schemas.tables import arrow_schema
 
 if TYPE_CHECKING:
@@ -61,12 +61,11 @@ if TYPE_CHECKING:
     from kafka_audit.settings import Settings
 
 __all__ = ["RabbitOutcome", "RabbitLedger", "AuditedPublisher", "NACK", "RETURNED",
-           "UNCONFIRMED", "PERSISTENT", "TRANSIENT"]
+           "UNCONFIRMED"]
 
 log = logging.getLogger(__name__)
 
 NACK, RETURNED, UNCONFIRMED = "NACK", "RETURNED", "UNCONFIRMED"
-PERSISTENT, TRANSIENT = "persistent", "transient"
 _SCHEMA = arrow_schema("acks")
 
 
@@ -239,7 +238,13 @@ class AuditedPublisher:
         sequence is not used."""
         import pika
 
-        if self._channel is None:
+        if self._channel is not None:
+            try:  # heartbeats, and a connection closed while idle noticed before the publish
+                self._conn.process_data_events(0)
+            except (pika.exceptions.AMQPError, OSError):
+                self._lost()
+        if self._channel is None or not self._channel.is_open:
+            self._lost()
             self._connect()
         seq = self.seq
         self.seq += 1

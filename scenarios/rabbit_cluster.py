@@ -40,6 +40,7 @@ __all__ = ["LocalRabbitCluster", "RABBITMQ_SERVER"]
 #: Debian's server script itself (``/usr/sbin/rabbitmq-server`` is a wrapper that would
 #: switch to the ``rabbitmq`` user): the nodes run as the user that starts them
 RABBITMQ_SERVER = "/usr/lib/rabbitmq/bin/rabbitmq-server"
+RABBITMQCTL = "/usr/lib/rabbitmq/bin/rabbitmqctl"
 PLUGINS = ("rabbitmq_management", "rabbitmq_stream")
 #: the default user, which RabbitMQ lets in from loopback only: the local cluster's
 GUEST = "guest"
@@ -136,15 +137,51 @@ class LocalRabbitCluster(NodeProcesses):
         # once it boots (``pid`` reads it); the script exits with it
         return proc.pid
 
+    def ctl(self, node: int, *args: str, timeout: float = 60) -> str:
+        """``rabbitmqctl`` against ``node`` (its environment, the cluster's cookie): its
+        output; :class:`ClusterError` with what it said when it fails."""
+        out = subprocess.run([RABBITMQCTL, "-n", self.cfg.node_name(node), *args],
+                             env=self._env(node), capture_output=True, text=True,
+                             timeout=timeout)
+        if out.returncode != 0:
+            raise ClusterError(f"rabbitmqctl {' '.join(args)} on node {node} failed: "
+                               f"{(out.stderr or out.stdout).strip()[:500]}")
+        return out.stdout
+
+    def set_partition_handling(self, mode: str) -> None:
+        """``cluster_partition_handling`` of every running node, now (what a node does the
+        next time it loses the others; the scenarios switch it between their runs)."""
+        for n in self.running():
+            self.ctl(n, "eval", f"application:set_env(rabbit, cluster_partition_handling, "
+                                f"{mode}).")
+
     # ---- the management API -------------------------------------------------------------
-    def api(self, node: int, path: str, timeout: float = 5):
-        """``GET /api/<path>`` of ``node``'s management API as the local guest user; the
-        decoded JSON. Raises OSError (URLError) when the node does not answer."""
+    def api(self, node: int, path: str, timeout: float = 5, put: dict | None = None):
+        """``GET /api/<path>`` of ``node``'s management API as the local guest user (``PUT``
+        of ``put`` as JSON if given); the decoded JSON (None for an empty answer). Raises
+        OSError (URLError) when the node does not answer."""
         url = f"http://{self.cfg.host}:{self.cfg.management_port(node)}/api/{path}"
         auth = base64.b64encode(f"{GUEST}:{GUEST}".encode()).decode()
-        req = urllib.request.Request(url, headers={"Authorization": f"Basic {auth}"})
+        req = urllib.request.Request(
+            url, headers={"Authorization": f"Basic {auth}", "Content-Type": "application/json"},
+            data=None if put is None else json.dumps(put).encode(),
+            method="GET" if put is None else "PUT")
         with urllib.request.urlopen(req, timeout=timeout) as r:
-            return json.loads(r.read())
+            body = r.read()
+            return json.loads(body) if body else None
+
+    def set_policy(self, name: str, pattern: str, definition: dict, node: int = 1) -> None:
+        """The policy ``name`` of vhost ``/`` on the queues whose names match ``pattern``
+        (e.g. classic mirroring: ``{"ha-mode": "all", "ha-sync-mode": "manual"}``)."""
+        self.api(node, f"policies/%2F/{name}", put={
+            "pattern": pattern, "definition": definition, "apply-to": "queues"})
+
+    def management_urls(self) -> dict[int, str]:
+        """Each node's management API base URL, by node number (the RabbitMQ watcher's)."""
+        return {n: f"http://{self.cfg.host}:{self.cfg.management_port(n)}" for n in self.nodes}
+
+    def node_numbers(self) -> dict[str, int]:
+        return {self.cfg.node_name(n): n for n in self.nodes}
 
     def view(self, node: int) -> dict[str, dict] | None:
         """What ``node`` knows of every node: name -> its ``/api/nodes`` row (``running``,

@@ -20,7 +20,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import quote, unquote
 
-__all__ = ["KAFKA", "RABBITMQ", "SYSTEMS", "RABBIT_KINDS", "RabbitTarget", "system_of",
+__all__ = ["KAFKA", "RABBITMQ", "SYSTEMS", "RABBIT_KINDS", "PERSISTENT", "TRANSIENT",
+           "RabbitTarget", "system_of",
            "kafka_topics", "rabbit_key", "parse_rabbit_key"]
 
 KAFKA = "kafka"
@@ -28,6 +29,10 @@ RABBITMQ = "rabbitmq"
 SYSTEMS = (KAFKA, RABBITMQ)
 #: what a RabbitMQ key names: a queue (classic, mirrored or quorum) or a stream
 RABBIT_KINDS = ("queue", "stream")
+
+#: a RabbitMQ write's ``acks`` value: the delivery mode it was published with (a
+#: transient message does not survive a restart of its queue's node)
+PERSISTENT, TRANSIENT = "persistent", "transient"
 
 _PREFIX = RABBITMQ + ":"
 

@@ -23,7 +23,10 @@ from ..conftest import test_settings
 def channel(rabbit):
     conn = pika.BlockingConnection(rabbit.parameters(1))
     yield conn.channel()
-    conn.close()
+    try:
+        conn.close()
+    except pika.exceptions.AMQPError:  # closed already (by the test, or the broker)
+        pass
 
 
 def declare(channel, kind: str, **arguments) -> str:
@@ -160,3 +163,21 @@ def test_a_message_that_cannot_be_encoded_is_refused_and_uses_no_sequence(
     assert p.record == [(0, None)] == outcomes(ledger(settings, key))
     [(headers, body)] = drain(channel, queue)
     assert body == b"y" and stamp_of_amqp(headers).seq == 0
+
+
+def test_a_connection_closed_while_idle_is_opened_again_before_the_next_publish(
+        rabbit, channel, tmp_path):
+    """The broker closes every connection (as it does one whose heartbeats stopped): the
+    next publish notices first and connects again; nothing is recorded unconfirmed."""
+    settings = test_settings(tmp_path)
+    queue = declare(channel, "quorum")
+    key = rabbit_key("queue", "/", queue)
+    with AuditedPublisher([rabbit.parameters(n) for n in rabbit.nodes], key, "idle",
+                          settings, keep_record=True) as p:
+        assert p.publish(b"a")
+        rabbit.ctl(1, "close_all_connections", "a test closes every connection")
+        wait_until(lambda: not rabbit.api(1, "connections"), 30, "every connection closed")
+        assert p.publish(b"b") and p.record == [(0, None), (1, None)]
+    conn = pika.BlockingConnection(rabbit.parameters(1))
+    assert [stamp_of_amqp(h).seq for h, _ in drain(conn.channel(), queue)] == [0, 1]
+    conn.close()
