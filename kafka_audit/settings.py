@@ -348,6 +348,10 @@ class AuditSettings(_Section):
         "on a partition no longer written. Keep it above the brokers' "
         "replica.lag.time.max.ms (Kafka's default 30 s): a write on the leader is under the "
         "high watermark by then")
+    rabbit_margin_seconds: float = Field(
+        1, ge=0, description="RabbitMQ's barrier rule (docs/rabbitmq.md): a barrier settles a "
+        "write once its publish began this long after the write's confirm: keep it above "
+        "how far the publishers' and the reader's clocks may differ")
     reread_timeout_seconds: float = Field(30, gt=0, description="a direct re-read of a suspect "
                                           "range gives up after this long")
     hot_rewrite_passes: int = Field(10, gt=0, description="each pass appends its state as a "

@@ -22,7 +22,8 @@ __all__ = ["EVENTS", "EVENT_KINDS", "WINDOWS", "WINDOW_KINDS", "LEADER_CHANGES",
            "ISR_SHRINK", "ISR_EXPAND", "UNDER_MIN_ISR_ENTER", "UNDER_MIN_ISR_EXIT",
            "ISR_ALONE_ENTER", "ISR_ALONE_EXIT", "BLIND", "LOG_END_DROP", "TOPIC_CONFIG",
            "TOPIC_CONFIG_CHANGE", "BROKER_FENCED", "BROKER_UNFENCED", "CONTROLLER_CHANGE",
-           "SPLIT_BRAIN", "SPLIT_BRAIN_END", "EPOCH_END",
+           "SPLIT_BRAIN", "SPLIT_BRAIN_END", "EPOCH_END", "RABBIT_NODE_DOWN",
+           "RABBIT_NODE_UP", "RABBIT_PARTITION", "RABBIT_PARTITION_END", "RABBIT_QUEUE_GONE",
            "EXPOSURE", "REDUCED_REDUNDANCY", "REJECTION", "SPLIT_BRAIN_WINDOW",
            "LEADER_CHANGE_WINDOW", "kinds_doc"]
 
@@ -59,6 +60,13 @@ SPLIT_BRAIN, SPLIT_BRAIN_END = "split_brain_enter", "split_brain_exit"
 #: what the old leader acknowledged in that epoch at or above it is truncated
 EPOCH_END = "epoch_end"
 
+#: RabbitMQ (``jobs/watcher/rabbit_watcher.py``): written under each watched queue's key,
+#: never cluster-wide. A node stopped or started running as the others see it, a node said
+#: it is cut off from others and no longer, a watched queue no longer exists
+RABBIT_NODE_DOWN, RABBIT_NODE_UP = "rabbit_node_down", "rabbit_node_up"
+RABBIT_PARTITION, RABBIT_PARTITION_END = "rabbit_partition", "rabbit_partition_end"
+RABBIT_QUEUE_GONE = "rabbit_queue_gone"
+
 #: every kind of cluster event, with what it says (the ``cluster_events`` table's docs)
 EVENTS: dict[str, str] = {
     LEADER_CHANGE: "another broker leads the partition",
@@ -88,6 +96,14 @@ EVENTS: dict[str, str] = {
     SPLIT_BRAIN: "two brokers each named themselves leader: leader the newer, "
                  "previous_leader the older",
     SPLIT_BRAIN_END: "no longer two leaders",
+    RABBIT_NODE_DOWN: "RabbitMQ: a node stopped running as the others see it (leader: "
+                      "the node; detail: its name)",
+    RABBIT_NODE_UP: "RabbitMQ: a node runs again (leader: the node; detail: restarted, "
+                    "what it held only in memory gone)",
+    RABBIT_PARTITION: "RabbitMQ: a node said it is cut off from others (detail: "
+                      "partitions)",
+    RABBIT_PARTITION_END: "RabbitMQ: the node no longer says so",
+    RABBIT_QUEUE_GONE: "RabbitMQ: the watched queue no longer exists",
     EPOCH_END: "after a leader change, where the old leader's epoch (leader_epoch, led by "
                "previous_leader) ends in the log of the broker asked (leader): log_end; "
                "the old leader's writes of that epoch at or above it are truncated",

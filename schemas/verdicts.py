@@ -65,6 +65,17 @@ class Cause(StrEnum):
     #: a replica came back with less than it had acknowledged: its log end went back to 0,
     #: or the sole in-sync replica was elected again without the write
     disk_loss = "disk loss"
+    #: RabbitMQ (``jobs/core/rabbit_rules.py``): a message published without the
+    #: persistent flag, and the node that led its queue restarted
+    transient_restart = "non-persistent message across a restart"
+    #: a partition's losing side (``cluster_partition_handling=autoheal``, or by hand) was
+    #: restarted: what its queue leader took during the partition is gone
+    partition_loser = "partition loser restarted"
+    #: ``ha-promote-on-failure=always``: a mirror that did not hold every message was
+    #: promoted master
+    unsynced_promotion = "unsynchronised mirror promoted"
+    #: the queue ceased to exist (its node forgotten, or deleted)
+    queue_lost = "queue lost with its node"
     unknown = "unknown"
 
 

@@ -121,7 +121,8 @@ def audit_config(settings: Settings, compacted: frozenset[str] = frozenset(),
                  unknown: frozenset[str] = frozenset()) -> AuditConfig:
     a = settings.audit
     return AuditConfig(a.settle_seconds, a.lookback_seconds, a.unseen_after_seconds,
-                       a.read_retention_seconds, compacted, unknown, a.beyond_end_seconds)
+                       a.read_retention_seconds, compacted, unknown, a.beyond_end_seconds,
+                       a.rabbit_margin_seconds)
 
 
 # ---- sources ----

@@ -21,7 +21,8 @@ read, and ``settle_seconds`` have passed since that read (a redelivery of what a
 before took but did not acknowledge, a straggling replica), every message of that
 write the queue still holds has been read. Then the write is judged, seq by seq:
 
-* confirmed and read: ``confirmed``; confirmed and never read: ``lost`` (``vanished``);
+* confirmed and read: ``confirmed``; confirmed and never read: ``lost`` (``vanished``),
+  its likely cause from the watcher's events (:func:`rabbit_cause`);
 * not confirmed (``NACK``, ``RETURNED``, ``UNCONFIRMED``): read, ``indeterminate``
   (``present``); not read, ``rejected`` for ``NACK`` and ``RETURNED`` (the broker
   refused it: never a loss), ``indeterminate`` (``absent``) for ``UNCONFIRMED``
@@ -42,10 +43,20 @@ from datetime import UTC, datetime, timedelta
 
 from kafka_audit.jobs.core.model import AckRun, ClusterEvent, Finding, ReadRun
 from kafka_audit.jobs.core.rules import Judgement, judge_failed
-from kafka_audit.schemas.verdicts import Cause, Kind, Subkind
+from kafka_audit.schemas.events import (
+    FIRST_SEEN,
+    LEADER_CHANGE,
+    RABBIT_NODE_DOWN,
+    RABBIT_NODE_UP,
+    RABBIT_PARTITION,
+    RABBIT_QUEUE_GONE,
+    UNCLEAN_ELECTION,
+)
+from kafka_audit.schemas.systems import TRANSIENT
+from kafka_audit.schemas.verdicts import CAUSE_SLACK, Cause, Kind, Subkind
 
 __all__ = ["RabbitConfig", "RECORD", "REDELIVERED", "BARRIER", "judge_rabbit",
-           "barrier_time", "settling_barrier", "retained_rabbit_reads"]
+           "rabbit_cause", "barrier_time", "settling_barrier", "retained_rabbit_reads"]
 
 RECORD, REDELIVERED, BARRIER = "record", "redelivered", "barrier"
 
@@ -125,7 +136,7 @@ def judge_rabbit(acks: Sequence[AckRun], reads: Sequence[ReadRun], now: datetime
         if a.error is None:
             out.judged.append(a)
         for lo, hi, kind, subkind, evidence in _pieces(a, at, barrier):
-            cause = str(Cause.unknown) if kind == Kind.lost else None
+            cause = rabbit_cause(a, events) if kind == Kind.lost else None
             out.findings.append(_finding(a, kind, lo, hi, subkind, cause, evidence))
         for lo, hi in _spans(s for s in range(a.seq, a.seq + a.count)
                              if sum(st == RECORD for _, st in at.get(s, ())) > 1):
@@ -135,6 +146,44 @@ def judge_rabbit(acks: Sequence[AckRun], reads: Sequence[ReadRun], now: datetime
             out.findings.append(_finding(a, Kind.reordered, lo, hi, None, None, {
                 "read_at": at[lo][0][0]}))
     return out
+
+
+def rabbit_cause(a: AckRun, events: Sequence[ClusterEvent]) -> str:
+    """The likely cause of a RabbitMQ write's loss, from the watcher's events of its queue
+    (``jobs/watcher/rabbit_watcher.py``) from :data:`CAUSE_SLACK` before its confirm on,
+    the first that holds:
+
+    1. published ``transient`` and the node that led the queue at its confirm restarted
+       (or went down) since: **non-persistent message across a restart**;
+    2. that node said it was cut off from others, and restarted after (what autoheal does
+       to the losing side): **partition loser restarted**;
+    3. a mirror that did not hold every message was promoted (``unclean_election``):
+       **unsynchronised mirror promoted**;
+    4. the queue ceased to exist: **queue lost with its node**;
+    5. else ``unknown``."""
+    since = a.first_ack - CAUSE_SLACK
+    ordered = sorted(events, key=lambda e: e.event_time)
+    leaders = [e.leader for e in ordered if e.kind in (FIRST_SEEN, LEADER_CHANGE)
+               and e.event_time <= a.last_ack]
+    led = leaders[-1] if leaders else None
+    after = [e for e in ordered if e.event_time >= since]
+
+    def of_leader(e: ClusterEvent) -> bool:
+        return led is None or e.leader == led
+
+    restarts = [e for e in after if e.kind in (RABBIT_NODE_UP, RABBIT_NODE_DOWN)
+                and of_leader(e)]
+    if a.acks == TRANSIENT and restarts:
+        return str(Cause.transient_restart)
+    cut = next((e for e in after if e.kind == RABBIT_PARTITION and of_leader(e)), None)
+    if cut is not None and any(e.kind == RABBIT_NODE_UP and e.event_time >= cut.event_time
+                               for e in restarts):
+        return str(Cause.partition_loser)
+    if any(e.kind == UNCLEAN_ELECTION for e in after):
+        return str(Cause.unsynced_promotion)
+    if any(e.kind == RABBIT_QUEUE_GONE for e in after):
+        return str(Cause.queue_lost)
+    return str(Cause.unknown)
 
 
 def _pieces(a: AckRun, at: dict[int, list[tuple[int, str]]], barrier: ReadRun):

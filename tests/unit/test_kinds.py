@@ -15,7 +15,8 @@ from kafka_audit.schemas.tables import TABLES
 ROOT = Path(__file__).resolve().parents[2]
 #: the modules that write ``cluster_events`` rows
 WATCHER = ("jobs/watcher/watcher.py", "jobs/watcher/metadata_log.py",
-           "jobs/watcher/broker_views.py", "jobs/watcher/epoch_ends.py")
+           "jobs/watcher/broker_views.py", "jobs/watcher/epoch_ends.py",
+           "jobs/watcher/rabbit_watcher.py")
 
 
 def _documented(table: str) -> list[str]:

@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot, step_partition
-from kafka_audit.jobs.core.model import AckRun, ReadRun
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.jobs.core.rabbit_rules import (
     BARRIER,
     REDELIVERED,
     RabbitConfig,
     judge_rabbit,
+    rabbit_cause,
     retained_rabbit_reads,
 )
 from kafka_audit.schemas.systems import rabbit_key
@@ -188,3 +189,47 @@ def test_the_rules_equal_the_per_seq_reference(history):
     primary = Counter(s for (k, _, s), n in got.items() for _ in range(n)
                       if k in PRIMARY or k == "pending")
     assert primary == Counter(range(sum(a.count for a in acks)))
+
+
+# ---- causes ----------------------------------------------------------------------------
+
+def ev(seconds: float, kind: str, leader: int | None = None) -> ClusterEvent:
+    return ClusterEvent(at(seconds), Q, 0, kind, leader)
+
+
+def transient(seq: int = 0) -> AckRun:
+    return AckRun(Q, 0, "p", "r", seq, 1, None, at(0), at(0), acks="transient")
+
+
+LED_BY_1 = [ev(-60, "first_seen", 1)]
+
+
+def test_each_cause_from_the_watchers_events():
+    persistent = ack(0, 1)
+    assert rabbit_cause(transient(), [*LED_BY_1, ev(5, "rabbit_node_down", 1),
+                                      ev(20, "rabbit_node_up", 1)]) == \
+        "non-persistent message across a restart"
+    # a persistent message across the same restart: not that
+    assert rabbit_cause(persistent, [*LED_BY_1, ev(5, "rabbit_node_down", 1),
+                                     ev(20, "rabbit_node_up", 1)]) == "unknown"
+    assert rabbit_cause(persistent, [*LED_BY_1, ev(5, "rabbit_partition", 1),
+                                     ev(12, "rabbit_partition_end", 1),
+                                     ev(13, "rabbit_node_up", 1)]) == "partition loser restarted"
+    # another node cut off and restarted: not the queue's leader's side
+    assert rabbit_cause(persistent, [*LED_BY_1, ev(5, "rabbit_partition", 3),
+                                     ev(13, "rabbit_node_up", 3)]) == "unknown"
+    assert rabbit_cause(persistent, [*LED_BY_1, ev(5, "leader_change", 2),
+                                     ev(5, "unclean_election", 2)]) == \
+        "unsynchronised mirror promoted"
+    assert rabbit_cause(persistent, [*LED_BY_1, ev(5, "rabbit_queue_gone")]) == \
+        "queue lost with its node"
+    # events long before the write explain nothing
+    assert rabbit_cause(persistent, [ev(-60, "first_seen", 1), ev(-30, "unclean_election", 2)]
+                        ) == "unknown"
+
+
+def test_a_lost_write_carries_its_cause():
+    events = [*LED_BY_1, ev(3, "rabbit_node_down", 1), ev(4, "rabbit_node_up", 1)]
+    j = judge_rabbit([transient()], [barrier(0, 6, 8)], at(60), CFG, events)
+    assert [(f.kind, f.cause) for f in j.findings] == [
+        ("lost", "non-persistent message across a restart")]
