@@ -148,13 +148,6 @@ class LocalRabbitCluster(NodeProcesses):
                                f"{(out.stderr or out.stdout).strip()[:500]}")
         return out.stdout
 
-    def set_partition_handling(self, mode: str) -> None:
-        """``cluster_partition_handling`` of every running node, now (what a node does the
-        next time it loses the others; the scenarios switch it between their runs)."""
-        for n in self.running():
-            self.ctl(n, "eval", f"application:set_env(rabbit, cluster_partition_handling, "
-                                f"{mode}).")
-
     # ---- the management API -------------------------------------------------------------
     def api(self, node: int, path: str, timeout: float = 5, put: dict | None = None):
         """``GET /api/<path>`` of ``node``'s management API as the local guest user (``PUT``

@@ -230,20 +230,15 @@ class RabbitReader:
         def foreign(error: str) -> _Run:
             return _Run(key, position, status, False, error, None, None, None, None, now)
 
-        try:
+        try:  # a barrier first (it carries no stamp), then the stamp rule
             sent = barrier_of_amqp(headers, self._mac)
+            stamp = None if sent is not None else stamp_of_amqp(headers, self._mac)
         except ForgedStamp:
             return foreign(FORGED)
         except StampError:
             return foreign(MALFORMED)
         if sent is not None:
             return _Run(key, position, BARRIER, False, None, None, None, sent, None, now)
-        try:
-            stamp = stamp_of_amqp(headers, self._mac)
-        except ForgedStamp:
-            return foreign(FORGED)
-        except StampError:
-            return foreign(MALFORMED)
         if stamp is None:
             return foreign(NO_STAMP)
         return _Run(key, position, status, True, None, stamp.producer_id, stamp.run_id,

@@ -206,18 +206,19 @@ def _check(args) -> int:
 
 def _scenario(args) -> int:
     from kafka_audit.scenarios.catalog import SCENARIOS
+    from kafka_audit.scenarios.rabbit_scenarios import RABBIT_SCENARIOS
 
     if args.action == "list":
-        for name, sc in SCENARIOS.items():
-            print(f"{name:<22} {sc.summary}")
+        for name, summary in [*((n, sc.summary) for n, sc in SCENARIOS.items()),
+                              *((n, sc.summary) for n, sc in RABBIT_SCENARIOS.items())]:
+            print(f"{name:<32} {summary}")
         return EXIT_OK
     from kafka_audit.jobs.spark import get_spark
-    from kafka_audit.scenarios.cluster import LocalCluster
 
-    names = list(SCENARIOS) if args.name == ["all"] else args.name
+    names = [*SCENARIOS, *RABBIT_SCENARIOS] if args.name == ["all"] else args.name
     if not names:
         raise AuditorError("name a scenario (or `all`); `kafka-audit scenario list` names them")
-    if unknown := [n for n in names if n not in SCENARIOS]:
+    if unknown := [n for n in names if n not in SCENARIOS and n not in RABBIT_SCENARIOS]:
         raise AuditorError(f"no scenario {unknown[0]!r}; `kafka-audit scenario list` names them")
     if args.seeds < 1:
         raise AuditorError("--seeds must be at least 1")
@@ -227,20 +228,28 @@ def _scenario(args) -> int:
     s = s.model_copy(update={
         "audit": s.audit.model_copy(update={"settle_seconds": args.settle}),
         "cluster": s.cluster.model_copy(update=cluster_cfg)})
-    cluster = LocalCluster(s)
-    if args.fresh:
-        cluster.discard()
-    cluster.up(print)
     rows = []
-    try:
-        spark = get_spark(s, "kafka-audit-scenario")
-        for name in names:
-            for seed in range(args.seed, args.seed + args.seeds):
-                rows.append(_scenario_row(name, seed, s, cluster, spark, args.seconds))
-    finally:
-        if not args.keep_running:  # three brokers left behind would go on eating the CPU
-            cluster.down()
-            print("cluster stopped (--keep-running leaves it up)")
+    spark = None
+    for kafka, chosen in ((True, [n for n in names if n in SCENARIOS]),
+                          (False, [n for n in names if n in RABBIT_SCENARIOS])):
+        if not chosen:
+            continue
+        cluster = _scenario_cluster(s, kafka)
+        if args.fresh:
+            cluster.discard()
+        cluster.up(print)
+        try:
+            spark = spark or get_spark(s, "kafka-audit-scenario")
+            for name in chosen:
+                if not kafka:
+                    rows.append(_rabbit_scenario_row(name, s, cluster, spark))
+                    continue
+                for seed in range(args.seed, args.seed + args.seeds):
+                    rows.append(_scenario_row(name, seed, s, cluster, spark, args.seconds))
+        finally:
+            if not args.keep_running:  # nodes left behind would go on eating the CPU
+                cluster.down()
+                print("cluster stopped (--keep-running leaves it up)")
     if len(rows) > 1:
         print(f"\n{'scenario':<26}{'seed':>5}{'lost (read)':>13}{'lost (REST)':>13}  "
               f"{'faults':>6}  verdict  causes")
@@ -248,6 +257,31 @@ def _scenario(args) -> int:
             print(f"{name:<26}{seed:>5}{truth!s:>13}{found!s:>13}  {faults!s:>6}  "
                   f"{verdict}  {causes}")
     return EXIT_OK if all(r[-1] == "MATCH" for r in rows) else EXIT_MISMATCH
+
+
+def _scenario_cluster(s, kafka: bool):
+    """The local cluster a scenario runs on: the Kafka one, or the RabbitMQ one."""
+    if kafka:
+        from kafka_audit.scenarios.cluster import LocalCluster
+
+        return LocalCluster(s)
+    from kafka_audit.scenarios.rabbit_cluster import LocalRabbitCluster
+
+    return LocalRabbitCluster(s)
+
+
+def _rabbit_scenario_row(name: str, s, rabbit, spark) -> tuple:
+    """One RabbitMQ scenario run, printed; its row of the closing table."""
+    from kafka_audit.scenarios.rabbit_scenarios import run_rabbit_scenario
+
+    try:
+        report = run_rabbit_scenario(name, s, rabbit, spark)
+    except Exception as exc:  # noqa: BLE001 - one run's failure is its row, the rest run
+        log.exception("scenario %s failed", name)
+        return (name, "-", "-", "-", "-", "-", f"FAILED: {exc}".splitlines()[0])
+    print(report.text())
+    return (name, "-", len(report.truth_lost), len(report.found_lost),
+            ", ".join(sorted(report.causes)) or "-", 1, "MATCH" if report.ok else "MISMATCH")
 
 
 def _scenario_row(name: str, seed: int, s, cluster, spark, seconds: float) -> tuple:
@@ -450,12 +484,13 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true", help="print JSON instead of a table")
     s.set_defaults(fn=_check)
 
-    s = sub.add_parser("scenario", help="fault scenarios on the local cluster, judged against "
+    s = sub.add_parser("scenario", help="fault scenarios on the local cluster (Kafka's, or "
+                                        "RabbitMQ's for the rabbit-* ones), judged against "
                                         "ground truth: list, run NAME")
     s.add_argument("action", choices=["list", "run"],
                    help="list: the scenarios and what each injects; run: run them")
     s.add_argument("name", nargs="*", help="the scenarios to run (see list), or all")
-    s.add_argument("--seed", type=int, default=0, help="what varies between runs")
+    s.add_argument("--seed", type=int, default=0, help="what varies between runs (Kafka's)")
     s.add_argument("--seeds", type=int, default=1,
                    help="run each scenario this many times, seeds --seed, --seed+1, ...")
     s.add_argument("--seconds", type=float, default=20, help="seconds of traffic")

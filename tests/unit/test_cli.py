@@ -183,8 +183,10 @@ def test_scenario_run_refuses_bad_names_and_seeds_before_any_cluster(argv, says,
 
 def test_scenario_list_names_every_scenario(capsys):
     from kafka_audit.scenarios.catalog import SCENARIOS
+    from kafka_audit.scenarios.rabbit_scenarios import RABBIT_SCENARIOS
 
     assert cli.main(["scenario", "list"]) == 0
     out = capsys.readouterr().out
-    assert [line.split()[0] for line in out.splitlines()] == list(SCENARIOS)
+    assert [line.split()[0] for line in out.splitlines()] == [*SCENARIOS, *RABBIT_SCENARIOS]
+    assert all(name.startswith("rabbit-") for name in RABBIT_SCENARIOS)
     assert {"simultaneous-crash", "disk-loss"} <= set(SCENARIOS)

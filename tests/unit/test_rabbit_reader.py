@@ -1,0 +1,96 @@
+"""The RabbitMQ reader's rows (jobs/consume/rabbit_reader.py) from deliveries as pika hands
+them over, into a real Delta table: runs, redeliveries, barriers, foreign records, commits
+once, and positions going on across a restart. No broker: deliveries are pika's own
+``Basic.Deliver`` and ``BasicProperties``."""
+
+import os
+
+import pytest
+from pika import BasicProperties
+from pika.spec import Basic
+
+from kafka_audit.jobs.consume.rabbit_reader import RabbitReader
+from kafka_audit.schemas.stamp import (
+    FORGED,
+    MALFORMED,
+    NO_STAMP,
+    StampMac,
+    amqp_barrier,
+    amqp_headers,
+    build_stamp,
+    crc32,
+)
+from kafka_audit.schemas.systems import rabbit_key
+from kafka_audit.settings import Settings
+from kafka_audit.store import read_table
+
+Q = rabbit_key("queue", "/", "orders")
+
+
+class _Channel:
+    is_open = False  # nothing to acknowledge to
+
+
+def deliver(reader, tag: int, headers: dict | None, body: bytes = b"x",
+            redelivered: bool = False) -> None:
+    reader._delivered(reader.sources[Q], _Channel(), Basic.Deliver(delivery_tag=tag,
+                      redelivered=redelivered), BasicProperties(headers=headers), body)
+
+
+def stamped(seq: int, body: bytes = b"x", mac=None) -> dict:
+    return amqp_headers(build_stamp("p", "r", seq, crc32(body)), mac)
+
+
+def rows(settings) -> list[tuple]:
+    t = read_table(settings.table_path("consumed"), "consumed").to_pylist()
+    return sorted((r["offset"], r["count"], r["status"], r["stamped"], r["stamp_error"],
+                   r["seq"], r["checksum_ok"], r["system"]) for r in t)
+
+
+def test_deliveries_become_runs_and_land_once(tmp_path):
+    s = Settings(home=tmp_path)
+    reader = RabbitReader(s, {}, [Q])
+    for i in range(5):
+        deliver(reader, i + 1, stamped(i))
+    deliver(reader, 6, stamped(5), redelivered=True)
+    deliver(reader, 7, amqp_barrier(1_764_500_000_000_000))
+    deliver(reader, 8, None)
+    deliver(reader, 9, {"kaudit": b"\x01"})
+    deliver(reader, 10, stamped(6), body=b"not what was stamped")
+    assert reader.flush() == 6 and reader.flush() == 0
+    assert rows(s) == [
+        (0, 5, "record", True, None, 0, True, "rabbitmq"),
+        (5, 1, "redelivered", True, None, 5, True, "rabbitmq"),
+        (6, 1, "barrier", False, None, 1_764_500_000_000_000, None, "rabbitmq"),
+        (7, 1, "record", False, NO_STAMP, None, None, "rabbitmq"),
+        (8, 1, "record", False, MALFORMED, None, None, "rabbitmq"),
+        (9, 1, "record", True, None, 6, False, "rabbitmq")]
+    # a reader started again goes on from the table's highest position, in a new version
+    again = RabbitReader(s, {}, [Q])
+    deliver(again, 1, stamped(7))
+    again.flush()
+    assert rows(s)[-1][:2] == (10, 1) and again.version == reader.version + 1
+
+
+def test_with_a_stamp_key_a_stamp_or_barrier_without_its_mac_is_forged(tmp_path):
+    key = tmp_path / "stamp.key"
+    key.write_bytes(b"k" * 32)
+    os.chmod(key, 0o600)
+    s = Settings(home=tmp_path, stamp={"key_file": str(key)})
+    reader = RabbitReader(s, {}, [Q])
+    mac = StampMac(b"k" * 32)
+    deliver(reader, 1, stamped(0, mac=mac))
+    deliver(reader, 2, stamped(1))
+    deliver(reader, 3, amqp_barrier(5, mac))
+    deliver(reader, 4, amqp_barrier(6))
+    reader.flush()
+    assert [(r[2], r[4], r[5]) for r in rows(s)] == [
+        ("record", None, 0), ("record", FORGED, None), ("barrier", None, 5),
+        ("record", FORGED, None)]
+
+
+def test_a_reader_needs_something_to_read(tmp_path):
+    with pytest.raises(ValueError, match="at least one"):
+        RabbitReader(Settings(home=tmp_path), {}, [])
+    with pytest.raises(ValueError, match="not a RabbitMQ ledger key"):
+        RabbitReader(Settings(home=tmp_path), {}, ["orders"])
