@@ -15,23 +15,39 @@ from __future__ import annotations
 import base64
 import json
 import re
-from typing import Annotated
+from typing import Annotated, Literal
 
+import pyarrow.compute as pc
 from fastapi import Query, Request
 from fastapi.routing import APIRoute
 from pydantic import AfterValidator, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from kafka_audit.auditor_api.problems import bad_parameters
+from kafka_audit.schemas.systems import RABBITMQ
 
-__all__ = ["INT32_MAX", "PAGE_MAX", "Partition", "Instant", "parse_instant",
-           "declared_query_only"]
+__all__ = ["INT32_MAX", "PAGE_MAX", "Partition", "System", "SystemName", "of_system",
+           "Instant", "parse_instant", "declared_query_only"]
 
 INT32_MAX = 2**31 - 1
 #: the last page one may ask for: (page - 1) * page_size stays far inside 64 bits
 PAGE_MAX = INT32_MAX
 
 Partition = Annotated[int | None, Query(ge=0, le=INT32_MAX, description="partition number")]
+
+#: the messaging system a topic key belongs to (``schemas/systems.py``)
+SystemName = Literal["kafka", "rabbitmq"]
+System = Annotated[SystemName | None, Query(
+    description="kafka or rabbitmq: only that system's topics (a RabbitMQ queue's key is "
+                "rabbitmq:queue:<vhost>:<queue>, docs/rabbitmq.md)")]
+
+
+def of_system(system: str | None) -> pc.Expression | None:
+    """The rows whose ``topic`` belongs to ``system`` (None: every row)."""
+    if system is None:
+        return None
+    rabbit = pc.starts_with(pc.field("topic"), pattern=f"{RABBITMQ}:")
+    return rabbit if system == RABBITMQ else pc.invert(rabbit)
 
 _RFC3339 = re.compile(
     r"(?P<y>[0-9]{4})-(?P<mo>[0-9]{2})-(?P<d>[0-9]{2})[Tt]"

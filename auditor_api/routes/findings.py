@@ -26,6 +26,8 @@ from kafka_audit.auditor_api.folds import findings_through, known_topics
 from kafka_audit.auditor_api.params import (
     Instant,
     Partition,
+    System,
+    of_system,
     other_filters_cursor,
     pack_cursor,
     unpack_cursor,
@@ -287,6 +289,7 @@ def router(page_size_max: int) -> APIRouter:
 
 
 class FindingFilters(BaseModel):
+    system: str | None = None
     topic: str | None = None
     partition: int | None = None
     kind: list[str] | None = None
@@ -303,6 +306,7 @@ class FindingFilters(BaseModel):
 
 
 def finding_filters(
+    system: System = None,
     topic: str | None = None,
     partition: Partition = None,
     kind: Annotated[list[Kind] | None, Query(description="one or more kinds")] = None,
@@ -323,7 +327,7 @@ def finding_filters(
     if since is not None and until is not None and since >= until:
         raise bad_parameters(("since", "must be before until"),
                              ("until", "must be after since"))
-    return FindingFilters(topic=topic, partition=partition,
+    return FindingFilters(system=system, topic=topic, partition=partition,
                           kind=[k.value for k in kind] if kind else None,
                           subkind=[k.value for k in subkind] if subkind else None,
                           cause=[c.value for c in cause] if cause else None,
@@ -358,6 +362,7 @@ def _matching(reader, f: FindingFilters, as_of: int) -> pa.Table:
     ts = pa.timestamp("us", tz="UTC")
     where = _and([
         pc.field("pass_id") <= pa.scalar(as_of, pa.int64()),
+        of_system(f.system),
         pc.field("topic") == f.topic if f.topic is not None else None,
         pc.field("partition") == pa.scalar(f.partition, pa.int32()) if f.partition is not None
         else None,

@@ -16,10 +16,12 @@ from pydantic import BaseModel, Field
 
 from kafka_audit.auditor_api.deps import ReaderDep
 from kafka_audit.auditor_api.folds import known_topics
+from kafka_audit.auditor_api.params import System, SystemName
 from kafka_audit.auditor_api.problems import UNKNOWN_TOPIC, ProblemError, problem_responses
 from kafka_audit.auditor_api.routes.findings import committed_finding_sums, example
 from kafka_audit.auditor_api.routes.partitions import latest_partitions
 from kafka_audit.auditor_api.totals import ACKED_DOC, ACKNOWLEDGED_DOC, TopicTotals, topic_totals
+from kafka_audit.schemas.systems import system_of
 
 __all__ = ["router", "all_topics", "TopicOut"]
 
@@ -41,6 +43,9 @@ class TopicOut(BaseModel):
     """One topic: the ledger's writes and the committed verdicts on them."""
 
     topic: str
+    system: SystemName = Field(description="the system the topic key names: kafka, or "
+                                           "rabbitmq for a queue's or a stream's key "
+                                           "(rabbitmq:queue:<vhost>:<queue>)")
     acked: int = Field(description=ACKED_DOC)
     acknowledged: int = Field(description=ACKNOWLEDGED_DOC)
     failed: int = Field(description="of which the delivery failed (no ack)")
@@ -83,7 +88,8 @@ class TopicDetail(TopicOut):
 
 
 TOPIC_EXAMPLE = {
-    "topic": "orders", "acked": 543552, "acknowledged": 543552, "failed": 0, "confirmed": 541039,
+    "topic": "orders", "system": "kafka", "acked": 543552, "acknowledged": 543552, "failed": 0,
+    "confirmed": 541039,
     "pending": 0,
     "unseen": 0, "lost": 2513, "loss_ratio": 0.00462, "last_loss": "2026-11-22T07:51:02.6Z",
     "duplicates": 0, "reordered": 0, "unrecorded": 0,
@@ -109,7 +115,8 @@ def all_topics(reader) -> dict[str, TopicTotals]:
 
 
 def _out(t: TopicTotals) -> dict:
-    return {"topic": t.topic, "acked": t.acked, "acknowledged": t.acknowledged,
+    return {"topic": t.topic, "system": system_of(t.topic), "acked": t.acked,
+            "acknowledged": t.acknowledged,
             "failed": t.failed,
             "confirmed": t.verdicts.get("confirmed", 0), "pending": t.pending,
             "unseen": t.unseen, "lost": t.lost, "loss_ratio": t.loss_ratio,
@@ -140,11 +147,13 @@ def _leaders(reader) -> dict[tuple[str, int], tuple[int | None, list[int] | None
 
 
 @router.get("/topics", response_model=list[TopicOut], responses=example([TOPIC_EXAMPLE]))
-def topics(reader: ReaderDep) -> list:
-    """Every topic the ledger, the findings or the consumed stream names: acked, confirmed,
-    pending, unseen and lost writes, the loss ratio, the last loss, the producer durability
-    settings seen, and records that cannot be judged."""
-    return [_out(t) for t in all_topics(reader).values()]
+def topics(reader: ReaderDep, system: System = None) -> list:
+    """Every topic the ledger, the findings or the consumed stream names (RabbitMQ's queues
+    and streams among them, by their keys): acked, confirmed, pending, unseen and lost
+    writes, the loss ratio, the last loss, the producer durability settings seen, and
+    records that cannot be judged."""
+    return [_out(t) for name, t in all_topics(reader).items()
+            if system is None or system_of(name) == system]
 
 
 @router.get("/topics/{topic}", response_model=TopicDetail,
