@@ -312,7 +312,8 @@ class StreamSums:
 def _add_stream(s: StreamSums, rows: pa.Table, _version: int) -> StreamSums:
     topics = set(rows.column("topic").unique().to_pylist()) if rows.num_rows else set()
     parts = s.partitions | {k for k, _n in _sum_by(rows, ["topic", "partition"])}
-    stream = rows.filter(pc.field("source") == "stream")
+    # records alone: a RabbitMQ redelivery is a record read again, a barrier none
+    stream = rows.filter((pc.field("source") == "stream") & (pc.field("status") == "record"))
     if stream.num_rows == 0:
         return StreamSums(s.reasons, s.intact, s.topics | topics, s.stream_topics, parts)
     stamped = pc.fill_null(stream.column("stamped"), False)

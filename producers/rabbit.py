@@ -168,6 +168,9 @@ class AuditedPublisher:
         self.target = parse_rabbit_key(key)
         self.key = key
         self.nodes = dict(nodes) if isinstance(nodes, Mapping) else dict(enumerate(nodes, 1))
+        if other := {p.virtual_host for p in self.nodes.values()} - {self.target.vhost}:
+            raise ValueError(f"the key {key} names vhost {self.target.vhost!r}; the nodes' "
+                             f"connections are to {sorted(other)}")
         self._order = sorted(self.nodes)
         if first is not None and first not in self.nodes:
             raise ValueError(f"node {first} is not one of the nodes given ({self._order})")

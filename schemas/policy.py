@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
 
+from kafka_audit.schemas.systems import TRANSIENT
 from kafka_audit.schemas.verdicts import Kind
 
 __all__ = ["Durability", "Allowance", "ALLOWANCES", "allowed_because"]
@@ -39,7 +40,7 @@ __all__ = ["Durability", "Allowance", "ALLOWANCES", "allowed_because"]
 class Durability(NamedTuple):
     """The producer settings that decide durability, as the ``acks`` table stores them."""
 
-    acks: str  # "0", "1" or "all"
+    acks: str  # "0", "1" or "all"; RabbitMQ: "persistent" or "transient"
     idempotence: bool
     retries: int
     max_in_flight: int
@@ -56,6 +57,10 @@ ALLOWANCES: tuple[Allowance, ...] = (
     Allowance(frozenset({Kind.lost, Kind.lost_after_seen}),
               lambda d: d.acks in ("0", "1"),
               "acks=0/1: acknowledged before any follower held the write"),
+    Allowance(frozenset({Kind.lost}),
+              lambda d: d.acks == TRANSIENT,
+              "RabbitMQ, published without the persistent flag: a restart of its queue's "
+              "node drops it"),
     Allowance(frozenset({Kind.duplicate}),
               lambda d: not d.idempotence and d.retries > 0,
               "retries without idempotence: a retried request may be appended twice"),

@@ -410,6 +410,8 @@ def barrier_of_amqp(headers: Mapping[str, object] | None, mac: StampMac | None =
         return None
     if not isinstance(value, bytes | bytearray) or len(value) != _BARRIER.size:
         raise StampError(f"a {BARRIER_HEADER} header is {_BARRIER.size} bytes")
+    if value[0] & 0x80:
+        raise StampError(f"a {BARRIER_HEADER} time must fit a signed 64-bit integer")
     if mac is not None:
         m = headers.get(MAC_HEADER, ...)  # type: ignore[union-attr]
         mac.check(BARRIER_HEADER.encode() + bytes(value),

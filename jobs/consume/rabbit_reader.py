@@ -20,7 +20,13 @@ restarts: it goes on from the table's highest), a stream's own offset. ``status`
 * ``barrier``: a barrier (``kaudit-barrier`` header) the reader published into the queue
   (or stream) every ``barrier_seconds``, ``seq`` when its publish began (µs since the
   epoch). The audit's barrier rule (``jobs/core/rabbit_rules.py``) judges a write once a
-  barrier published after its confirm has been read.
+  barrier published after its confirm has been read. After the reader lost a connection
+  uncleanly, the deliveries sent on it stay checked out to the dead consumer until the
+  broker notices, and a barrier read meanwhile could pass them: for
+  ``barrier_holdoff_seconds`` (90: above two heartbeats and RabbitMQ's default
+  net_ticktime, 60) barriers are recorded without a time (``seq`` null: they settle
+  nothing). A barrier time more than a day from the reader's clock is no reader's: a
+  malformed record.
 
 Every ``flush_seconds`` the rows read are committed as one idempotent Delta append
 (``app_id`` ``kaudit-rabbit-reader/<name>``, one version per batch), and only then are the
@@ -73,6 +79,12 @@ log = logging.getLogger(__name__)
 _SCHEMA = arrow_schema("consumed")
 
 
+def _plausible(sent_us: int, now: datetime) -> bool:
+    """A barrier's time a reader takes: within a day of its own clock (a value far off is
+    no barrier of a reader's: it would settle every write, or none, for ever)."""
+    return abs(sent_us / 1e6 - now.timestamp()) < 86_400
+
+
 def reader_app_id(name: str) -> str:
     """The idempotent writer name of the reader ``name``'s commits to ``consumed``."""
     return f"kaudit-rabbit-reader/{name}"
@@ -120,7 +132,8 @@ class RabbitReader:
 
     def __init__(self, settings: Settings, nodes: Mapping[int, pika.ConnectionParameters],
                  keys: list[str], name: str = "reader", barrier_seconds: float = 2.0,
-                 flush_seconds: float = 1.0, prefetch: int = 1000) -> None:
+                 flush_seconds: float = 1.0, prefetch: int = 1000,
+                 barrier_holdoff_seconds: float = 90.0) -> None:
         from kafka_audit.stamp_key import stamp_mac
 
         if not keys:
@@ -132,13 +145,25 @@ class RabbitReader:
         self.barrier_seconds, self.flush_seconds = barrier_seconds, flush_seconds
         self.prefetch = prefetch
         self._mac = stamp_mac(settings)
+        self.barrier_holdoff_seconds = barrier_holdoff_seconds
         targets = {k: parse_rabbit_key(k) for k in keys}
+        vhosts = {p.virtual_host for p in self.nodes.values()}
+        if wrong := sorted(k for k, t in targets.items() if {t.vhost} != vhosts and vhosts):
+            raise ValueError(f"the nodes' connections are to vhost(s) {sorted(vhosts)}; "
+                             f"{wrong[0]} names another: one reader per vhost")
         ends = self._ends(list(targets))
         self.sources = {k: _Source(k, t.kind == "stream", ends.get(k, 0))
                         for k, t in targets.items()}
         self.targets = targets
         self.version = transaction_version(self.path, self.app_id) or 0
         self.runs: list[_Run] = []
+        #: a batch whose commit failed: (its version, its rows, its deliveries)
+        self._failed: tuple[int, pa.Table, list] | None = None
+        #: barriers read before this monotonic time are not recorded (after an unclean
+        #: reconnect: see :attr:`barrier_holdoff_seconds`)
+        self._barriers_from = 0.0
+        self._cancelled: list[str] = []
+        self.barriers_withheld = 0
         self.rows_written = self.deliveries = self.barriers_published = 0
         self.node: int | None = None
         self._conn = self._channel = None
@@ -171,6 +196,10 @@ class RabbitReader:
                 continue
             try:
                 channel = conn.channel()
+                # a queue deleted, or its node gone: the broker cancels the consumer; the
+                # reader connects again (and so consumes it again, or says why it cannot)
+                channel.add_on_cancel_callback(
+                    lambda frame: self._cancelled.append(frame.method.consumer_tag))
                 channel.basic_qos(prefetch_count=self.prefetch)
                 for src in self.sources.values():
                     self._consume(channel, src)
@@ -194,7 +223,14 @@ class RabbitReader:
 
         channel.basic_consume(target.name, on_message, arguments=args)
 
-    def _lost(self) -> None:
+    def _lost(self, clean: bool = False) -> None:
+        """Forget the connection. After an unclean loss (``clean`` False) the deliveries
+        the broker had sent on it stay checked out to the dead consumer until the broker
+        notices (two heartbeats, or the nodes' net_ticktime for a node cut off): barriers
+        read meanwhile could pass them, so none is recorded for
+        ``barrier_holdoff_seconds``."""
+        if not clean and self._conn is not None:
+            self._barriers_from = time.monotonic() + self.barrier_holdoff_seconds
         conn, self._conn, self._channel = self._conn, None, None
         if self.node is not None:
             self._next = (self._order.index(self.node) + 1) % len(self._order)
@@ -238,6 +274,11 @@ class RabbitReader:
         except StampError:
             return foreign(MALFORMED)
         if sent is not None:
+            if not _plausible(sent, now):
+                return foreign(MALFORMED)
+            if time.monotonic() < self._barriers_from:  # withheld: it settles nothing
+                self.barriers_withheld += 1
+                sent = None
             return _Run(key, position, BARRIER, False, None, None, None, sent, None, now)
         if stamp is None:
             return foreign(NO_STAMP)
@@ -258,29 +299,29 @@ class RabbitReader:
 
     def flush(self) -> int:
         """Commit the rows read since the last flush (one idempotent append), then
-        acknowledge their deliveries; the rows written."""
-        if not self.runs:
-            return 0
-        runs, self.runs = self.runs, []
-        tags = [t for src in self.sources.values() for t in src.tags]
-        table = self._table(runs, self.version + 1)
-        try:
-            append_arrow_once(self.path, "consumed", table, self.app_id, self.version + 1,
-                              known=self.version)
-        except Exception:
-            self.runs = runs + self.runs  # kept, unacknowledged: the next flush tries again
-            raise
-        self.version += 1
+        acknowledge their deliveries; the rows written. A batch whose commit failed is kept
+        whole, with its version and deliveries, and tried again alone first (its commit may
+        have landed before the error: the idempotent append then writes nothing)."""
+        if self._failed is None:
+            if not self.runs:
+                return 0
+            tags = [t for src in self.sources.values() for t in src.tags]
+            for src in self.sources.values():
+                src.tags.clear()
+            runs, self.runs = self.runs, []
+            self._failed = (self.version + 1, self._table(runs, self.version + 1), tags)
+        version, table, tags = self._failed
+        append_arrow_once(self.path, "consumed", table, self.app_id, version)
+        self._failed = None
+        self.version = version
         self.rows_written += table.num_rows
-        for src in self.sources.values():
-            src.tags.clear()
         last: dict = {}
         for channel, tag in tags:
             last[id(channel)] = (channel, max(tag, last.get(id(channel), (None, 0))[1]))
         for channel, tag in last.values():
             if channel.is_open:
                 channel.basic_ack(tag, multiple=True)
-        return table.num_rows
+        return table.num_rows + (self.flush() if self.runs else 0)
 
     def _flush_or_wait(self) -> None:
         """:meth:`flush`; a warehouse that cannot be written is said and tried again at the
@@ -314,6 +355,10 @@ class RabbitReader:
                     self._connect()
                     backoff = 0.5
                 self._conn.process_data_events(time_limit=0.1)
+                if self._cancelled:
+                    cancelled, self._cancelled = self._cancelled, []
+                    raise pika.exceptions.ConsumerCancelled(
+                        f"the broker cancelled consumer(s) {cancelled}")
                 now = time.monotonic()
                 if now >= next_barrier:
                     self.publish_barriers()
@@ -330,4 +375,4 @@ class RabbitReader:
         try:
             self.flush()
         finally:
-            self._lost()
+            self._lost(clean=True)

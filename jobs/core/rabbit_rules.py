@@ -9,9 +9,8 @@ names no position. What the reader of a queue or stream records instead
 * ``redelivered``: the same, delivered again (the broker's ``redelivered`` flag: a
   consumer before did not acknowledge it): presence, never a copy;
 * ``barrier``: a *barrier* read back, ``seq`` the time its publish began (µs since the
-  epoch). The reader publishes one into each queue it reads every few seconds; of a
-  stream, whose messages are the users', it records one each time it has read to the
-  stream's end (``seq``: when it saw itself there).
+  epoch; null: withheld, it settles nothing). The reader publishes one into each queue
+  and stream it reads every few seconds.
 
 **The barrier rule.** A queue delivers in the order it enqueued, and a stream is read in
 its own order: a message the broker confirmed before a barrier's publish began is ahead
@@ -70,8 +69,13 @@ class RabbitConfig:
 
 
 def barrier_time(r: ReadRun) -> datetime:
-    """When a barrier's publish began (its ``seq``: µs since the epoch)."""
-    return datetime.fromtimestamp(r.seq / 1e6, UTC)  # type: ignore[operator]
+    """When a barrier's publish began (its ``seq``: µs since the epoch); a time no
+    ``datetime`` holds (no reader's: it writes none) as the earliest, which settles
+    nothing."""
+    try:
+        return datetime.fromtimestamp(r.seq / 1e6, UTC)  # type: ignore[operator]
+    except (OverflowError, OSError, ValueError):
+        return datetime.min.replace(tzinfo=UTC)
 
 
 def settling_barrier(a: AckRun, barriers: Sequence[ReadRun], now: datetime,

@@ -13,7 +13,7 @@ from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows
 
 from .test_api_errors import serving
-from .test_api_summary import ack, finding, progress
+from .test_api_summary import ack, finding, progress, stream
 
 QUEUE = rabbit_key("queue", "/", "orders")
 
@@ -61,3 +61,19 @@ def test_the_findings_filter_by_system(client):
     assert kinds("?system=rabbitmq") == [(QUEUE, "lost")]
     assert kinds("?system=kafka") == [("orders", "confirmed")]
     assert len(kinds("")) == 2
+
+
+def test_barriers_and_redeliveries_are_no_unjudged_records(tmp_path):
+    """A queue's reads: its records, a redelivery of one (read again) and a barrier (no
+    record of a producer): neither is counted as a record the audit cannot judge."""
+    s = Settings(home=tmp_path)
+    append_rows(s.table_path("acks"), "acks", [{**ack(QUEUE, 0, 4), "offset": None}])
+    append_rows(s.table_path("consumed"), "consumed", [
+        stream(QUEUE, 4), {**stream(QUEUE, 1), "status": "redelivered"},
+        {**stream(QUEUE, 1, stamped=False), "status": "barrier", "seq": 1},
+        stream(QUEUE, 1, stamped=False, error="no kaudit header")])
+    progress(s, 1, 0)
+    c = TestClient(create_app(s), base_url="http://localhost")
+    got = c.get("/v1/summary").json()["unjudged_records"][QUEUE]
+    assert got == {"no_stamp": 1, "malformed_stamp": 0, "forged_stamp": 0, "bad_checksum": 0,
+                   "unknown_producer": 0}

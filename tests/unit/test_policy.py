@@ -26,3 +26,8 @@ def test_duplicates_and_reordering_need_retries_without_idempotence():
 def test_nothing_else_is_ever_allowed():
     for kind in (Kind.confirmed, Kind.rejected, Kind.indeterminate, Kind.unverified):
         assert allowed_because(kind, ACKS1) is None
+
+
+def test_a_rabbitmq_message_without_the_persistent_flag_may_be_lost_a_persistent_one_not():
+    assert "persistent flag" in allowed_because(Kind.lost, Durability("transient", False, 0, 1))
+    assert allowed_because(Kind.lost, Durability("persistent", False, 0, 1)) is None

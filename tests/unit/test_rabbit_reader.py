@@ -4,6 +4,7 @@ once, and positions going on across a restart. No broker: deliveries are pika's 
 ``Basic.Deliver`` and ``BasicProperties``."""
 
 import os
+import time
 
 import pytest
 from pika import BasicProperties
@@ -25,6 +26,7 @@ from kafka_audit.settings import Settings
 from kafka_audit.store import read_table
 
 Q = rabbit_key("queue", "/", "orders")
+NOW_US = time.time_ns() // 1000  # a barrier's time is within a day of the reader's clock
 
 
 class _Channel:
@@ -53,7 +55,7 @@ def test_deliveries_become_runs_and_land_once(tmp_path):
     for i in range(5):
         deliver(reader, i + 1, stamped(i))
     deliver(reader, 6, stamped(5), redelivered=True)
-    deliver(reader, 7, amqp_barrier(1_764_500_000_000_000))
+    deliver(reader, 7, amqp_barrier(NOW_US))
     deliver(reader, 8, None)
     deliver(reader, 9, {"kaudit": b"\x01"})
     deliver(reader, 10, stamped(6), body=b"not what was stamped")
@@ -61,7 +63,7 @@ def test_deliveries_become_runs_and_land_once(tmp_path):
     assert rows(s) == [
         (0, 5, "record", True, None, 0, True, "rabbitmq"),
         (5, 1, "redelivered", True, None, 5, True, "rabbitmq"),
-        (6, 1, "barrier", False, None, 1_764_500_000_000_000, None, "rabbitmq"),
+        (6, 1, "barrier", False, None, NOW_US, None, "rabbitmq"),
         (7, 1, "record", False, NO_STAMP, None, None, "rabbitmq"),
         (8, 1, "record", False, MALFORMED, None, None, "rabbitmq"),
         (9, 1, "record", True, None, 6, False, "rabbitmq")]
@@ -81,11 +83,11 @@ def test_with_a_stamp_key_a_stamp_or_barrier_without_its_mac_is_forged(tmp_path)
     mac = StampMac(b"k" * 32)
     deliver(reader, 1, stamped(0, mac=mac))
     deliver(reader, 2, stamped(1))
-    deliver(reader, 3, amqp_barrier(5, mac))
-    deliver(reader, 4, amqp_barrier(6))
+    deliver(reader, 3, amqp_barrier(NOW_US, mac))
+    deliver(reader, 4, amqp_barrier(NOW_US + 1))
     reader.flush()
     assert [(r[2], r[4], r[5]) for r in rows(s)] == [
-        ("record", None, 0), ("record", FORGED, None), ("barrier", None, 5),
+        ("record", None, 0), ("record", FORGED, None), ("barrier", None, NOW_US),
         ("record", FORGED, None)]
 
 
@@ -94,3 +96,59 @@ def test_a_reader_needs_something_to_read(tmp_path):
         RabbitReader(Settings(home=tmp_path), {}, [])
     with pytest.raises(ValueError, match="not a RabbitMQ ledger key"):
         RabbitReader(Settings(home=tmp_path), {}, ["orders"])
+
+
+def test_a_barrier_no_reader_wrote_is_malformed_and_one_after_an_unclean_loss_withheld(
+        tmp_path):
+    import struct
+
+    s = Settings(home=tmp_path)
+    reader = RabbitReader(s, {}, [Q], barrier_holdoff_seconds=60)
+    now_us = time.time_ns() // 1000
+    deliver(reader, 1, amqp_barrier(now_us + 2 * 86_400 * 10**6))  # two days ahead
+    deliver(reader, 2, {"kaudit-barrier": struct.pack(">Q", 2**63)})  # no signed 64 bits
+    deliver(reader, 3, amqp_barrier(now_us))
+    reader._conn = _Channel()  # a connection lost uncleanly: barriers withheld a while
+    reader._lost()
+    deliver(reader, 4, amqp_barrier(now_us))
+    reader.flush()
+    assert [(r[1], r[2], r[4], r[5]) for r in rows(s)] == [
+        (2, "record", MALFORMED, None), (1, "barrier", None, now_us),
+        (1, "barrier", None, None)]
+    assert reader.barriers_withheld == 1
+
+
+def test_a_batch_whose_commit_failed_after_landing_is_written_once(tmp_path, monkeypatch):
+    from kafka_audit.jobs.consume import rabbit_reader
+
+    s = Settings(home=tmp_path)
+    reader = RabbitReader(s, {}, [Q])
+    real, calls = rabbit_reader.append_arrow_once, []
+
+    def lands_then_fails(*args, **kwargs):
+        calls.append(args[4])
+        done = real(*args, **kwargs)
+        if len(calls) == 1:
+            raise OSError("the commit landed, then the answer was lost")
+        return done
+
+    monkeypatch.setattr(rabbit_reader, "append_arrow_once", lands_then_fails)
+    deliver(reader, 1, stamped(0))
+    with pytest.raises(OSError):
+        reader.flush()
+    deliver(reader, 2, stamped(1))  # read meanwhile: the next batch
+    assert reader.flush() == 1 + 1
+    assert calls == [1, 1, 2]  # the failed batch alone, again, then the new one
+    assert [(r[0], r[5]) for r in rows(s)] == [(0, 0), (1, 1)]
+
+
+def test_a_key_of_another_vhost_than_the_connections_is_refused(tmp_path):
+    from pika import ConnectionParameters
+
+    from kafka_audit.producers.rabbit import AuditedPublisher
+
+    nodes = {1: ConnectionParameters("127.0.0.1", 1, virtual_host="prod")}
+    with pytest.raises(ValueError, match="one reader per vhost"):
+        RabbitReader(Settings(home=tmp_path), nodes, [Q])
+    with pytest.raises(ValueError, match="names vhost '/'"):
+        AuditedPublisher(nodes, Q, "p", Settings(home=tmp_path))
