@@ -39,6 +39,7 @@ Usage::
 
 from __future__ import annotations
 
+import copy
 import logging
 import struct
 import time
@@ -252,7 +253,8 @@ class AuditedPublisher:
         seq = self.seq
         self.seq += 1
         stamp = build_stamp(self.producer_id, self.run_id, seq, crc32(body))
-        props = properties or pika.BasicProperties()
+        # the caller's properties are its own: the stamp goes into a copy
+        props = copy.copy(properties) if properties is not None else pika.BasicProperties()
         props.headers = {**(props.headers or {}), **(headers or {}),
                          **amqp_headers(stamp, self._mac)}
         props.delivery_mode = self.delivery_mode
