@@ -78,7 +78,6 @@ class RabbitOutcome:
 
     error: str  # NACK | RETURNED | UNCONFIRMED
     reply_code: int = 0
-    reason: str = ""
 
     def code(self) -> int:
         return self.reply_code
@@ -194,7 +193,6 @@ class AuditedPublisher:
             staged=settings.producer.staged).start()
         self.record: list[tuple[int, str | None]] | None = [] if keep_record else None
         self.seq = 0
-        self.confirmed = self.failed = 0
         self.node: int | None = None  # the node connected to (1-based), None: none now
         self._conn = self._channel = None
         #: the place in ``_order`` of the node to try first at the next connect
@@ -271,18 +269,13 @@ class AuditedPublisher:
             raise ValueError(f"the message's properties cannot be encoded: {exc!r}") from None
         except pika.exceptions.UnroutableError as exc:
             returned = exc.messages[0].method if exc.messages else None
-            outcome = RabbitOutcome(RETURNED, getattr(returned, "reply_code", 312),
-                                    getattr(returned, "reply_text", ""))
+            outcome = RabbitOutcome(RETURNED, getattr(returned, "reply_code", 312))
         except pika.exceptions.NackError:
             outcome = RabbitOutcome(NACK)
         except (pika.exceptions.AMQPError, OSError) as exc:
-            outcome = RabbitOutcome(UNCONFIRMED, _reply_code(exc), repr(exc)[:200])
+            outcome = RabbitOutcome(UNCONFIRMED, _reply_code(exc))
             self._lost()
         self.ledger.add((seq, self.key, node, outcome, sent, time.time()))
-        if outcome is None:
-            self.confirmed += 1
-        else:
-            self.failed += 1
         if self.record is not None:
             self.record.append((seq, None if outcome is None else outcome.error))
         return outcome is None

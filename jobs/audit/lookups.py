@@ -16,7 +16,7 @@ import time
 
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.jobs.core.model import ReadRun, Reread
-from kafka_audit.schemas.systems import KAFKA, kafka_topics, system_of
+from kafka_audit.schemas.systems import kafka_topics
 from kafka_audit.settings import Settings
 
 __all__ = ["ClusterLookups", "POLICY_FRESH_SECONDS", "POLICY_STALE_SECONDS",
@@ -121,7 +121,8 @@ class ClusterLookups:
         from confluent_kafka import TopicPartition
         from confluent_kafka.admin import OffsetSpec
 
-        partitions = [p for p in partitions if system_of(p[0]) == KAFKA]
+        kafka = kafka_topics({t for t, _ in partitions})
+        partitions = [p for p in partitions if p[0] in kafka]
         if not partitions:
             return {}
         admin = self._admin()

@@ -164,7 +164,7 @@ class RabbitReader:
         self._barriers_from = 0.0
         self._cancelled: list[str] = []
         self.barriers_withheld = 0
-        self.rows_written = self.deliveries = self.barriers_published = 0
+        self.rows_written = self.deliveries = 0
         self.node: int | None = None
         self._conn = self._channel = None
         self._order = sorted(self.nodes)
@@ -294,7 +294,6 @@ class RabbitReader:
             sent = time.time_ns() // 1000
             self._channel.basic_publish("", target.name, b"", pika.BasicProperties(
                 headers=amqp_barrier(sent, self._mac), delivery_mode=2))
-            self.barriers_published += 1
             log.debug("barrier into %s at %d", key, sent)
 
     def flush(self) -> int:

@@ -88,13 +88,22 @@ def settling_barrier(a: AckRun, barriers: Sequence[ReadRun], now: datetime,
                key=lambda b: b.read_time, default=None)
 
 
-def _seqs(reads: Sequence[ReadRun], a: AckRun) -> dict[int, list[tuple[int, str]]]:
-    """Per seq of ``a``, where it was read (reader position, status), in position order."""
+def _by_run(reads: Sequence[ReadRun]) -> dict[tuple, list[ReadRun]]:
+    """The stamped reads of each producer run, ``(producer_id, run_id)``, in reader
+    position order (grouped once per pass, not scanned again for every write)."""
+    out: dict[tuple, list[ReadRun]] = {}
+    for r in sorted(reads, key=lambda r: r.offset):
+        if r.producer_id is not None and r.seq is not None and r.status != BARRIER:
+            out.setdefault((r.producer_id, r.run_id), []).append(r)
+    return out
+
+
+def _seqs(mine: Sequence[ReadRun], a: AckRun) -> dict[int, list[tuple[int, str]]]:
+    """Per seq of ``a``, where it was read (reader position, status), in position order;
+    ``mine``: the reads of ``a``'s producer run."""
     at: dict[int, list[tuple[int, str]]] = {}
     lo, hi = a.seq, a.seq + a.count
-    for r in reads:
-        if r.producer_id != a.producer_id or r.run_id != a.run_id or r.seq is None:
-            continue
+    for r in mine:
         for i in range(max(lo, r.seq), min(hi, r.seq + r.count)):
             at.setdefault(i, []).append((r.offset + i - r.seq, r.status))
     for v in at.values():
@@ -102,15 +111,14 @@ def _seqs(reads: Sequence[ReadRun], a: AckRun) -> dict[int, list[tuple[int, str]
     return at
 
 
-def _reordered(reads: Sequence[ReadRun], a: AckRun) -> set[int]:
+def _reordered(mine: Sequence[ReadRun], a: AckRun) -> set[int]:
     """The seqs of ``a`` whose first read came after a read of a higher seq of its
-    producer run (reads as ``record`` only, in reader position order)."""
-    firsts = sorted((r for r in reads if r.status == RECORD and r.producer_id == a.producer_id
-                     and r.run_id == a.run_id and r.seq is not None), key=lambda r: r.offset)
+    producer run (reads as ``record`` only, in reader position order; ``mine``: the
+    run's reads in that order)."""
     out: set[int] = set()
     seen: set[int] = set()
     highest = -1  # one past the highest seq read so far
-    for r in firsts:
+    for r in (r for r in mine if r.status == RECORD):
         for s in range(max(r.seq, a.seq), min(r.seq + r.count, highest, a.seq + a.count)):
             if s not in seen:
                 out.add(s)
@@ -125,6 +133,7 @@ def judge_rabbit(acks: Sequence[AckRun], reads: Sequence[ReadRun], now: datetime
     pending in ``Judgement.acks``."""
     out = Judgement()
     barriers = [r for r in reads if r.status == BARRIER and r.seq is not None]
+    runs = _by_run(reads)
     unseen_before = now - timedelta(seconds=cfg.unseen_after_seconds)
     for a in acks:
         barrier = settling_barrier(a, barriers, now, cfg)
@@ -135,8 +144,9 @@ def judge_rabbit(acks: Sequence[AckRun], reads: Sequence[ReadRun], now: datetime
                 out.unseen += a.count
                 out.oldest_unseen = min(filter(None, (out.oldest_unseen, a.first_ack)))
             continue
-        at = _seqs(reads, a)
-        reordered = _reordered(reads, a)
+        mine = runs.get((a.producer_id, a.run_id), [])
+        at = _seqs(mine, a)
+        reordered = _reordered(mine, a)
         if a.error is None:
             out.judged.append(a)
         for lo, hi, kind, subkind, evidence in _pieces(a, at, barrier):

@@ -188,7 +188,7 @@ class RabbitWatcher:
         #: node name -> number (given, or in sorted order of the names seen)
         self.numbers: dict[str, int] = dict(numbers or {})
         self._fixed = numbers is not None
-        self.polls = self.events = 0
+        self.polls = 0
 
     def _get(self, node: int, path: str):
         req = urllib.request.Request(f"{self.endpoints[node]}/api/{path}",
@@ -256,7 +256,6 @@ class RabbitWatcher:
         if rows:
             append_rows(self.table, "cluster_events", rows)
         self.polls += 1
-        self.events += len(rows)
         return rows
 
     def run(self, stop: threading.Event) -> None:
