@@ -28,7 +28,10 @@ a transient message does not survive a restart of its queue's node), ``retries``
 publisher never publishes a message twice), ``max_in_flight`` 1 (each publish waits for its
 confirm), ``broker`` the node the publisher's connection was to (its number among the
 nodes the publisher was given). After a connection is lost the publisher connects to the
-next node that answers.
+next node that answers. A confirm not come within ``confirm_timeout`` seconds (a node cut
+off from its peers holds a mirrored queue's confirms until it sees them gone, or forever)
+gives the connection up: the publish is recorded ``UNCONFIRMED`` and the next one goes to
+the next node.
 
 Usage::
 
@@ -151,14 +154,16 @@ class AuditedPublisher:
     ``key``: the ledger key of the queue or stream the messages are for
     (:func:`~kafka_audit.schemas.systems.rabbit_key`); ``exchange`` and ``routing_key``:
     where to publish (default: the default exchange, straight to the key's queue);
-    ``persistent``: delivery mode 2 (else 1, transient); ``keep_record``: keep each
-    publish's ``(seq, outcome name or None)`` in :attr:`record` (tests: ground truth)."""
+    ``persistent``: delivery mode 2 (else 1, transient); ``confirm_timeout``: seconds a
+    publish waits for the broker's answer before the connection is given up;
+    ``keep_record``: keep each publish's ``(seq, outcome name or None)`` in :attr:`record`
+    (tests: ground truth)."""
 
     def __init__(self, nodes: Mapping[int, pika.ConnectionParameters]
                  | Sequence[pika.ConnectionParameters], key: str, producer_id: str,
                  settings: Settings, exchange: str = "", routing_key: str | None = None,
                  persistent: bool = True, mandatory: bool = True, first: int | None = None,
-                 keep_record: bool = False) -> None:
+                 confirm_timeout: float = 30.0, keep_record: bool = False) -> None:
         import pika
 
         from kafka_audit.stamp_key import stamp_mac
@@ -172,6 +177,9 @@ class AuditedPublisher:
             raise ValueError(f"the key {key} names vhost {self.target.vhost!r}; the nodes' "
                              f"connections are to {sorted(other)}")
         self._order = sorted(self.nodes)
+        if not confirm_timeout > 0:
+            raise ValueError(f"confirm_timeout must be positive, not {confirm_timeout!r}")
+        self.confirm_timeout = confirm_timeout
         if first is not None and first not in self.nodes:
             raise ValueError(f"node {first} is not one of the nodes given ({self._order})")
         self.producer_id = producer_id
@@ -229,6 +237,25 @@ class AuditedPublisher:
         self.node = None
         _close(conn)
 
+    def _give_up_after(self, seconds: float):
+        """A timer ending the connection (as a missed heartbeat does) unless cancelled
+        within ``seconds``: the publish waiting for its confirm then raises.
+
+        pika's ``BlockingConnection.call_later`` runs its callbacks only inside
+        ``process_data_events``, never while ``basic_publish`` waits for a confirm; the
+        timer of the connection's own I/O loop runs in that wait."""
+        import pika
+
+        impl = self._conn._impl  # noqa: SLF001 - the blocking adapter's I/O loop
+
+        def give_up() -> None:
+            log.warning("no answer from node %s within %.1f s: giving its connection up",
+                        self.node, seconds)
+            impl._terminate_stream(pika.exceptions.StreamLostError(  # noqa: SLF001
+                f"no confirm within {seconds} s"))
+
+        return impl._adapter_call_later(seconds, give_up)  # noqa: SLF001
+
     # ---- publishing ---------------------------------------------------------------------
     def publish(self, body: bytes, headers: dict | None = None,
                 properties: pika.BasicProperties | None = None) -> bool:
@@ -258,6 +285,7 @@ class AuditedPublisher:
         props.delivery_mode = self.delivery_mode
         node, sent = self.node, time.time()
         outcome: RabbitOutcome | None = None
+        timer = self._give_up_after(self.confirm_timeout)
         try:
             self._channel.basic_publish(self.exchange, self.routing_key, body, props,
                                         mandatory=self.mandatory)
@@ -275,6 +303,8 @@ class AuditedPublisher:
         except (pika.exceptions.AMQPError, OSError) as exc:
             outcome = RabbitOutcome(UNCONFIRMED, _reply_code(exc))
             self._lost()
+        finally:
+            timer.cancel()
         self.ledger.add((seq, self.key, node, outcome, sent, time.time()))
         if self.record is not None:
             self.record.append((seq, None if outcome is None else outcome.error))

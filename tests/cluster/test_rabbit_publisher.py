@@ -5,6 +5,7 @@ stamp the publisher built, read back through the same stamp rule as Kafka's reco
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pika
@@ -181,3 +182,36 @@ def test_a_connection_closed_while_idle_is_opened_again_before_the_next_publish(
     conn = pika.BlockingConnection(rabbit.parameters(1))
     assert [stamp_of_amqp(h).seq for h, _ in drain(conn.channel(), queue)] == [0, 1]
     conn.close()
+
+
+def test_a_publish_the_broker_never_answers_is_given_up_after_the_confirm_timeout(
+        rabbit, channel, tmp_path):
+    """A memory alarm (the watermark at 0) blocks every publishing connection: the broker
+    stops reading them, no confirm comes. The publish is recorded unconfirmed once
+    ``confirm_timeout`` passed, instead of waiting for ever; after the alarm clears, the
+    next publish connects anew and is confirmed."""
+    settings = test_settings(tmp_path)
+    queue = declare(channel, "classic")
+    key = rabbit_key("queue", "/", queue)
+    with AuditedPublisher({1: rabbit.parameters(1)}, key, "blocked", settings,
+                          confirm_timeout=2, keep_record=True) as p:
+        assert p.publish(b"before")
+        rabbit.ctl(1, "set_vm_memory_high_watermark", "0")
+        try:
+            wait_until(lambda: rabbit.api(1, "nodes/" + rabbit.cfg.node_name(1))["mem_alarm"],
+                       30, "node 1's memory alarm")
+            start = time.monotonic()
+            assert not p.publish(b"blocked")
+            waited = time.monotonic() - start
+        finally:
+            rabbit.ctl(1, "set_vm_memory_high_watermark", "0.4")
+        wait_until(lambda: not rabbit.api(1, "nodes/" + rabbit.cfg.node_name(1))["mem_alarm"],
+                   30, "node 1's memory alarm cleared")
+        assert p.publish(b"after")
+    assert 2 <= waited < 30
+    assert p.record == [(0, None), (1, "UNCONFIRMED"), (2, None)] == outcomes(
+        ledger(settings, key))
+    conn = pika.BlockingConnection(rabbit.parameters(1))  # the fixture's idled past heartbeats
+    seqs = [stamp_of_amqp(h).seq for h, _ in drain(conn.channel(), queue)]
+    conn.close()
+    assert seqs[0] == 0 and seqs[-1] == 2 and set(seqs) <= {0, 1, 2}
