@@ -148,6 +148,15 @@ class LocalRabbitCluster(NodeProcesses):
                                f"{(out.stderr or out.stdout).strip()[:500]}")
         return out.stdout
 
+    def set_partition_handling(self, mode: str) -> None:
+        """``cluster_partition_handling`` of every running node, now (the node monitor reads
+        it when it sees a partition; a restart goes back to the configured one)."""
+        if mode not in ("pause_minority", "autoheal", "ignore"):
+            raise ValueError(f"not a partition handling mode: {mode!r}")
+        for n in self.running():
+            self.ctl(n, "eval", f"application:set_env(rabbit, cluster_partition_handling, "
+                                f"{mode}).")
+
     # ---- the management API -------------------------------------------------------------
     def api(self, node: int, path: str, timeout: float = 5, put: dict | None = None):
         """``GET /api/<path>`` of ``node``'s management API as the local guest user (``PUT``

@@ -29,6 +29,15 @@ scenario                               fault, and what it must find
                                        confirmed is lost
 ``rabbit-transient-restart``           messages without the persistent flag in a durable
                                        classic queue, its node restarted: all lost
+``rabbit-partition-autoheal``          node 3, the master of a queue mirrored on every
+                                       node (all synchronised), cut off under ``autoheal``
+                                       while the publisher goes on through it, then on
+                                       the majority's side (two more idle clients there:
+                                       autoheal keeps the side with the most); healed:
+                                       node 3 restarted, what it confirmed alone lost
+``rabbit-partition-pause-minority``    the same under ``pause_minority``: node 3 pauses,
+                                       the publisher moves on to the majority; nothing
+                                       confirmed is lost
 =====================================  ====================================================
 """
 
@@ -44,6 +53,10 @@ from dataclasses import dataclass, field
 from kafka_audit.schemas.verdicts import Cause
 
 __all__ = ["RABBIT_SCENARIOS", "RabbitScenario", "RabbitReport", "run_rabbit_scenario"]
+
+#: a publish's wait for its confirm (net_ticktime, 8 s, passes before a node cut off
+#: confirms alone)
+CONFIRM_TIMEOUT = 30.0
 
 
 @dataclass
@@ -63,7 +76,8 @@ class RabbitRun:
 
         nodes = nodes or {n: self.rabbit.parameters(n) for n in self.rabbit.nodes}
         return AuditedPublisher(nodes, self.key, f"scenario-{self.queue}", self.settings,
-                                persistent=persistent, first=first, keep_record=True)
+                                persistent=persistent, first=first, keep_record=True,
+                                confirm_timeout=CONFIRM_TIMEOUT)
 
     def publish(self, p, count: int, what: str) -> int:
         """``count`` publishes; the confirmed ones."""
@@ -198,6 +212,64 @@ def _transient_restart(run: RabbitRun) -> None:
     run.progress("node 1, the queue's, restarted")
 
 
+def _mirrored_synced(run: RabbitRun) -> None:
+    run.rabbit.set_policy(run.queue, f"^{run.queue}$", {"ha-mode": "all",
+                                                         "ha-sync-mode": "automatic"})
+    _declare(run, 3, {"x-queue-master-locator": "client-local"})
+
+
+def _cut_master(mode: str) -> Callable[[RabbitRun], None]:
+    """Node 3, the master of a queue mirrored on every node (every mirror synchronised),
+    cut off from nodes 1 and 2 while the publisher goes on through it, under partition
+    handling ``mode``; the cut healed after."""
+    def fault(run: RabbitRun) -> None:
+        import pika
+
+        from kafka_audit.scenarios.cluster import wait_until
+        from kafka_audit.scenarios.faults import isolate_rabbit
+
+        rabbit = run.rabbit
+        rabbit.set_partition_handling(mode)
+        held: list = []
+        try:
+            with run.publisher(first=3) as p:
+                run.publish(p, 100, "before the cut")
+                with isolate_rabbit(rabbit, 3):
+                    run.progress(f"node 3, the master, cut off ({mode})")
+                    run.publish(p, 100, "during the cut")
+                    if mode == "autoheal":
+                        wait_until(lambda: not (rabbit.view(1) or {}).get(
+                            rabbit.cfg.node_name(3), {}).get("running", True), 60,
+                            "nodes 1 and 2 to see node 3 gone", every=1)
+                        # autoheal's winner is the side with the most client
+                        # connections: the publisher leaves node 3, two clients idle on
+                        # node 1 (no heartbeats: nothing services them)
+                        p._lost()  # noqa: SLF001 - the next publish connects anew
+                        held = [pika.BlockingConnection(rabbit.parameters(1, heartbeat=0))
+                                for _ in range(2)]
+                        run.publish(p, 100, "on the majority's side")
+                    else:
+                        wait_until(lambda: rabbit.view(3) is None, 60,
+                                   "node 3 to pause", every=1)
+                        run.publish(p, 100, "after node 3 paused")
+                run.progress("the cut healed")
+                run.record = list(p.record)
+            wait_until(rabbit.clustered, 180, "one cluster again", every=1)
+            run.progress("the cluster is whole again")
+        finally:
+            for conn in held:
+                _close_quietly(conn)
+            rabbit.set_partition_handling(rabbit.cfg.partition_handling)
+    return fault
+
+
+def _close_quietly(conn) -> None:
+    try:
+        conn.close()
+    except Exception:  # noqa: BLE001 - a connection being given up
+        pass
+
+
 RABBIT_SCENARIOS: dict[str, RabbitScenario] = {s.name: s for s in (
     RabbitScenario("rabbit-mirror-unsynced-promoted",
                    "mirrored queue, ha-promote-on-failure=always: unsynchronised mirror "
@@ -218,6 +290,15 @@ RABBIT_SCENARIOS: dict[str, RabbitScenario] = {s.name: s for s in (
                    True, frozenset({Cause.transient_restart}),
                    lambda run: _declare(run, 1, {"x-queue-type": "classic"}),
                    _transient_restart),
+    RabbitScenario("rabbit-partition-autoheal",
+                   "mirrored queue's master cut off under autoheal, published to on both "
+                   "sides: the losing side restarted, its confirmed messages lost", True,
+                   frozenset({Cause.partition_loser}), _mirrored_synced,
+                   _cut_master("autoheal")),
+    RabbitScenario("rabbit-partition-pause-minority",
+                   "the same under pause_minority: the cut-off master pauses, no confirmed "
+                   "message lost", False, frozenset(), _mirrored_synced,
+                   _cut_master("pause_minority")),
 )}
 
 

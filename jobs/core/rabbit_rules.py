@@ -48,6 +48,7 @@ from kafka_audit.schemas.events import (
     RABBIT_NODE_DOWN,
     RABBIT_NODE_UP,
     RABBIT_PARTITION,
+    RABBIT_PARTITION_END,
     RABBIT_QUEUE_GONE,
     UNCLEAN_ELECTION,
 )
@@ -169,8 +170,9 @@ def rabbit_cause(a: AckRun, events: Sequence[ClusterEvent]) -> str:
 
     1. published ``transient`` and the node that led the queue at its confirm restarted
        (or went down) since: **non-persistent message across a restart**;
-    2. that node said it was cut off from others, and restarted after (what autoheal does
-       to the losing side): **partition loser restarted**;
+    2. that node, or the node the write was published through, was cut off from others
+       (a cut under way at the confirm, or begun after it) and restarted after the cut
+       began (what autoheal does to the losing side): **partition loser restarted**;
     3. a mirror that did not hold every message was promoted (``unclean_election``):
        **unsynchronised mirror promoted**;
     4. the queue ceased to exist: **queue lost with its node**;
@@ -185,14 +187,26 @@ def rabbit_cause(a: AckRun, events: Sequence[ClusterEvent]) -> str:
     def of_leader(e: ClusterEvent) -> bool:
         return led is None or e.leader == led
 
-    restarts = [e for e in after if e.kind in (RABBIT_NODE_UP, RABBIT_NODE_DOWN)
-                and of_leader(e)]
-    if a.acks == TRANSIENT and restarts:
+    restarts = [e for e in after if e.kind in (RABBIT_NODE_UP, RABBIT_NODE_DOWN)]
+    if a.acks == TRANSIENT and any(of_leader(e) for e in restarts):
         return str(Cause.transient_restart)
-    cut = next((e for e in after if e.kind == RABBIT_PARTITION and of_leader(e)), None)
-    if cut is not None and any(e.kind == RABBIT_NODE_UP and e.event_time >= cut.event_time
-                               for e in restarts):
-        return str(Cause.partition_loser)
+    # a cut-off side confirms on its own: the node published through, or the leader as
+    # the watcher last saw it (a view from the other side, maybe)
+    sides = {n for n in (led, a.broker) if n is not None}
+
+    def on_side(e: ClusterEvent) -> bool:
+        return not sides or e.leader in sides
+
+    for c in ordered:  # a cut under way at the confirm, or begun after it
+        if c.kind != RABBIT_PARTITION or not on_side(c):
+            continue
+        end = next((e.event_time for e in ordered if e.kind == RABBIT_PARTITION_END
+                    and e.leader == c.leader and e.event_time >= c.event_time), None)
+        if end is not None and end < since:
+            continue  # healed before the write
+        if any(e.kind == RABBIT_NODE_UP and e.leader == c.leader
+               and e.event_time >= c.event_time for e in restarts):
+            return str(Cause.partition_loser)
     if any(e.kind == UNCLEAN_ELECTION for e in after):
         return str(Cause.unsynced_promotion)
     if any(e.kind == RABBIT_QUEUE_GONE for e in after):

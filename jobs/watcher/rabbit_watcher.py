@@ -27,8 +27,10 @@ kind                when
                     see it (``detail``: ``node``; up: ``restarted`` when it came back
                     from a stop or its uptime went back: a new VM, what it held only in
                     memory gone)
-``rabbit_partition``, ``rabbit_partition_end``  a node said it is cut off from others
-                    (``detail``: ``node``, ``partitions``), and no longer
+``rabbit_partition``, ``rabbit_partition_end``  a node is cut off from others
+                    (``detail``: ``node``, ``partitions``), and no longer: what a node
+                    says (RabbitMQ fills it in once the cut heals), or two nodes'
+                    views disagreeing crosswise while both answer (the cut, live)
 ==================  ===========================================================
 
 Node and partition events are written under every watched queue's key: each queue's
@@ -119,6 +121,35 @@ def _row(at: datetime, key: str, kind: str, numbers: dict[str, int], **kw) -> di
             "eligible_leader_replicas": None, "previous_eligible_leader_replicas": None}
 
 
+def merge_views(views: list[list[dict]]) -> dict[str, NodeView]:
+    """The answering nodes' ``/api/nodes`` rows merged into one view: a node runs if one
+    view says so (a partitioned node's own side sees it running); its partitions are what
+    any view says (RabbitMQ 3.10 fills them in only once the cut heals), and the cut seen
+    live: two views that disagree crosswise (one sees X running and Y not, the other Y
+    running and X not) are the two sides of a cut between X and Y. A node booting back
+    sees the others running, a stopped node has no view: neither looks like a cut."""
+    merged: dict[str, dict] = {}
+    running: list[dict[str, bool]] = []
+    for rows in views:
+        running.append({r["name"]: bool(r.get("running")) for r in rows})
+        for r in rows:
+            m = merged.setdefault(r["name"], {"running": False, "uptime": None,
+                                              "partitions": set()})
+            if r.get("running"):
+                m["running"] = True
+                if r.get("uptime") is not None:
+                    m["uptime"] = max(m["uptime"] or 0, r["uptime"])
+            m["partitions"] |= set(r.get("partitions") or ())
+    for v in running:
+        for w in running:
+            for x in (x for x, up in v.items() if up and w.get(x) is False):
+                for y in (y for y, up in w.items() if up and v.get(y) is False):
+                    merged[x]["partitions"].add(y)
+                    merged[y]["partitions"].add(x)
+    return {k: NodeView(v["running"], v["uptime"], tuple(sorted(v["partitions"])))
+            for k, v in merged.items()}
+
+
 def diff_rabbit(key: str, numbers: dict[str, int], before: QueueView | None,
                 after: QueueView | None, nodes_before: dict[str, NodeView],
                 nodes_after: dict[str, NodeView], at: datetime,
@@ -197,28 +228,14 @@ class RabbitWatcher:
             return json.loads(r.read())
 
     def _nodes(self) -> dict[str, NodeView] | None:
-        """Every answering node's view, merged: a node runs if one that answers says so
-        (a partitioned node's own side sees it), its partitions are what any says."""
-        merged: dict[str, dict] = {}
-        answered = False
+        """Every answering node's view, merged (:func:`merge_views`)."""
+        views = []
         for n in sorted(self.endpoints):
             try:
-                rows = self._get(n, "nodes")
+                views.append(self._get(n, "nodes"))
             except (OSError, ValueError):
                 continue
-            answered = True
-            for r in rows:
-                m = merged.setdefault(r["name"], {"running": False, "uptime": None,
-                                                  "partitions": set()})
-                if r.get("running"):
-                    m["running"] = True
-                    if r.get("uptime") is not None:
-                        m["uptime"] = max(m["uptime"] or 0, r["uptime"])
-                m["partitions"] |= set(r.get("partitions") or ())
-        if not answered:
-            return None
-        return {k: NodeView(v["running"], v["uptime"], tuple(sorted(v["partitions"])))
-                for k, v in merged.items()}
+        return merge_views(views) if views else None
 
     def _queue(self, key: str) -> tuple[bool, QueueView | None]:
         """(answered, the view: None when the queue does not exist)."""

@@ -218,6 +218,22 @@ def test_each_cause_from_the_watchers_events():
     # another node cut off and restarted: not the queue's leader's side
     assert rabbit_cause(persistent, [*LED_BY_1, ev(5, "rabbit_partition", 3),
                                      ev(13, "rabbit_node_up", 3)]) == "unknown"
+    # published through node 3, cut off with it while the watcher saw node 2 lead (the
+    # other side's view): node 3 restarted when the cut healed (autoheal's loser)
+    through_3 = AckRun(Q, 0, "p", "r", 0, 1, None, at(0), at(0), broker=3)
+    autoheal = [*LED_BY_1, ev(-1, "leader_change", 2), ev(1, "rabbit_partition", 2),
+                ev(1, "rabbit_partition", 3), ev(9, "rabbit_node_down", 3),
+                ev(12, "rabbit_node_up", 3)]
+    assert rabbit_cause(through_3, autoheal) == "partition loser restarted"
+    # the same cut, node 3 never restarted: not that
+    assert rabbit_cause(through_3, autoheal[:-2]) == "unknown"
+    # a cut begun long before the confirm and still on: that too; one healed before: not
+    long_cut = [*LED_BY_1, ev(-30, "rabbit_partition", 3), ev(9, "rabbit_partition_end", 3),
+                ev(12, "rabbit_node_up", 3)]
+    assert rabbit_cause(through_3, long_cut) == "partition loser restarted"
+    healed = [*LED_BY_1, ev(-30, "rabbit_partition", 3), ev(-20, "rabbit_partition_end", 3),
+              ev(12, "rabbit_node_up", 3)]
+    assert rabbit_cause(through_3, healed) == "unknown"
     assert rabbit_cause(persistent, [*LED_BY_1, ev(5, "leader_change", 2),
                                      ev(5, "unclean_election", 2)]) == \
         "unsynchronised mirror promoted"

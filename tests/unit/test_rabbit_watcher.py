@@ -3,7 +3,13 @@ views of a queue and of the nodes, as cluster_events rows."""
 
 from datetime import UTC, datetime
 
-from kafka_audit.jobs.watcher.rabbit_watcher import NodeView, QueueView, diff_rabbit, queue_view
+from kafka_audit.jobs.watcher.rabbit_watcher import (
+    NodeView,
+    QueueView,
+    diff_rabbit,
+    merge_views,
+    queue_view,
+)
 from kafka_audit.schemas.events import EVENTS
 from kafka_audit.schemas.systems import rabbit_key
 
@@ -82,3 +88,30 @@ def test_every_kind_written_is_declared():
     written = {r["kind"] for b in views for a in views for nb in nodes for na in nodes
                for r in diff_rabbit(Q, N, b, a, nb, na, AT)}
     assert written <= set(EVENTS) and len(written) >= 10
+
+
+def view(running: set[int], partitions: dict[int, list[int]] | None = None) -> list[dict]:
+    """One node's ``/api/nodes`` rows: which nodes it sees running."""
+    return [{"name": f"rabbit-{n}@h", "running": n in running, "uptime": 1000,
+             "partitions": [f"rabbit-{p}@h" for p in (partitions or {}).get(n, ())]}
+            for n in (1, 2, 3)]
+
+
+def test_a_cut_is_seen_live_when_two_views_disagree_crosswise():
+    """Node 3 cut off: it sees itself alone, nodes 1 and 2 see it gone. RabbitMQ 3.10
+    names no partition until the cut heals; the crosswise views are the cut."""
+    merged = merge_views([view({1, 2}), view({1, 2}), view({3})])
+    assert {k: v.partitions for k, v in merged.items()} == {
+        "rabbit-1@h": ("rabbit-3@h",), "rabbit-2@h": ("rabbit-3@h",),
+        "rabbit-3@h": ("rabbit-1@h", "rabbit-2@h")}
+    assert all(v.running for v in merged.values())  # each side sees itself running
+
+
+def test_a_stopped_or_booting_node_is_no_cut_and_reported_partitions_are_kept():
+    # node 3 stopped: no view of its own
+    assert not any(v.partitions for v in merge_views([view({1, 2}), view({1, 2})]).values())
+    # node 3 booting: its view sees the others running, theirs not it yet
+    assert not any(v.partitions for v in merge_views([view({1, 2}), view({1, 2, 3})]).values())
+    healed = merge_views([view({1, 2, 3}, {1: [3]})])
+    assert healed["rabbit-1@h"].partitions == ("rabbit-3@h",)
+    assert healed["rabbit-3@h"].partitions == ()
