@@ -2,10 +2,11 @@
 
 * the API's own request latency, ``kafka_audit_api_request_seconds`` (a histogram by
   route template, method and status; a path no route matches is ``route="unmatched"``);
-* the audit's figures per topic, computed at scrape time from the table snapshots (a
-  lookup while nothing committed): acked, confirmed, lost and judged writes per verdict,
-  duplicates, reordered (counters: they only grow); pending and unseen writes, the audit
-  lag (gauges); foreign, malformed and forged records seen
+* the audit's figures per topic, labelled ``topic`` and ``system`` (``kafka``, or
+  ``rabbitmq`` for a RabbitMQ queue's key: ``schemas/systems.py``), computed at scrape
+  time from the table snapshots (a lookup while nothing committed): acked, confirmed, lost
+  and judged writes per verdict, duplicates, reordered (counters: they only grow); pending
+  and unseen writes, the audit lag (gauges); foreign, malformed and forged records seen
   (``kafka_audit_unjudged_records_total`` by reason); and globally the committed pass, the
   age of its commit, each component's last good step and the consume job's lag from the
   status files.
@@ -13,7 +14,7 @@
 * writes suspected lost at a leader change (``/v1/suspicions``): every one suspected, and
   those withdrawn (counters of the suspicions the warehouse holds: retention drops them
   after ``retention.days``, which Prometheus takes as a counter reset), those not judged
-  yet (a gauge, which the alert rule watches), per topic.
+  yet (a gauge, which the alert rule watches), per topic (and its system).
 
 ``deploy/prometheus-alerts.yml`` alerts on ``kafka_audit_lost_writes_total`` and
 ``kafka_audit_open_suspected_writes``.
@@ -28,6 +29,7 @@ from prometheus_client import CollectorRegistry, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from kafka_audit.schemas.systems import system_of
 from kafka_audit.status import COMPONENTS, consume_lag, current_statuses
 from kafka_audit.store import commit_time
 
@@ -92,19 +94,19 @@ def audit_metrics(reader, settings) -> bytes:
     now = time.time()
     topics = all_topics(reader)
     progress = reader.progress()
-    t = ["topic"]
+    t = ["topic", "system"]  # system: one selector keeps RabbitMQ's queues or Kafka's topics
     acked = _counter("kafka_audit_acked_writes", "writes in the ack ledger (failed included)", t)
     confirmed = _counter("kafka_audit_confirmed_writes", "writes confirmed in the log", t)
     lost = _counter("kafka_audit_lost_writes", "acknowledged writes lost (lost and "
                                                "lost_after_seen), committed passes", t)
     judged = _counter("kafka_audit_judged_writes", "writes judged, per verdict kind",
-                      ["topic", "kind"])
+                      [*t, "kind"])
     dups = _counter("kafka_audit_duplicate_writes", "writes found at two or more offsets", t)
     reord = _counter("kafka_audit_reordered_writes", "writes found above a later write of "
                                                      "their producer run", t)
     unjudged = _counter("kafka_audit_unjudged_records", "records read that cannot be judged: "
                         "foreign (no_stamp, unknown_producer), malformed (malformed_stamp, "
-                        "bad_checksum) or forged (forged_stamp)", ["topic", "reason"])
+                        "bad_checksum) or forged (forged_stamp)", [*t, "reason"])
     dropped = _counter("kafka_audit_ledger_dropped", "acknowledged writes whose delivery "
                        "reports the producers' ack ledgers could not record (their spool's "
                        "disk full while the warehouse was out of reach): never judged, "
@@ -118,24 +120,25 @@ def audit_metrics(reader, settings) -> bytes:
     judged_acks = reader.memo(("judged_acks", progress.acks_version), ("audit_hot",),
                               lambda _h: reader.newest_acks(progress.acks_version))
     for name, tt in topics.items():
-        acked.add_metric([name], tt.acked)
-        confirmed.add_metric([name], tt.verdicts.get("confirmed", 0))
-        lost.add_metric([name], tt.lost)
+        key = [name, system_of(name)]
+        acked.add_metric(key, tt.acked)
+        confirmed.add_metric(key, tt.verdicts.get("confirmed", 0))
+        lost.add_metric(key, tt.lost)
         for kind, n in tt.verdicts.items():
-            judged.add_metric([name, kind], n)
-        dups.add_metric([name], tt.annotations.get("duplicate", 0))
-        reord.add_metric([name], tt.annotations.get("reordered", 0))
-        dropped.add_metric([name], tt.unrecorded)
+            judged.add_metric([*key, kind], n)
+        dups.add_metric(key, tt.annotations.get("duplicate", 0))
+        reord.add_metric(key, tt.annotations.get("reordered", 0))
+        dropped.add_metric(key, tt.unrecorded)
         for reason, n in (tt.unjudged or {}).items():
-            unjudged.add_metric([name, reason], n)
-        pending.add_metric([name], tt.pending)
-        unseen.add_metric([name], tt.unseen)
-        ratio.add_metric([name], tt.loss_ratio or 0.0)
+            unjudged.add_metric([*key, reason], n)
+        pending.add_metric(key, tt.pending)
+        unseen.add_metric(key, tt.unseen)
+        ratio.add_metric(key, tt.loss_ratio or 0.0)
         if tt.newest_ack is not None:
             seen = judged_acks.get(name)
             behind = (tt.newest_ack - seen).total_seconds() if seen else (
                 datetime.now(UTC) - tt.newest_ack).total_seconds()
-            lag.add_metric([name], max(behind, 0.0))
+            lag.add_metric(key, max(behind, 0.0))
 
     suspected = _counter("kafka_audit_suspected_writes", "writes suspected lost at a leader "
                          "change (where the old leader's epoch ends in the new leader's log), "
@@ -147,10 +150,11 @@ def audit_metrics(reader, settings) -> bytes:
 
     rows = settled_suspicions(reader)
     for name in sorted({r["topic"] for r in rows}):
+        key = [name, system_of(name)]
         sums = suspected_totals([r for r in rows if r["topic"] == name])
-        suspected.add_metric([name], sums.suspected)
-        withdrawn.add_metric([name], sums.withdrawn)
-        open_.add_metric([name], sums.open)
+        suspected.add_metric(key, sums.suspected)
+        withdrawn.add_metric(key, sums.withdrawn)
+        open_.add_metric(key, sums.open)
     committed = _gauge("kafka_audit_committed_pass", "the last committed audit pass (0: none)")
     committed.add_metric([], progress.pass_id)
     families = [acked, confirmed, lost, judged, dups, reord, unjudged, dropped, pending,

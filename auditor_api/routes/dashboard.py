@@ -4,8 +4,10 @@ Everything is served by this app (no CDN: auditing sites are often offline): the
 page (``static/dashboard.html``), its script and style, and plotly.js from the
 ``plotly`` package's own copy (``plotly/package_data/plotly.min.js``), compressed for
 clients that accept it (``assets.py``). The page holds no audit data: it reads
-``/v1/topics``, ``/v1/topics/{topic}`` and each partition's timeline with the token the
-person gives (kept in the tab's sessionStorage), so it is served without one.
+``/v1/topics`` (``?system=kafka`` or ``rabbitmq`` when the person picks one system: each
+topic shows its system, a RabbitMQ queue's key as ``queue orders (vhost /)``),
+``/v1/topics/{topic}`` and each partition's timeline with the token the person gives
+(kept in the tab's sessionStorage), so it is served without one.
 
 The page's ``Content-Security-Policy`` (:data:`DASHBOARD_POLICY`) lets only this app's
 own scripts run (no inline script, no other origin), and its requests go to this app

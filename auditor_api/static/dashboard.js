@@ -1,6 +1,7 @@
 // kafka-audit dashboard: per-topic totals, and per partition a timeline drawn with plotly.js
-// (served by the app). Reads /v1/topics, /v1/topics/{topic}, and each partition's timeline and
-// suspicions (writes suspected lost at a leader change, marked at the change).
+// (served by the app). Reads /v1/topics (?system= when one system is picked), /v1/topics/{topic},
+// and each partition's timeline and suspicions (writes suspected lost at a leader change, marked
+// at the change). Its state is in the fragment: #system=rabbitmq&topic=<key>.
 "use strict";
 
 const TOKEN_KEY = "kafka-audit-token";
@@ -8,6 +9,8 @@ const LOSS = new Set(["lost", "lost_after_seen"]);
 const WINDOW_COLORS = { exposure: "rgba(214,39,40,0.13)", split_brain: "rgba(148,103,189,0.18)",
   rejection: "rgba(255,127,14,0.15)", reduced_redundancy: "rgba(255,215,0,0.15)",
   leader_change: "rgba(31,119,180,0.15)" };
+// the systems a topic key belongs to (the API's `system`), as the page names them
+const SYSTEMS = new Map([["kafka", "Kafka"], ["rabbitmq", "RabbitMQ"]]);
 
 function tokenFromFragment() {
   const m = /(?:^#|&)token=([^&]+)/.exec(location.hash);
@@ -16,6 +19,19 @@ function tokenFromFragment() {
     history.replaceState(null, "", location.pathname + location.search
       + location.hash.replace(/(^#|&)token=[^&]+/, "$1").replace(/^#&?$/, ""));
   }
+}
+
+// a value of the fragment (#system=...&topic=...), decoded; null when absent
+function fragment(name) {
+  const m = new RegExp(`(?:^#|&)${name}=([^&]+)`).exec(location.hash);
+  return m ? decodeURIComponent(m[1]) : null;
+}
+
+// show another system or topic: the fragment says which, so a reload shows the same
+function show(state) {
+  location.hash = Object.entries(state).filter(([, v]) => v)
+    .map(([k, v]) => `${k}=${encodeURIComponent(v)}`).join("&");
+  load();
 }
 
 class NeedToken extends Error {}
@@ -50,7 +66,19 @@ function el(tag, attrs = {}, ...children) {
 }
 function cell(value, cls) { return el("td", cls ? { class: cls } : {}, value); }
 
-function renderTopics(topics, selected) {
+// a RabbitMQ key (rabbitmq:queue|stream:<vhost>:<name>, both percent-encoded: schemas/systems.py)
+// as a person reads it, "queue orders (vhost /)"; a Kafka topic as its name
+function topicLabel(key) {
+  const m = /^rabbitmq:(queue|stream):([^:]*):([^:]+)$/.exec(key);
+  if (!m) return key;
+  try {
+    return `${m[1]} ${decodeURIComponent(m[3])} (vhost ${decodeURIComponent(m[2])})`;
+  } catch {
+    return key;  // not encoded as a key is: shown as it is
+  }
+}
+
+function renderTopics(topics, selected, system) {
   const body = document.querySelector("#topics tbody");
   body.replaceChildren();
   for (const t of topics) {
@@ -59,19 +87,24 @@ function renderTopics(topics, selected) {
     const unjudged = Object.entries(t.unjudged_records).filter(([, n]) => n > 0)
       .map(([k, n]) => `${k} ${fmt(n)}`).join(", ") || "none";
     const row = el("tr", { class: "clickable" + (t.topic === selected ? " selected" : ""),
-      onclick: () => { location.hash = "topic=" + encodeURIComponent(t.topic); load(); } },
-      cell(t.topic, "text"), cell(fmt(t.acked)), cell(fmt(t.confirmed)), cell(fmt(t.pending)),
+      onclick: () => show({ system, topic: t.topic }) },
+      el("td", { class: "text", title: t.topic }, topicLabel(t.topic)),
+      el("td", { class: "text" }, el("span", { class: "system " + t.system }, SYSTEMS.get(t.system) ?? t.system)),
+      cell(fmt(t.acked)), cell(fmt(t.confirmed)), cell(fmt(t.pending)),
       cell(fmt(t.unseen), t.unseen ? "bad" : ""), cell(fmt(t.lost), t.lost ? "bad" : "ok"),
       cell(t.loss_ratio === null ? "–" : (100 * t.loss_ratio).toFixed(3) + " %"),
       cell(clock(t.last_loss), "text"), cell(durability, "text"), cell(unjudged, "text"));
     row.dataset.topic = t.topic;
+    row.dataset.system = t.system;
     row.dataset.lost = t.lost;
     body.append(row);
   }
 }
 
 function renderPartitions(detail) {
-  document.getElementById("topic-title").textContent = `Partitions of ${detail.topic}`;
+  const title = document.getElementById("topic-title");
+  title.textContent = `Partitions of ${topicLabel(detail.topic)}`;
+  title.title = detail.topic;
   const body = document.querySelector("#partitions tbody");
   body.replaceChildren();
   for (const p of detail.partitions) {
@@ -242,16 +275,26 @@ function renderLosses(section, tl) {
 async function load() {
   const status = document.getElementById("status");
   try {
-    const topics = await api("v1/topics");
+    const system = SYSTEMS.has(fragment("system")) ? fragment("system") : "";
+    document.getElementById("system").value = system;
+    const topics = await api("v1/topics" + (system ? "?system=" + system : ""));
     document.getElementById("login").hidden = true;
     document.getElementById("main").hidden = false;
-    const asked = /(?:^#|&)topic=([^&]+)/.exec(location.hash);
+    let asked = fragment("topic");
+    if (asked && system && !topics.some((t) => t.topic === asked)) asked = null;  // another system's
     const lossy = topics.filter((t) => t.last_loss).sort((a, b) => ms(b.last_loss) - ms(a.last_loss));
-    const topic = asked ? decodeURIComponent(asked[1]) : (lossy[0] || topics[0] || {}).topic;
-    renderTopics(topics, topic);
+    const topic = asked ?? (lossy[0] || topics[0] || {}).topic;
+    renderTopics(topics, topic, system);
     const box = document.getElementById("timelines");
     box.replaceChildren();
-    if (!topic) { status.textContent = "no topic audited yet"; document.body.dataset.ready = "yes"; return; }
+    const which = system ? ` (${SYSTEMS.get(system)})` : "";
+    if (!topic) {
+      document.getElementById("topic-title").textContent = "Partitions";
+      document.querySelector("#partitions tbody").replaceChildren();
+      status.textContent = `no topic${which} audited yet`;
+      document.body.dataset.ready = "yes";
+      return;
+    }
     const detail = await api("v1/topics/" + encodeURIComponent(topic));
     renderPartitions(detail);
     const parts = detail.partitions.filter((p) => p.partition >= 0)
@@ -261,7 +304,7 @@ async function load() {
       const sus = await api(`v1/suspicions?topic=${encodeURIComponent(topic)}&partition=${p.partition}&limit=1000`);
       const section = el("section", { class: "partition", "data-partition": p.partition,
         "data-suspected": sus.writes.suspected });
-      section.append(el("h3", {}, `${topic} partition ${p.partition}`
+      section.append(el("h3", { title: topic }, `${topicLabel(topic)} partition ${p.partition}`
         + (tl.downsampled.length ? ` (downsampled: ${tl.downsampled.join(", ")})` : "")));
       renderLosses(section, tl);
       const chart = el("div", { class: "chart" });
@@ -270,7 +313,7 @@ async function load() {
       await drawTimeline(chart, tl, sus.items);
     }
     const lost = topics.reduce((n, t) => n + t.lost, 0);
-    status.textContent = `${topics.length} topics, ${fmt(lost)} acknowledged writes lost · updated ${clock(new Date().toISOString())} UTC`;
+    status.textContent = `${topics.length} topics${which}, ${fmt(lost)} acknowledged writes lost · updated ${clock(new Date().toISOString())} UTC`;
     document.body.dataset.ready = "yes";
   } catch (e) {
     if (e instanceof NeedToken) {
@@ -285,6 +328,7 @@ async function load() {
   }
 }
 
+document.getElementById("system").addEventListener("change", (ev) => show({ system: ev.target.value }));
 document.getElementById("login").addEventListener("submit", (ev) => {
   ev.preventDefault();
   sessionStorage.setItem(TOKEN_KEY, document.getElementById("token").value.trim());

@@ -88,7 +88,8 @@ def test_dashboard_shows_the_lost_writes_of_a_leader_kill(cluster, spark, settin
             if part == 0:  # its followers were frozen while the leader was killed
                 assert killed in by, by
         scrape = http.get("/metrics").text
-        assert f'kafka_audit_lost_writes_total{{topic="{topic}"}} {float(len(truth))}' in scrape
+        assert (f'kafka_audit_lost_writes_total{{system="kafka",topic="{topic}"}} '
+                f'{float(len(truth))}') in scrape
         counts = {(x.labels["route"], x.labels["status"]): x.value
                   for f in text_string_to_metric_families(scrape) for x in f.samples
                   if x.name == "kafka_audit_api_request_seconds_count"}

@@ -75,7 +75,7 @@ def test_reports_no_one_could_record_become_unrecorded_findings_served_and_count
     page = api.get("/v1/findings", params={"kind": "unrecorded"}).json()
     assert page["total"] == 4 and {f["producer_id"] for f in page["items"]} == {"p"}
     metrics = api.get("/metrics").text
-    assert re.search(r'^kafka_audit_ledger_dropped_total\{topic="t"\} 200\.0$', metrics,
-                     re.M), metrics
+    assert re.search(r'^kafka_audit_ledger_dropped_total\{system="kafka",topic="t"\} 200\.0$',
+                     metrics, re.M), metrics
     assert api.get("/readyz").json()["ledger_dropped"] == 200
     assert api.get("/healthz").json()["ledger_dropped"] == 200

@@ -1,6 +1,7 @@
 """``/metrics``: Prometheus can parse it, per-topic counters and gauges equal the API's own
-totals, request latency by route template; the alert rule file is well formed and names
-metrics the API exports (promtool is not installable here: the structure is checked)."""
+totals and name each topic's system, request latency by route template; the alert rule file
+is well formed and names metrics the API exports (promtool is not installable here: the
+structure is checked)."""
 
 import re
 from pathlib import Path
@@ -13,6 +14,8 @@ from kafka_audit.auditor_api.main import create_app
 from kafka_audit.settings import Settings
 from kafka_audit.status import COMPONENTS, StatusWriter
 from tests.unit.test_api_schema import write_tables
+from tests.unit.test_api_systems import QUEUE
+from tests.unit.test_api_systems import app as two_systems
 
 ALERTS = Path(__file__).resolve().parents[2] / "deploy" / "prometheus-alerts.yml"
 
@@ -39,7 +42,7 @@ def test_metrics_per_topic_equal_the_topics_resource(tmp_path):
     topics = {t["topic"]: t for t in c.get("/v1/topics").json()}
     m = scrape(c)
     for name, t in topics.items():
-        label = (("topic", name),)
+        label = (("system", t["system"]), ("topic", name))
         assert m[("kafka_audit_lost_writes_total", label)] == t["lost"]
         assert m[("kafka_audit_acked_writes_total", label)] == t["acked"]
         assert m[("kafka_audit_confirmed_writes_total", label)] == t["confirmed"]
@@ -62,6 +65,24 @@ def test_metrics_per_topic_equal_the_topics_resource(tmp_path):
     assert {"/v1/topics", "/v1/topics/{topic}", "unmatched"} <= routes
     assert m[("kafka_audit_api_request_seconds_count",
               (("method", "GET"), ("route", "/v1/topics/{topic}"), ("status", "404")))] == 1
+
+
+def test_every_per_topic_series_names_its_system(tmp_path):
+    """A RabbitMQ queue's key is labelled ``system="rabbitmq"``, a Kafka topic
+    ``system="kafka"``, in every family that has a ``topic`` label."""
+    c = TestClient(two_systems(tmp_path), base_url="http://localhost")
+    m = scrape(c)
+    per_topic = [(name, dict(labels)) for name, labels in m if "topic" in dict(labels)]
+    assert {labels["topic"] for _, labels in per_topic} == {"orders", QUEUE}
+    for name, labels in per_topic:
+        assert labels["system"] == ("rabbitmq" if labels["topic"] == QUEUE else "kafka"), name
+    assert m[("kafka_audit_lost_writes_total", (("system", "rabbitmq"), ("topic", QUEUE)))] == 4
+    assert m[("kafka_audit_lost_writes_total", (("system", "kafka"), ("topic", "orders")))] == 0
+    assert m[("kafka_audit_judged_writes_total",
+              (("kind", "confirmed"), ("system", "kafka"), ("topic", "orders")))] == 10
+    # in the text itself, the key as it is (its %2F not decoded): what a selector names
+    text = c.get("/metrics").text
+    assert f'kafka_audit_acked_writes_total{{system="rabbitmq",topic="{QUEUE}"}} 4.0' in text
 
 
 def test_the_alert_rules_are_well_formed_and_name_exported_metrics(tmp_path):

@@ -19,6 +19,7 @@ import shutil
 import subprocess
 from datetime import UTC, datetime, timedelta
 from html.parser import HTMLParser
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -29,6 +30,8 @@ from kafka_audit.auditor_api.main import create_app
 from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows
 from tests.unit.test_api_errors import serving
+from tests.unit.test_api_systems import QUEUE
+from tests.unit.test_api_systems import app as two_systems
 
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)
 LOCAL = "http://localhost"
@@ -146,10 +149,11 @@ def test_every_answer_says_nosniff_and_the_dashboard_runs_only_its_own_scripts(t
 NODE_HARNESS = r"""
 // dashboard.js as the app serves it, over a stubbed DOM and plotly.js; its requests go to
 // the real API (as if through a proxy under a path prefix). Prints what each chart was
-// given, the page's text and any markup set.
+// given, the page's text, any markup set, the paths it asked and the topics' rows; given a
+// system, then picks it in the filter and prints the rows again.
 const vm = require("vm");
-const [base, script] = process.argv.slice(2);
-const texts = [], markup = [], plots = [];
+const [base, script, pick] = process.argv.slice(2);
+const texts = [], markup = [], plots = [], asked = [], listeners = [];
 class Node_ {}
 class El extends Node_ {
   constructor(tag) {
@@ -157,7 +161,7 @@ class El extends Node_ {
   }
   append(...cs) { this.children.push(...cs); }
   replaceChildren(...cs) { this.children = cs; }
-  addEventListener() {}
+  addEventListener(type, fn) { listeners.push([this.tag, type, fn]); }
   setAttribute(k, v) { this.dataset[k] = v; }
   set textContent(v) { this._text = String(v); texts.push(this._text); }
   get textContent() { return this._text; }
@@ -165,7 +169,10 @@ class El extends Node_ {
   set outerHTML(v) { markup.push(String(v)); }
   insertAdjacentHTML(_w, v) { markup.push(String(v)); }
 }
-class Text_ extends Node_ { constructor(t) { super(); texts.push(String(t)); } }
+class Text_ extends Node_ {
+  constructor(t) { super(); this.text = String(t); texts.push(this.text); }
+}
+const textOf = (e) => e instanceof Text_ ? e.text : (e._text || e.children.map(textOf).join(""));
 const byId = {};
 const document = {
   body: new El("body"),
@@ -176,15 +183,18 @@ const document = {
   write: (v) => markup.push(String(v)),
 };
 const store = {};
+let hash = "";  // as a browser reads it back: with its "#"
 const context = vm.createContext({
   document, Node: Node_, console, setTimeout,
   sessionStorage: { getItem: (k) => store[k] ?? null, setItem: (k, v) => { store[k] = v; } },
-  location: { hash: "", pathname: "/audit/dashboard", search: "" },
+  location: { get hash() { return hash; }, pathname: "/audit/dashboard", search: "",
+              set hash(v) { hash = String(v).replace(/^(?!#|$)/, "#"); } },
   history: { replaceState() {} },
   // the page as a reverse proxy serves it under /audit: each path the script asks is
   // resolved against the page's address and must stay under the prefix
   fetch: (path, options) => {
     const url = new URL(path, "http://proxy.example/audit/dashboard");
+    asked.push(url.pathname + url.search);
     if (url.origin !== "http://proxy.example" || !url.pathname.startsWith("/audit/")) {
       throw new Error("a request outside the prefix: " + url.href);
     }
@@ -192,12 +202,30 @@ const context = vm.createContext({
   },
   Plotly: { newPlot: async (_el, traces, layout) => { plots.push({ traces, layout }); } },
 });
-vm.runInContext(require("fs").readFileSync(script, "utf8"), context);
-(async () => {
+const rows = () => document.querySelector("#topics tbody").children.map((r) => ({
+  topic: r.dataset.topic, system: r.dataset.system, shown: textOf(r.children[0]),
+  title: r.children[0].title, badge: textOf(r.children[1]) }));
+async function ready() {
   for (let i = 0; i < 600 && !document.body.dataset.ready; i++) {
     await new Promise((r) => setTimeout(r, 50));
   }
-  console.log(JSON.stringify({ ready: document.body.dataset.ready ?? null, plots, texts, markup }));
+  return document.body.dataset.ready ?? null;
+}
+vm.runInContext(require("fs").readFileSync(script, "utf8"), context);
+(async () => {
+  const out = { ready: await ready(), plots, texts, markup, rows: rows() };
+  if (pick !== undefined) {  // the person picks a system in the filter
+    const select = document.getElementById("system");
+    delete document.body.dataset.ready;
+    select.value = pick;
+    for (const [tag, type, fn] of listeners) {
+      if (tag === "system" && type === "change") fn({ target: select });
+    }
+    out.picked = { ready: await ready(), hash, rows: rows(),
+                   title: document.getElementById("topic-title").textContent };
+  }
+  out.asked = asked;
+  console.log(JSON.stringify(out));
 })();
 """
 
@@ -213,20 +241,25 @@ def chart_strings(plots: list[dict]) -> list[str]:
     return out
 
 
-def test_values_from_records_reach_the_charts_and_the_page_as_text(tmp_path):
+def in_node(app, tmp_path, *args: str) -> dict:
+    """What the dashboard's script did in :data:`NODE_HARNESS` over ``app`` served by uvicorn
+    (``args``: a system to pick in the filter once it is ready)."""
     node = shutil.which("node")
     if node is None:
         pytest.skip("node is missing: `bash dev.sh setup` installs Debian's nodejs")
-    s = hostile_warehouse(tmp_path / "home")
-    with serving(create_app(s)) as base:
+    with serving(app) as base:
         script = tmp_path / "dashboard.js"
         script.write_bytes(httpx.get(f"{base}/dashboard/static/dashboard.js").content)
         harness = tmp_path / "harness.js"
         harness.write_text(NODE_HARNESS)
-        done = subprocess.run([node, str(harness), base, str(script)], capture_output=True,
-                              text=True, timeout=120)
+        done = subprocess.run([node, str(harness), base, str(script), *args],
+                              capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
-    seen = json.loads(done.stdout)
+    return json.loads(done.stdout)
+
+
+def test_values_from_records_reach_the_charts_and_the_page_as_text(tmp_path):
+    seen = in_node(create_app(hostile_warehouse(tmp_path / "home")), tmp_path)
     assert seen["ready"] == "yes" and seen["plots"]
     drawn = chart_strings(seen["plots"])
     assert [t for t in drawn if "<" in t or ">" in t] == []  # no markup reaches plotly.js
@@ -236,6 +269,25 @@ def test_values_from_records_reach_the_charts_and_the_page_as_text(tmp_path):
     assert any(escaped(f"cause {CAUSE}") in t for t in drawn)
     assert CAUSE in seen["texts"]
     assert seen["markup"] == []  # nothing ever set as HTML
+
+
+def test_the_dashboard_names_each_topics_system_and_its_filter_asks_the_api_for_one(tmp_path):
+    """Each topic row shows its system, a queue's key as a person reads it (the key itself in
+    the title); picking RabbitMQ in the filter asks ``/v1/topics?system=rabbitmq`` and keeps
+    the queue only, in the list and in the partitions shown."""
+    seen = in_node(two_systems(tmp_path / "home"), tmp_path, "rabbitmq")
+    assert seen["ready"] == "yes"
+    assert sorted(seen["rows"], key=lambda r: r["topic"]) == [
+        {"topic": "orders", "system": "kafka", "shown": "orders", "title": "orders",
+         "badge": "Kafka"},
+        {"topic": QUEUE, "system": "rabbitmq", "shown": "queue orders (vhost /)",
+         "title": QUEUE, "badge": "RabbitMQ"}]
+    assert "/audit/v1/topics" in seen["asked"]
+    picked = seen["picked"]
+    assert picked["ready"] == "yes" and picked["hash"] == "#system=rabbitmq"
+    assert [r["topic"] for r in picked["rows"]] == [QUEUE]
+    assert picked["title"] == "Partitions of queue orders (vhost /)"
+    assert "/audit/v1/topics?system=rabbitmq" in seen["asked"]
 
 
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -268,6 +320,32 @@ def test_the_pages_work_under_their_policies_in_chromium(tmp_path):
     assert not re.search(r"<img[^>]*src=\"?x", dom) and "attacker.example/\">click" not in dom
     assert docs.count('class="opblock opblock-get"') >= 10  # Swagger UI drew the operations
     assert "/v1/summary" in redoc and "api-content" in redoc  # and ReDoc
+
+
+def test_the_dashboards_system_filter_narrows_the_topics_in_chromium(tmp_path):
+    """The page as chromium shows it: every topic with its system, then one system's only
+    (the filter's choice is in the fragment); a topic of the other system asked in the
+    fragment gives way to one of the system kept."""
+    if shutil.which("chromium") is None:
+        pytest.skip("chromium is missing: `bash dev.sh setup` installs Debian's chromium")
+
+    def rows(dom: str) -> dict[str, str]:
+        assert 'data-ready="yes"' in dom, dom[-3000:]
+        return dict(re.findall(r'<tr [^>]*data-topic="([^"]*)" data-system="([^"]*)"', dom))
+
+    with serving(two_systems(tmp_path / "home")) as base:
+        every, _ = chromium_dom(f"{base}/dashboard", tmp_path / "p1")
+        kafka, _ = chromium_dom(f"{base}/dashboard#system=kafka&topic={quote(QUEUE, safe='')}",
+                                tmp_path / "p2")
+        rabbit, _ = chromium_dom(f"{base}/dashboard#system=rabbitmq", tmp_path / "p3")
+    assert rows(every) == {"orders": "kafka", QUEUE: "rabbitmq"}
+    assert f'<td class="text" title="{QUEUE}">queue orders (vhost /)</td>' in every
+    assert '<span class="system rabbitmq">RabbitMQ</span>' in every
+    assert '<span class="system kafka">Kafka</span>' in every
+    assert rows(kafka) == {"orders": "kafka"}
+    assert '<h2 id="topic-title" title="orders">Partitions of orders</h2>' in kafka
+    assert rows(rabbit) == {QUEUE: "rabbitmq"}
+    assert "Partitions of queue orders (vhost /)" in rabbit
 
 
 def test_swagger_ui_and_redoc_load_only_from_this_app(tmp_path):

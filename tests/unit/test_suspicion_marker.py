@@ -254,9 +254,9 @@ def test_the_api_serves_each_suspicion_with_what_the_read_made_of_it(tmp_path):
     confirmed = client.get("/v1/findings", params={"kind": "confirmed"}).json()["items"]
     assert {f["suspected_by"] for f in confirmed} == {None}
     metrics = client.get("/metrics").text
-    assert 'kafka_audit_suspected_writes_total{topic="t"} 60.0' in metrics
-    assert 'kafka_audit_withdrawn_suspected_writes_total{topic="t"} 30.0' in metrics
-    assert 'kafka_audit_open_suspected_writes{topic="t"} 0.0' in metrics
+    assert 'kafka_audit_suspected_writes_total{system="kafka",topic="t"} 60.0' in metrics
+    assert 'kafka_audit_withdrawn_suspected_writes_total{system="kafka",topic="t"} 30.0' in metrics
+    assert 'kafka_audit_open_suspected_writes{system="kafka",topic="t"} 0.0' in metrics
 
 
 def test_two_fail_overs_in_a_row_each_name_their_own_change_as_the_window(tmp_path):
