@@ -234,6 +234,103 @@ class RabbitSettings(_Section):
         return f"rabbit-{node}@{self.node_address(node)}"
 
 
+class RabbitNode(_Section):
+    """One node of the audited RabbitMQ cluster: where its AMQP listener and its management
+    API are. Nodes are numbered by their place in ``rabbitmq.nodes`` (from 1): give the
+    audited publishers the same list in the same order, so that a write's node and the
+    watcher's agree."""
+
+    amqp: str = Field(description="host:port of the node's AMQP 0-9-1 listener")
+    management: str = Field(description="the base URL of the node's management API "
+                            "(http://host:15672)")
+
+    @field_validator("amqp")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{v!r} is not host:port")
+        return v
+
+    @field_validator("management")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if not re.match(r"^https?://[^/\s]+$", v.rstrip("/")):
+            raise ValueError(f"{v!r} is not a management API base URL (http://host:15672)")
+        return v.rstrip("/")
+
+
+class RabbitmqSettings(_Section):
+    """A RabbitMQ cluster audited beside Kafka (docs/rabbitmq.md): with queues named here,
+    `kafka-audit run` also runs the RabbitMQ reader (what is in the queues, into
+    ``consumed``) and the RabbitMQ watcher (nodes, partitions, each queue's leader and
+    synchronised mirrors, into ``cluster_events``). Not the local test cluster: that is
+    the ``rabbit`` section."""
+
+    queues: list[str] = Field(
+        default_factory=list, description="the ledger keys of the queues and streams to "
+        "read (rabbitmq:queue:<vhost>:<name>, percent-encoded: %2F for the vhost /), all of "
+        "one vhost; for a classic or quorum queue, the audit queue beside the audited one "
+        "(docs/rabbitmq.md). Empty: no RabbitMQ component runs")
+    nodes: list[RabbitNode] = Field(default_factory=list, description="the cluster's nodes")
+    username: str = Field("guest", description="the user the reader and the watcher log in "
+                          "as (it reads the queues, publishes the barriers, and may see "
+                          "the management API's nodes and queues: the monitoring tag)")
+    password: SecretStr = Field(SecretStr("guest"), description="its password (e.g. from "
+                                "KAFKA_AUDIT_RABBITMQ__PASSWORD)")
+    heartbeat_seconds: int = Field(30, ge=0, description="AMQP heartbeat of the reader's "
+                                   "connection (0: none)")
+    reader_name: str = Field("reader", pattern=r"^[A-Za-z0-9._-]+$", description="the "
+                             "reader's name in its transactions on consumed (one reader per "
+                             "name)")
+    barrier_seconds: float = Field(2.0, gt=0, description="how often the reader publishes a "
+                                   "barrier into each queue")
+    flush_seconds: float = Field(1.0, gt=0, description="how often the reader commits what "
+                                 "it read")
+    barrier_holdoff_seconds: float = Field(
+        90.0, ge=0, description="after the reader's connection was lost uncleanly, barriers "
+        "read this long are not recorded (deliveries checked out to the dead consumer come "
+        "back later)")
+    watch_interval_seconds: float = Field(1.0, gt=0, description="how often the watcher asks "
+                                          "the management API")
+
+    @field_validator("queues")
+    @classmethod
+    def _keys(cls, v: list[str]) -> list[str]:
+        from kafka_audit.schemas.systems import parse_rabbit_key
+
+        vhosts = {parse_rabbit_key(k).vhost for k in v}  # ValueError names a bad key
+        if len(vhosts) > 1:
+            raise ValueError(f"the queues name vhosts {sorted(vhosts)}: one vhost")
+        if len(set(v)) != len(v):
+            raise ValueError("a queue named twice")
+        return v
+
+    @model_validator(mode="after")
+    def _nodes_for_queues(self) -> RabbitmqSettings:
+        if self.queues and not self.nodes:
+            raise ValueError("rabbitmq.queues without rabbitmq.nodes: name the cluster's "
+                             "nodes")
+        return self
+
+    def parameters(self) -> dict:
+        """pika's connection parameters per node number (from 1), to the queues' vhost."""
+        import pika
+
+        from kafka_audit.schemas.systems import parse_rabbit_key
+
+        vhost = parse_rabbit_key(self.queues[0]).vhost if self.queues else "/"
+        out = {}
+        for i, node in enumerate(self.nodes, 1):
+            host, _, port = node.amqp.rpartition(":")
+            out[i] = pika.ConnectionParameters(
+                host.strip("[]"), int(port), vhost, pika.PlainCredentials(
+                    self.username, self.password.get_secret_value()),
+                heartbeat=self.heartbeat_seconds, connection_attempts=1, socket_timeout=10,
+                blocked_connection_timeout=60)
+        return out
+
+
 class ProducerSettings(_Section):
     """The project's own instrumented producers: the ack ledger's commits, the load
     generator's librdkafka settings."""
@@ -899,6 +996,7 @@ class Settings(BaseSettings):
     storage: StorageSettings = StorageSettings()
     cluster: ClusterSettings = ClusterSettings()
     rabbit: RabbitSettings = RabbitSettings()
+    rabbitmq: RabbitmqSettings = RabbitmqSettings()
     producer: ProducerSettings = ProducerSettings()
     stamp: StampSettings = StampSettings()
     spark: SparkSettings = SparkSettings()

@@ -5,9 +5,10 @@ Every ``interval`` the watcher asks every node's management API for ``/api/nodes
 node's own view: which nodes run, since when, and which it is partitioned from) and the
 first that answers for each watched queue (``/api/queues/<vhost>/<name>``), and writes
 what changed (:func:`diff_rabbit`, pure) under the queue's key (``schemas/systems.py``),
-its ``partition`` 0, ``source`` ``rabbit:management``. Nodes are numbered by their place
-among the cluster's node names in sorted order (the local cluster's ``rabbit-N@...`` are
-N); ``detail`` names them.
+its ``partition`` 0, ``source`` ``rabbit:management``. Nodes are numbered as given, or
+by the endpoint each answers at (the management API's ``/api/overview`` names its node:
+endpoint N's node is N, as ``rabbitmq.nodes`` numbers them for the publishers); a node
+no endpoint has named yet carries no number. ``detail`` names them.
 
 ==================  ===========================================================
 kind                when
@@ -216,7 +217,7 @@ class RabbitWatcher:
         self._auth = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
         self.queues: dict[str, QueueView | None] = {}
         self.nodes: dict[str, NodeView] = {}
-        #: node name -> number (given, or in sorted order of the names seen)
+        #: node name -> number (given, or learnt from the endpoints: :meth:`_learn_numbers`)
         self.numbers: dict[str, int] = dict(numbers or {})
         self._fixed = numbers is not None
         self.polls = 0
@@ -252,14 +253,24 @@ class RabbitWatcher:
                 continue
         return False, None
 
+    def _learn_numbers(self) -> None:
+        """Each endpoint not yet named: the node it answers for is its number."""
+        named = set(self.numbers.values())
+        for n in sorted(set(self.endpoints) - named):
+            try:
+                name = self._get(n, "overview").get("node")
+            except (OSError, ValueError, AttributeError):
+                continue
+            if isinstance(name, str) and name not in self.numbers:
+                self.numbers[name] = n
+
     def poll_once(self) -> list[dict]:
         at = datetime.now(UTC)
         nodes = self._nodes()
         if nodes is None:
             return []
-        if not self._fixed and set(nodes) - set(self.numbers):  # in sorted order
-            self.numbers = {n: i for i, n in enumerate(sorted(set(nodes) | set(self.numbers)),
-                                                       1)}
+        if not self._fixed and set(nodes) - set(self.numbers):
+            self._learn_numbers()
         rows: list[dict] = []
         for key in self.targets:
             answered, view = self._queue(key)

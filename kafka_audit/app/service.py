@@ -1,5 +1,6 @@
 """``kafka-audit run``: the watcher, the consume stream, the audit loop and the REST API as
-one supervised service.
+one supervised service (and, for the queues of ``rabbitmq``, the RabbitMQ reader and
+watcher).
 
 Each component runs in a thread of its own and rides out outages itself
 (``kafka_audit/status.py``); the REST API's thread runs the server as a child process
@@ -184,7 +185,8 @@ class Service:
 
 def build(settings: Settings, spark_factory=None) -> Service:
     """The components of ``kafka-audit run`` (the watcher, the committer of staged acks,
-    consume, audit, the suspicion marker, the API) over one Spark session (made lazily, in
+    consume, audit, the suspicion marker, the API, and with ``rabbitmq.queues`` the
+    RabbitMQ reader and watcher) over one Spark session (made lazily, in
     the consume component, so the API and the watcher start at once); the API serves
     from a child process."""
     from kafka_audit.app.api_process import supervise_api_process, supervise_child
@@ -252,10 +254,38 @@ def build(settings: Settings, spark_factory=None) -> Service:
 
     service = Service(settings, [Component("watcher", watcher), Component("ledger", ledger),
                                  Component("consume", consume), Component("audit", audit),
-                                 Component("suspicions", suspicions), Component("api", api)],
+                                 Component("suspicions", suspicions), Component("api", api),
+                                 *rabbit_components(settings)],
                       on_stop=release)
     service.spark = spark  # type: ignore[attr-defined] - for the SIGUSR1 fault hook
     return service
+
+
+def rabbit_components(settings: Settings) -> list[Component]:
+    """With ``rabbitmq.queues`` set, the RabbitMQ reader and watcher (docs/rabbitmq.md);
+    none otherwise. Needs pika (the ``[rabbitmq]`` extra): its absence is said at once,
+    not by a component restarted for ever."""
+    rc = settings.rabbitmq
+    if not rc.queues:
+        return []
+    import pika  # noqa: F401 - ModuleNotFoundError here names the extra (cli.missing_extra)
+
+    def reader(stop: threading.Event) -> None:
+        from kafka_audit.jobs.consume.rabbit_reader import RabbitReader
+
+        RabbitReader(settings, rc.parameters(), rc.queues, name=rc.reader_name,
+                     barrier_seconds=rc.barrier_seconds, flush_seconds=rc.flush_seconds,
+                     barrier_holdoff_seconds=rc.barrier_holdoff_seconds).run(stop)
+
+    def watcher(stop: threading.Event) -> None:
+        from kafka_audit.jobs.watcher.rabbit_watcher import RabbitWatcher
+
+        RabbitWatcher(settings.table_path("cluster_events"),
+                      {i: n.management for i, n in enumerate(rc.nodes, 1)}, rc.queues,
+                      rc.username, rc.password.get_secret_value(),
+                      interval=rc.watch_interval_seconds).run(stop)
+
+    return [Component("rabbit-reader", reader), Component("rabbit-watcher", watcher)]
 
 
 def stop_spark(spark, budget: float) -> str:

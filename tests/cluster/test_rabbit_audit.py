@@ -67,3 +67,59 @@ def test_each_rabbit_scenario_matches_a_full_read(rabbit, spark, tmp_path, name)
     print(report.text())
     assert report.ok, report.text()
     assert report.confirmed >= 200
+
+
+def test_kafka_audit_run_reads_and_watches_the_queues_of_its_rabbitmq_section(
+        rabbit, tmp_path):
+    """The ``rabbitmq`` settings section adds the reader and the watcher to the service of
+    ``kafka-audit run``: run by the service's supervisor, they read a quorum queue's
+    messages into ``consumed`` (each once, barriers beside them) and record its leader
+    under the number its place in ``rabbitmq.nodes`` gives it (learnt from each node's
+    own management API), the other components not needed for that."""
+    from kafka_audit.app.service import Service, rabbit_components
+    from kafka_audit.settings import RabbitmqSettings, RabbitNode
+
+    queue = f"run-{uuid.uuid4().hex[:8]}"
+    key = rabbit_key("queue", "/", queue)
+    conn = pika.BlockingConnection(rabbit.parameters(2))
+    conn.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
+    conn.close()
+    # the nodes listed last first: the settings' numbers are not the names' order
+    order = sorted(rabbit.nodes, reverse=True)
+    nodes = [RabbitNode(amqp=f"{rabbit.cfg.host}:{rabbit.cfg.amqp_port(n)}",
+                        management=rabbit.management_urls()[n]) for n in order]
+    leader = order.index(rabbit.node_numbers()[rabbit.api(1, f"queues/%2F/{queue}")["leader"]]
+                         ) + 1
+    settings = test_settings(tmp_path).model_copy(update={"rabbitmq": RabbitmqSettings(
+        queues=[key], nodes=nodes, heartbeat_seconds=5, barrier_seconds=0.3,
+        flush_seconds=0.2, watch_interval_seconds=0.3)})
+    components = rabbit_components(settings)
+    assert [c.name for c in components] == ["rabbit-reader", "rabbit-watcher"]
+    assert rabbit_components(test_settings(tmp_path / "none")) == []
+    service = Service(settings, components)
+    runs = threading.Thread(target=service.run, kwargs={"install_signals": False})
+    runs.start()
+    try:
+        with AuditedPublisher(settings.rabbitmq.parameters(), key, "run", settings) as p:
+            assert all(p.publish(b"m %d" % i) for i in range(100))
+
+        def consumed() -> list[dict]:
+            return read_table(settings.table_path("consumed"), "consumed",
+                              where=pc.field("topic") == key).to_pylist()
+
+        wait_until(lambda: sum(r["count"] for r in consumed()
+                               if r["status"] == "record") >= 100
+                   and any(r["status"] == "barrier" for r in consumed()), 60,
+                   "the service's reader to read every message and a barrier")
+        events = read_table(settings.table_path("cluster_events"), "cluster_events",
+                            where=pc.field("topic") == key).to_pylist()
+        assert [(e["kind"], e["leader"]) for e in events if e["kind"] == "first_seen"] == [
+            ("first_seen", leader)]
+    finally:
+        service.stop.set()
+        runs.join(60)
+    assert not runs.is_alive()
+    assert all(c.restarts == 0 for c in components)
+    seqs = sorted(r["seq"] + i for r in consumed() if r["status"] == "record"
+                  for i in range(r["count"]))
+    assert seqs == list(range(100))
