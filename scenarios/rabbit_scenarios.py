@@ -43,6 +43,7 @@ scenario                               fault, and what it must find
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 import uuid
@@ -127,6 +128,8 @@ class RabbitReport:
     counts: dict[str, int]
     expects_loss: bool
     allowed: frozenset[str]
+    #: what the lost findings name as the setting that lost them (``evidence.setting``)
+    settings_named: set[str] = field(default_factory=set)
 
     @property
     def ok(self) -> bool:
@@ -141,6 +144,7 @@ class RabbitReport:
             f"  confirmed and absent from a full read: {len(self.truth_lost)}",
             f"  causes: {', '.join(sorted(self.causes)) or '-'} (allowed: "
             f"{', '.join(sorted(self.allowed)) or 'none'})",
+            *(f"  the setting that lost them: {t}" for t in sorted(self.settings_named)),
             f"  verdict: {'MATCH' if self.ok else 'MISMATCH'}"])
 
 
@@ -404,4 +408,5 @@ def run_rabbit_scenario(name: str, settings, rabbit, spark,
     return RabbitReport(
         name, key, len(run.record), len(confirmed), confirmed - held,
         {f["seq"] + i for f in lost for i in range(f["count"])},
-        {f["cause"] for f in lost}, counts, sc.expects_loss, sc.causes)
+        {f["cause"] for f in lost}, counts, sc.expects_loss, sc.causes,
+        {json.loads(f["evidence"] or "{}").get("setting") for f in lost} - {None})

@@ -112,7 +112,9 @@ TABLES: dict[str, list[Column]] = {
                                      "truncated (past the log end) | expired (below the log "
                                      "start); RabbitMQ: record | redelivered (delivered "
                                      "again: presence, never a copy) | barrier (seq: when "
-                                     "its publish began, µs since the epoch)"),
+                                     "its publish began, µs since the epoch) | lookup "
+                                     "(reread: seqs seq.. of the run, count of them, "
+                                     "looked up in consumed; offset -1)"),
         C("leader_epoch", "int", True, "leader epoch of the records (re-reads only)"),
         C("system", "string", True, "kafka | rabbitmq (schemas/systems.py; null: written "
                                     "before the column existed, Kafka's)"),
@@ -196,7 +198,7 @@ TABLES: dict[str, list[Column]] = {
         C("acks", "string", True, "ack: the producer's acks setting"),
         C("source", "string", True, "read: stream | reread"),
         C("status", "string", True, "read: record | absent | truncated | expired; "
-                                    "RabbitMQ: record | redelivered | barrier"),
+                                    "RabbitMQ: record | redelivered | barrier | lookup"),
         C("leader_epoch", "int", True, "read: leader epoch of the records"),
         C("horizon", "long", True, "ack without offset: the log end after its report"),
         C("progress", "string", True, "progress row: JSON of source versions and pass id"),

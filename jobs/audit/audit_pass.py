@@ -687,9 +687,10 @@ class _Driver(_Backend):
     def collect(self):
         counts, rows, status = _summed(self.out)
         requests = [Reread(r["topic"], r["partition"], r["offset"], r["offset"] + r["count"],
-                           r["reason"])
+                           r["reason"], r["producer_id"], r["run_id"])
                     for r in self.out.filter(pc.equal(self.out.column("row"), "reread"))
-                    .select(["topic", "partition", "offset", "count", "reason"]).to_pylist()]
+                    .select(["topic", "partition", "offset", "count", "reason", "producer_id",
+                             "run_id"]).to_pylist()]
         return _Judged(counts, rows, status), requests
 
     def again(self, answers, events, now, cfg, log_ends, judged):
@@ -799,7 +800,8 @@ class _Spark(_Backend):
             # Spark hands timestamps back naive in this process's zone: astimezone reads so
             status={(r.topic, r.partition): _status_of(r, lambda v: v and v.astimezone(UTC))
                     for r in small if r.row == "status"})
-        requests = [Reread(r.topic, r.partition, r.offset, r.offset + r["count"], r.reason)
+        requests = [Reread(r.topic, r.partition, r.offset, r.offset + r["count"], r.reason,
+                           r.producer_id, r.run_id)
                     for r in small if r.row == "reread"]
         return judged, requests
 
@@ -807,7 +809,8 @@ class _Spark(_Backend):
         from pyspark.sql import functions as F
 
         keys = sorted({(a.topic, a.partition) for a in answers})
-        # topic names hold no ":" (Kafka allows letters, digits, ".", "_" and "-")
+        # Kafka's topic names hold no ":" (letters, digits, ".", "_" and "-"); a RabbitMQ
+        # key does, always partition 0, and percent-encodes the ":" of its names
         key = F.concat_ws(":", F.col("topic"), F.col("partition").cast("string"))
         mine = key.isin([f"{t}:{p}" for t, p in keys])
         held = self.out.where((F.col("row") == "hot") & mine).toArrow()

@@ -246,7 +246,8 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
                   cause=f.cause, evidence=json.dumps(f.evidence, default=str))
              for f in res.findings]
     found += [_row("reread", topic, partition, row="reread", offset=q.offset,
-                   count=q.end - q.offset, reason=q.reason) for q in res.rereads]
+                   count=q.end - q.offset, reason=q.reason, producer_id=q.producer_id,
+                   run_id=q.run_id) for q in res.rereads]
     found.append(_row("status", topic, partition, row="status",
                       frontier=res.clock.stream_frontier,
                       settled_frontier=res.clock.settled_frontier, pending=res.pending,

@@ -16,7 +16,7 @@ import time
 
 from kafka_audit.clients import admin_client, cluster_config
 from kafka_audit.jobs.core.model import ReadRun, Reread
-from kafka_audit.schemas.systems import kafka_topics
+from kafka_audit.schemas.systems import RABBITMQ, kafka_topics, system_of
 from kafka_audit.settings import Settings
 
 __all__ = ["ClusterLookups", "POLICY_FRESH_SECONDS", "POLICY_STALE_SECONDS",
@@ -147,9 +147,17 @@ class ClusterLookups:
 
         if not requests:
             return []
+        out: list[ReadRun] = []
+        rabbit = [q for q in requests if system_of(q.topic) == RABBITMQ]
+        if rabbit:
+            try:
+                out += lookup_consumed(self.settings.table_path("consumed"), rabbit)
+            except Exception as exc:  # noqa: BLE001 - asked again next pass
+                log.warning("lookup of %d RabbitMQ writes in consumed failed: %s",
+                            len(rabbit), exc)
+            requests = [q for q in requests if system_of(q.topic) != RABBITMQ]
         budget = self.settings.steady.rejudge_timeout_seconds
         deadline = time.monotonic() + budget
-        out: list[ReadRun] = []
         for n, req in enumerate(requests):
             left = deadline - time.monotonic()
             if left <= 0:
@@ -189,3 +197,37 @@ class ClusterLookups:
             except Exception:  # noqa: BLE001 - being replaced anyway
                 pass
             self._consumer = None
+
+
+def lookup_consumed(path: str, requests: list[Reread]) -> list[ReadRun]:
+    """RabbitMQ's re-read (``jobs/core/rabbit_rules.py``): for each request, what the
+    reader wrote to ``consumed`` of seqs ``offset .. end-1`` of its producer run (the
+    reader's own rows: no earlier lookup's copies), as reads of ``source`` ``reread``,
+    and one ``lookup`` read saying the lookup was made (found or not)."""
+    from datetime import UTC, datetime
+
+    import pyarrow.compute as pc
+
+    from kafka_audit.jobs.core.rabbit_rules import LOOKUP
+    from kafka_audit.store import read_table
+
+    now = datetime.now(UTC)
+    out: list[ReadRun] = []
+    for key in sorted({q.topic for q in requests}):
+        mine = [q for q in requests if q.topic == key]
+        runs = sorted({q.run_id for q in mine if q.run_id is not None})
+        rows = read_table(path, "consumed", where=(pc.field("topic") == key)
+                          & pc.field("run_id").isin(runs)
+                          & (pc.field("source") != "reread")
+                          & pc.field("status").isin(["record", "redelivered"])).to_pylist()
+        for q in mine:
+            for r in rows:
+                if ((r["producer_id"], r["run_id"]) == (q.producer_id, q.run_id)
+                        and r["seq"] < q.end and q.offset < r["seq"] + r["count"]):
+                    out.append(ReadRun(key, r["partition"], r["offset"], r["count"],
+                                       r["producer_id"], r["run_id"], r["seq"],
+                                       r["read_time"], source="reread", status=r["status"]))
+            out.append(ReadRun(key, q.partition, -1, q.end - q.offset, q.producer_id,
+                               q.run_id, q.offset, now, source="reread", status=LOOKUP))
+    return out
+

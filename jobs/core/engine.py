@@ -115,12 +115,13 @@ def step_partition(topic: str, hot: PartitionHot, events: Sequence[ClusterEvent]
 def _step_rabbit(hot: PartitionHot, events: Sequence[ClusterEvent], now: datetime,
                  cfg: AuditConfig) -> StepResult:
     """:func:`step_partition` for a RabbitMQ key: its writes judged by the barrier rule, the
-    reads it may still need kept (no frontier, no re-reads)."""
+    reads it may still need kept (no frontier; a re-read is a lookup in ``consumed``)."""
     rc = RabbitConfig(cfg.settle_seconds, cfg.rabbit_margin_seconds, cfg.unseen_after_seconds,
                       cfg.read_retention_seconds)
     j = judge_rabbit(hot.acks, hot.reads, now, rc, events)
     kept = PartitionHot(acks=j.acks, reads=retained_rabbit_reads(hot.reads, j.acks, now, rc))
-    return StepResult(kept, j.findings, [], Clock(now), j.pending, j.unseen, j.oldest_unseen)
+    return StepResult(kept, j.findings, j.rereads, Clock(now), j.pending, j.unseen,
+                      j.oldest_unseen)
 
 
 def _settles(observations: list[tuple[int, datetime]], end: int | None, now: datetime,

@@ -76,7 +76,9 @@ class ReadRun:
     (below the log start: retention).
     ``source``: ``stream`` (the consume job) or ``reread`` (a direct re-read).
     A RabbitMQ key's reads (``jobs/core/rabbit_rules.py``): ``offset`` is the reader's
-    position, ``status`` ``record``, ``redelivered`` or ``barrier``.
+    position, ``status`` ``record``, ``redelivered`` or ``barrier``; ``lookup`` (``source``
+    ``reread``): seqs ``seq ..`` (``count`` of them) of that run were looked up in
+    ``consumed``, and what it found comes beside it.
     """
 
     topic: str
@@ -148,13 +150,17 @@ class Clock:
 
 @dataclass(frozen=True)
 class Reread:
-    """A request to read ``offset .. end-1`` of a partition again, directly."""
+    """A request to read ``offset .. end-1`` of a partition again, directly. For a RabbitMQ
+    key (a queue cannot be read again): a lookup in ``consumed`` of what the reader read of
+    seqs ``offset .. end-1`` of producer run ``(producer_id, run_id)``."""
 
     topic: str
     partition: int
     offset: int
     end: int
     reason: str
+    producer_id: str | None = None
+    run_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,14 @@ write the queue still holds has been read. Then the write is judged, seq by seq:
 
 Until then a write is pending; past ``unseen_after_seconds`` without a settling barrier
 it counts as unseen (the reader is behind, or down).
+
+**Reads no longer kept.** Between passes a key keeps its reads ``read_retention_seconds``,
+and longer only those of writes it knows of. A write whose ack row arrives later than that
+(a publisher's ledger spooled through an outage) would find its reads gone, and a queue
+cannot be read again: its missing seqs are first looked up in ``consumed`` (a
+:class:`Reread` naming its run; the answer, what the reader read of them and a ``lookup``
+read saying the lookup was made, comes to the same pass, judged again at once). Only
+what that lookup cannot find either is lost.
 """
 
 from __future__ import annotations
@@ -40,7 +48,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from kafka_audit.jobs.core.model import AckRun, ClusterEvent, Finding, ReadRun
+from kafka_audit.jobs.core.model import AckRun, ClusterEvent, Finding, ReadRun, Reread
 from kafka_audit.jobs.core.rules import Judgement, judge_failed
 from kafka_audit.schemas.events import (
     FIRST_SEEN,
@@ -55,10 +63,32 @@ from kafka_audit.schemas.events import (
 from kafka_audit.schemas.systems import TRANSIENT
 from kafka_audit.schemas.verdicts import CAUSE_SLACK, Cause, Kind, Subkind
 
-__all__ = ["RabbitConfig", "RECORD", "REDELIVERED", "BARRIER", "judge_rabbit",
+__all__ = ["RabbitConfig", "RECORD", "REDELIVERED", "BARRIER", "LOOKUP", "RABBIT_LOOKUP",
+           "SETTING_OF_CAUSE", "judge_rabbit",
            "rabbit_cause", "barrier_time", "settling_barrier", "retained_rabbit_reads"]
 
-RECORD, REDELIVERED, BARRIER = "record", "redelivered", "barrier"
+RECORD, REDELIVERED, BARRIER, LOOKUP = "record", "redelivered", "barrier", "lookup"
+#: the RabbitMQ setting that lets each cause lose a confirmed message, and what keeps it:
+#: a lost finding's ``evidence.setting``
+SETTING_OF_CAUSE = {
+    str(Cause.transient_restart): "delivery_mode 1 (transient): held in memory only; "
+    "publish persistent (delivery_mode 2) into a durable queue",
+    str(Cause.partition_loser): "cluster_partition_handling = autoheal (or ignore): both "
+    "sides of a partition confirm, the losing side's are dropped; pause_minority, or a "
+    "quorum queue, keeps them",
+    str(Cause.unsynced_promotion): "ha-promote-on-failure = always (with ha-sync-mode = "
+    "manual): a mirror that lacks messages may be promoted; when-synced, ha-sync-mode = "
+    "automatic, or a quorum queue, keeps them",
+    str(Cause.queue_lost): "a classic queue whose only copy was on the node lost (not "
+    "mirrored, or ha-promote-on-failure = when-synced with no synchronised mirror): a "
+    "quorum queue keeps them while a majority lives",
+}
+#: a :class:`Reread`'s reason: a RabbitMQ write's reads looked up in ``consumed``
+RABBIT_LOOKUP = "rabbit_lookup"
+#: a message may be read this long before its confirm reached the publisher (and the
+#: clocks differ): its reads may be gone once its confirm is older than the read
+#: retention less this
+LOOKUP_SLACK = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -91,11 +121,25 @@ def settling_barrier(a: AckRun, barriers: Sequence[ReadRun], now: datetime,
 
 def _by_run(reads: Sequence[ReadRun]) -> dict[tuple, list[ReadRun]]:
     """The stamped reads of each producer run, ``(producer_id, run_id)``, in reader
-    position order (grouped once per pass, not scanned again for every write)."""
+    position order (grouped once per pass, not scanned again for every write); a read
+    a lookup found again beside the one kept counted once."""
     out: dict[tuple, list[ReadRun]] = {}
+    seen: set[tuple] = set()
     for r in sorted(reads, key=lambda r: r.offset):
-        if r.producer_id is not None and r.seq is not None and r.status != BARRIER:
+        if (r.producer_id is not None and r.seq is not None
+                and r.status not in (BARRIER, LOOKUP)
+                and (at := (r.offset, r.count, r.status, r.seq)) not in seen):
+            seen.add(at)
             out.setdefault((r.producer_id, r.run_id), []).append(r)
+    return out
+
+
+def _looked_up(reads: Sequence[ReadRun]) -> dict[tuple, list[tuple[int, int]]]:
+    """The seq ranges of each producer run a lookup in ``consumed`` answered for."""
+    out: dict[tuple, list[tuple[int, int]]] = {}
+    for r in reads:
+        if r.status == LOOKUP and r.seq is not None:
+            out.setdefault((r.producer_id, r.run_id), []).append((r.seq, r.seq + r.count))
     return out
 
 
@@ -135,7 +179,9 @@ def judge_rabbit(acks: Sequence[AckRun], reads: Sequence[ReadRun], now: datetime
     out = Judgement()
     barriers = [r for r in reads if r.status == BARRIER and r.seq is not None]
     runs = _by_run(reads)
+    looked = _looked_up(reads)
     unseen_before = now - timedelta(seconds=cfg.unseen_after_seconds)
+    forgotten = now - timedelta(seconds=cfg.read_retention_seconds) + LOOKUP_SLACK
     for a in acks:
         barrier = settling_barrier(a, barriers, now, cfg)
         if barrier is None:
@@ -147,11 +193,23 @@ def judge_rabbit(acks: Sequence[AckRun], reads: Sequence[ReadRun], now: datetime
             continue
         mine = runs.get((a.producer_id, a.run_id), [])
         at = _seqs(mine, a)
+        if a.first_ack < forgotten and any(
+                s not in at and not any(lo <= s < hi for lo, hi in
+                                        looked.get((a.producer_id, a.run_id), ()))
+                for s in range(a.seq, a.seq + a.count)):
+            # reads of it may have been let go before its ack came: look them up first
+            out.acks.append(a)
+            out.pending += a.count
+            out.rereads.append(Reread(a.topic, a.partition, a.seq, a.seq + a.count,
+                                      RABBIT_LOOKUP, a.producer_id, a.run_id))
+            continue
         reordered = _reordered(mine, a)
         if a.error is None:
             out.judged.append(a)
         for lo, hi, kind, subkind, evidence in _pieces(a, at, barrier):
             cause = rabbit_cause(a, events) if kind == Kind.lost else None
+            if cause in SETTING_OF_CAUSE:
+                evidence["setting"] = SETTING_OF_CAUSE[cause]
             out.findings.append(_finding(a, kind, lo, hi, subkind, cause, evidence))
         for lo, hi in _spans(s for s in range(a.seq, a.seq + a.count)
                              if sum(st == RECORD for _, st in at.get(s, ())) > 1):

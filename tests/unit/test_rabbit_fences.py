@@ -53,3 +53,37 @@ def test_a_queues_writes_wait_for_a_barrier_not_for_kafkas_frontier():
     kafka = [AckRun("orders", 0, "p", "r", 0, 5, None, T, T)]
     assert step_partition("orders", PartitionHot(acks=kafka), [], later, AuditConfig(),
                           log_end=0).findings
+
+
+def test_a_queues_re_read_is_a_lookup_of_its_runs_reads_in_consumed(tmp_path):
+    """RabbitMQ's re-read on a real Delta table: the reader's own rows of the asked seqs of
+    the asked run (not another run's, not an earlier lookup's copies, not barriers), and a
+    lookup read per request, found or not; the Kafka cluster is never asked."""
+    from kafka_audit.jobs.audit.hot_state import consumed_row
+    from kafka_audit.jobs.audit.lookups import lookup_consumed
+    from kafka_audit.jobs.core.model import Reread
+    from kafka_audit.jobs.core.rabbit_rules import LOOKUP, RABBIT_LOOKUP
+
+    settings = Settings(home=tmp_path)
+    key = rabbit_key("queue", "/", "orders")
+    t = datetime(2026, 11, 30, tzinfo=UTC)
+
+    def row(position, seq, count, run="r", source="stream", status="record"):
+        return consumed_row(ReadRun(key, 0, position, count, "p", run, seq, t, source=source,
+                                    status=status), 1)
+
+    append_rows(settings.table_path("consumed"), "consumed", [
+        row(0, 0, 3), row(3, 5, 2, status="redelivered"), row(5, 3, 1, run="other"),
+        row(6, 2, 1, source="reread"), row(7, 1_700_000_000_000_000, 1, status="barrier")])
+    asked = [Reread(key, 0, 2, 6, RABBIT_LOOKUP, "p", "r"),
+             Reread(key, 0, 10, 12, RABBIT_LOOKUP, "p", "r")]
+    def seen(reads):
+        return sorted((r.offset, r.seq, r.count, r.status, r.source) for r in reads)
+
+    assert seen(lookup_consumed(settings.table_path("consumed"), asked)) == [
+        (-1, 2, 4, LOOKUP, "reread"), (-1, 10, 2, LOOKUP, "reread"),
+        (0, 0, 3, "record", "reread"), (3, 5, 2, "redelivered", "reread")]
+    # through the pass's lookups, with a Kafka cluster nobody listens at
+    lookups = ClusterLookups(Settings(home=tmp_path, cluster={"broker_base_port": 1}))
+    assert seen(lookups.reread(asked)) == seen(lookup_consumed(
+        settings.table_path("consumed"), asked)) and lookups._consumer is None

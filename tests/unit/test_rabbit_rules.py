@@ -13,14 +13,17 @@ from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot, step_partiti
 from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.jobs.core.rabbit_rules import (
     BARRIER,
+    LOOKUP,
+    RABBIT_LOOKUP,
     REDELIVERED,
+    SETTING_OF_CAUSE,
     RabbitConfig,
     judge_rabbit,
     rabbit_cause,
     retained_rabbit_reads,
 )
 from kafka_audit.schemas.systems import rabbit_key
-from kafka_audit.schemas.verdicts import PRIMARY, REJECTING_ERRORS
+from kafka_audit.schemas.verdicts import PRIMARY, REJECTING_ERRORS, Cause
 
 Q = rabbit_key("queue", "/", "orders")
 T = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -74,6 +77,29 @@ def test_a_settled_barrier_judges_each_seq_read_or_not():
     assert lost.cause == "unknown" and lost.offset is None
     assert lost.evidence["barrier_read"] == at(5).isoformat()
     assert j.acks == [] and j.pending == 0
+
+
+def test_a_write_confirmed_before_its_reads_were_let_go_is_looked_up_before_judged():
+    """Its ack came after the read retention: the seqs not read here are looked up in
+    consumed first (a re-read naming its run), and only what the lookup cannot find
+    either is lost; a read found again beside the one kept counts once."""
+    late = at(CFG.read_retention_seconds)  # its confirm now older than the retention
+    acks = [ack(0, 4)]
+    kept = [read(0, 0), barrier(9, 1.5, 5)]
+    j = judge_rabbit(acks, kept, late, CFG)
+    assert j.findings == [] and j.acks == acks and j.pending == 4
+    assert [(q.topic, q.offset, q.end, q.reason, q.producer_id, q.run_id)
+            for q in j.rereads] == [(Q, 0, 4, RABBIT_LOOKUP, "p", "r")]
+    looked = ReadRun(Q, 0, -1, 4, "p", "r", 0, late, source="reread", status=LOOKUP)
+    found = [ReadRun(Q, 0, p, 1, "p", "r", s, at(2), source="reread")
+             for p, s in ((0, 0), (1, 1), (3, 3))]
+    j = judge_rabbit(acks, [*kept, *found, looked], late, CFG)
+    assert verdicts(j.findings) == [("confirmed", None, 0, 2), ("confirmed", None, 3, 1),
+                                    ("lost", "vanished", 2, 1)]
+    assert j.rereads == [] and j.pending == 0
+    # a write whose reads are all here needs no lookup; a young one neither
+    assert judge_rabbit([ack(0, 1)], kept, late, CFG).rereads == []
+    assert judge_rabbit(acks, kept, at(40), CFG).rereads == []
 
 
 def test_a_write_that_was_not_confirmed_is_judged_by_kafkas_definition():
@@ -249,3 +275,9 @@ def test_a_lost_write_carries_its_cause():
     j = judge_rabbit([transient()], [barrier(0, 6, 8)], at(60), CFG, events)
     assert [(f.kind, f.cause) for f in j.findings] == [
         ("lost", "non-persistent message across a restart")]
+    # and the setting that let it be lost
+    assert j.findings[0].evidence["setting"].startswith("delivery_mode 1 (transient)")
+    # every RabbitMQ cause but unknown names one
+    assert set(SETTING_OF_CAUSE) == {str(c) for c in (
+        Cause.transient_restart, Cause.partition_loser, Cause.unsynced_promotion,
+        Cause.queue_lost)}
