@@ -30,7 +30,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kafka_audit.schemas.systems import system_of
-from kafka_audit.status import COMPONENTS, consume_lag, current_statuses
+from kafka_audit.status import components_of, consume_lag, current_statuses
 from kafka_audit.store import commit_time
 
 __all__ = ["RequestMetrics", "audit_metrics", "CONTENT_TYPE"]
@@ -177,7 +177,7 @@ def audit_metrics(reader, settings) -> bytes:
                  "the consume job's committed offset; absent while not measurable")
     # statuses of the running processes only: a stopped run's last figures are no figures
     statuses = current_statuses(settings.home_dir).current
-    for name in COMPONENTS:
+    for name in components_of(settings):
         s = statuses.get(name)
         if s is None:
             continue

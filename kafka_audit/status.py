@@ -42,6 +42,9 @@ __all__ = ["ComponentStatus", "StatusWriter", "Outage", "read_statuses", "COMPON
 
 #: the components health expects, in the order it reports them
 COMPONENTS = ("watcher", "consume", "audit")
+#: the RabbitMQ reader and watcher: components of ``kafka-audit run`` when the ``rabbitmq``
+#: section names queues (:func:`components_of`)
+RABBIT_COMPONENTS = ("rabbit-reader", "rabbit-watcher")
 SERVICE_RECORD = "service.json"
 
 
@@ -136,6 +139,11 @@ class ComponentStatus:
             raise ValueError(str(exc)) from None
 
 
+def components_of(settings) -> tuple[str, ...]:
+    """The components whose status health reads under ``settings``."""
+    return COMPONENTS + (RABBIT_COMPONENTS if settings.rabbitmq.queues else ())
+
+
 def _folder(home: Path) -> Path:
     return home / "status"
 
@@ -180,7 +188,7 @@ def read_statuses(home: Path, unreadable: list[str] | None = None
     whose file cannot be read too, its name added to ``unreadable`` if given)."""
     out = {}
     folder = _folder(home)
-    for name in COMPONENTS:
+    for name in COMPONENTS + RABBIT_COMPONENTS:
         p = folder / f"{name}.json"
         try:
             s = ComponentStatus.from_json(p.read_text())

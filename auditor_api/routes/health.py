@@ -42,7 +42,7 @@ from kafka_audit.auditor_api.routes.findings import committed_finding_sums
 from kafka_audit.redact import scrub
 from kafka_audit.schemas.tables import TABLES
 from kafka_audit.schemas.verdicts import Kind
-from kafka_audit.status import COMPONENTS, consume_lag, current_statuses
+from kafka_audit.status import components_of, consume_lag, current_statuses
 
 router = APIRouter(tags=["health"])
 log = logging.getLogger("kafka_audit.auditor_api")
@@ -137,11 +137,13 @@ def _health(request: Request, settings, behind: bool) -> dict:
     now = datetime.now(UTC)
     stale_after = {"watcher": settings.health.watcher_stale_seconds,
                    "consume": settings.health.consume_stale_seconds,
-                   "audit": settings.health.audit_stale_seconds}
+                   "audit": settings.health.audit_stale_seconds,
+                   "rabbit-watcher": settings.health.watcher_stale_seconds,
+                   "rabbit-reader": settings.health.consume_stale_seconds}
     statuses = current_statuses(settings.home_dir)
     current, not_running = statuses.current, statuses.not_running
     components, problems = {}, []
-    for name in COMPONENTS:
+    for name in components_of(settings):
         if name in statuses.unreadable:
             components[name] = {"state": "unreadable"}
             problems.append(f"{name}: its status file cannot be read")

@@ -72,6 +72,7 @@ if TYPE_CHECKING:
     import pika
 
     from kafka_audit.settings import Settings
+    from kafka_audit.status import StatusWriter
 
 __all__ = ["RabbitReader", "reader_app_id"]
 
@@ -117,12 +118,16 @@ class _Run:
 
 @dataclass
 class _Source:
-    """One queue or stream being read: its key, and the reader's next position in it."""
+    """One queue or stream being read: its key, the reader's next position in it, and the
+    channel consuming it (one each: a queue that cannot be consumed stops no other)."""
 
     key: str
     stream: bool
     position: int
     tags: list = field(default_factory=list)  # (channel, delivery tag) read, not yet acked
+    channel: object | None = None  # None: not consumed now
+    error: str | None = None  # why not
+    cancelled: bool = False  # the broker cancelled its consumer
 
 
 class RabbitReader:
@@ -133,7 +138,8 @@ class RabbitReader:
     def __init__(self, settings: Settings, nodes: Mapping[int, pika.ConnectionParameters],
                  keys: list[str], name: str = "reader", barrier_seconds: float = 2.0,
                  flush_seconds: float = 1.0, prefetch: int = 1000,
-                 barrier_holdoff_seconds: float = 90.0) -> None:
+                 barrier_holdoff_seconds: float = 90.0, reopen_seconds: float = 5.0,
+                 status: StatusWriter | None = None) -> None:
         from kafka_audit.stamp_key import stamp_mac
 
         if not keys:
@@ -146,6 +152,8 @@ class RabbitReader:
         self.prefetch = prefetch
         self._mac = stamp_mac(settings)
         self.barrier_holdoff_seconds = barrier_holdoff_seconds
+        #: its status file (``kafka-audit run``'s health), None: none
+        self.status = status
         targets = {k: parse_rabbit_key(k) for k in keys}
         vhosts = {p.virtual_host for p in self.nodes.values()}
         if wrong := sorted(k for k, t in targets.items() if {t.vhost} != vhosts and vhosts):
@@ -162,11 +170,12 @@ class RabbitReader:
         #: barriers read before this monotonic time are not recorded (after an unclean
         #: reconnect: see :attr:`barrier_holdoff_seconds`)
         self._barriers_from = 0.0
-        self._cancelled: list[str] = []
         self.barriers_withheld = 0
         self.rows_written = self.deliveries = 0
         self.node: int | None = None
-        self._conn = self._channel = None
+        self._conn = None
+        #: a queue or stream not consumed now is tried again this often
+        self.reopen_seconds = reopen_seconds
         self._order = sorted(self.nodes)
         self._next = 0
 
@@ -184,6 +193,9 @@ class RabbitReader:
 
     # ---- the connection -----------------------------------------------------------------
     def _connect(self) -> None:
+        """A connection to the first node through which at least one queue or stream can
+        be consumed, from the one after the node last lost; the others are tried again
+        every ``reopen_seconds`` (:meth:`_reopen`)."""
         import pika
 
         errors = []
@@ -194,25 +206,69 @@ class RabbitReader:
             except pika.exceptions.AMQPError as exc:
                 errors.append(f"node {node}: {exc!r}")
                 continue
-            try:
-                channel = conn.channel()
-                # a queue deleted, or its node gone: the broker cancels the consumer; the
-                # reader connects again (and so consumes it again, or says why it cannot)
-                channel.add_on_cancel_callback(
-                    lambda frame: self._cancelled.append(frame.method.consumer_tag))
-                channel.basic_qos(prefetch_count=self.prefetch)
-                for src in self.sources.values():
-                    self._consume(channel, src)
-            except pika.exceptions.AMQPError as exc:
-                errors.append(f"node {node}: {exc!r}")
-                if conn.is_open:
-                    conn.close()
-                continue
-            self._conn, self._channel, self.node = conn, channel, node
-            log.info("rabbit reader %s reading %s through node %d", self.app_id,
-                     ", ".join(self.sources), node)
-            return
+            self._conn, self.node = conn, node
+            for src in self.sources.values():
+                self._open(src)
+            if any(src.channel is not None for src in self.sources.values()):
+                log.info("rabbit reader %s reading %s through node %d", self.app_id,
+                         ", ".join(k for k, src in self.sources.items() if src.channel),
+                         node)
+                self._say_unread()
+                return
+            errors.append(f"node {node}: " + "; ".join(
+                f"{k}: {src.error}" for k, src in self.sources.items()))
+            self._lost(clean=True)
         raise pika.exceptions.AMQPConnectionError("no node answered: " + "; ".join(errors))
+
+    def _open(self, src: _Source) -> None:
+        """A channel of its own consuming ``src``; a refusal (the queue's node down, the
+        queue gone) is kept in ``src.error``, a lost connection raised."""
+        import pika
+
+        channel = None
+        try:
+            channel = self._conn.channel()
+            # a queue deleted, or its node gone: the broker cancels the consumer; its
+            # channel is given up and the queue consumed again once it can be
+            channel.add_on_cancel_callback(lambda _frame: setattr(src, "cancelled", True))
+            channel.basic_qos(prefetch_count=self.prefetch)
+            self._consume(channel, src)
+        except pika.exceptions.AMQPChannelError as exc:
+            src.channel, src.error = None, repr(exc)
+            if channel is not None and channel.is_open:
+                channel.close()
+            return
+        src.channel, src.error, src.cancelled = channel, None, False
+
+    def _drop(self, src: _Source, why: str) -> None:
+        """Give ``src``'s channel up (cancelled, closed by the broker): its deliveries go
+        back to the queue (read again as redelivered) and, as after any unclean loss,
+        barriers are withheld a while (:meth:`_lost`)."""
+        channel, src.channel, src.cancelled = src.channel, None, False
+        src.tags.clear()
+        src.error = why
+        self._barriers_from = time.monotonic() + self.barrier_holdoff_seconds
+        log.warning("rabbit reader %s: %s not consumed: %s; trying again every %.0f s",
+                    self.app_id, src.key, why, self.reopen_seconds)
+        if channel is not None and channel.is_open:
+            try:
+                channel.close()
+            except Exception:  # noqa: BLE001 - given up anyway
+                pass
+
+    def _reopen(self) -> None:
+        """Each queue or stream not consumed now, tried again."""
+        for src in self.sources.values():
+            if src.channel is None:
+                self._open(src)
+                if src.channel is not None:
+                    log.info("rabbit reader %s: %s consumed again", self.app_id, src.key)
+        self._say_unread()
+
+    def _say_unread(self) -> None:
+        if unread := [k for k, src in self.sources.items() if src.channel is None]:
+            self._failing("cannot consume " + "; ".join(
+                f"{k}: {self.sources[k].error}" for k in unread))
 
     def _consume(self, channel, src: _Source) -> None:
         target = self.targets[src.key]
@@ -231,12 +287,13 @@ class RabbitReader:
         ``barrier_holdoff_seconds``."""
         if not clean and self._conn is not None:
             self._barriers_from = time.monotonic() + self.barrier_holdoff_seconds
-        conn, self._conn, self._channel = self._conn, None, None
+        conn, self._conn = self._conn, None
         if self.node is not None:
             self._next = (self._order.index(self.node) + 1) % len(self._order)
         self.node = None
         for src in self.sources.values():
             src.tags.clear()  # a closed channel's deliveries go back to the queue
+            src.channel, src.cancelled = None, False
         if conn is not None and conn.is_open:
             try:
                 conn.close()
@@ -286,14 +343,22 @@ class RabbitReader:
                     stamp.seq, checksum_ok(stamp, body), now)
 
     def publish_barriers(self) -> None:
-        """A barrier into every queue and stream read, each stamped with when its publish
-        began (unconfirmed: one lost only delays a judgement)."""
+        """A barrier into every queue and stream being read, through its own channel, each
+        stamped with when its publish began (unconfirmed: one lost only delays a
+        judgement); none into one not consumed now (its writes wait)."""
         import pika
 
         for key, target in self.targets.items():
+            src = self.sources[key]
+            if src.channel is None:
+                continue
             sent = time.time_ns() // 1000
-            self._channel.basic_publish("", target.name, b"", pika.BasicProperties(
-                headers=amqp_barrier(sent, self._mac), delivery_mode=2))
+            try:
+                src.channel.basic_publish("", target.name, b"", pika.BasicProperties(
+                    headers=amqp_barrier(sent, self._mac), delivery_mode=2))
+            except pika.exceptions.AMQPChannelError as exc:
+                self._drop(src, repr(exc))
+                continue
             log.debug("barrier into %s at %d", key, sent)
 
     def flush(self) -> int:
@@ -325,12 +390,25 @@ class RabbitReader:
     def _flush_or_wait(self) -> None:
         """:meth:`flush`; a warehouse that cannot be written is said and tried again at the
         next flush: the deliveries stay unacknowledged meanwhile, and the broker sends no
-        more than ``prefetch`` of them (the reader waits, the queue keeps the rest)."""
+        more than ``prefetch`` of them (the reader waits, the queue keeps the rest). The
+        status file says which (a good step: connected, and what was read committed)."""
         try:
             self.flush()
         except Exception as exc:  # noqa: BLE001 - tried again at the next flush
             log.warning("rabbit reader %s: %d rows wait to be written to %s: %s",
                         self.app_id, sum(1 for _ in self.runs), self.path, exc)
+            self._failing(f"the warehouse: {type(exc).__name__}: {exc}")
+            return
+        if any(src.channel is None for src in self.sources.values()):
+            self._say_unread()
+        elif self.status is not None:
+            self.status.ok(node=self.node, deliveries=self.deliveries,
+                           rows_written=self.rows_written,
+                           barriers_withheld=self.barriers_withheld)
+
+    def _failing(self, error: str) -> None:
+        if self.status is not None:
+            self.status.failing(error)
 
     def _table(self, runs: list[_Run], batch: int) -> pa.Table:
         rows = [{"topic": r.key, "partition": 0, "offset": r.offset, "count": r.count,
@@ -346,19 +424,24 @@ class RabbitReader:
         ``flush_seconds``; a lost connection is taken up again through the next node."""
         import pika
 
-        next_flush = next_barrier = time.monotonic()
+        next_flush = next_barrier = next_reopen = time.monotonic()
         backoff = 0.5
         while not stop.is_set():
             try:
-                if self._channel is None:
+                if self._conn is None:
                     self._connect()
                     backoff = 0.5
+                    next_reopen = time.monotonic() + self.reopen_seconds
                 self._conn.process_data_events(time_limit=0.1)
-                if self._cancelled:
-                    cancelled, self._cancelled = self._cancelled, []
-                    raise pika.exceptions.ConsumerCancelled(
-                        f"the broker cancelled consumer(s) {cancelled}")
+                for src in self.sources.values():
+                    if src.channel is not None and (src.cancelled
+                                                    or not src.channel.is_open):
+                        self._drop(src, "the broker cancelled its consumer"
+                                   if src.cancelled else "its channel was closed")
                 now = time.monotonic()
+                if now >= next_reopen:
+                    next_reopen = now + self.reopen_seconds
+                    self._reopen()
                 if now >= next_barrier:
                     self.publish_barriers()
                     next_barrier = now + self.barrier_seconds
@@ -368,6 +451,7 @@ class RabbitReader:
             except (pika.exceptions.AMQPError, OSError) as exc:
                 log.warning("rabbit reader %s: %r; reading again through the next node",
                             self.app_id, exc)
+                self._failing(f"RabbitMQ: {type(exc).__name__}: {exc}")
                 self._lost()
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 10)

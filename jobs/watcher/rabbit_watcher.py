@@ -51,6 +51,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 from kafka_audit.schemas.events import (
     FIRST_SEEN,
@@ -67,6 +68,9 @@ from kafka_audit.schemas.events import (
 )
 from kafka_audit.schemas.systems import parse_rabbit_key
 from kafka_audit.store import append_rows, check_table
+
+if TYPE_CHECKING:
+    from kafka_audit.status import StatusWriter
 
 __all__ = ["QueueView", "NodeView", "diff_rabbit", "RabbitWatcher", "SOURCE"]
 
@@ -286,11 +290,22 @@ class RabbitWatcher:
         self.polls += 1
         return rows
 
-    def run(self, stop: threading.Event) -> None:
+    def run(self, stop: threading.Event, status: StatusWriter | None = None) -> None:
+        """Poll every ``interval`` until ``stop`` is set; ``status``: its status file, a
+        poll that no node answered or that failed to be written is a failing step."""
         while not stop.is_set():
             started = time.monotonic()
             try:
-                self.poll_once()
+                polls = self.polls
+                rows = self.poll_once()
+                if status is not None:
+                    if self.polls > polls:
+                        status.ok(polls=self.polls, events=len(rows),
+                                  nodes_running=sum(v.running for v in self.nodes.values()))
+                    else:
+                        status.failing("no management API answered")
             except Exception as exc:  # noqa: BLE001 - the next poll tries again
                 log.warning("rabbit watcher poll failed: %s", exc)
+                if status is not None:
+                    status.failing(f"{type(exc).__name__}: {exc}")
             stop.wait(max(0.0, self.interval - (time.monotonic() - started)))

@@ -47,7 +47,7 @@ from dataclasses import dataclass, field
 
 from kafka_audit.app.memstats import watch_memory
 from kafka_audit.settings import Settings
-from kafka_audit.status import remove_service_record, write_service_record
+from kafka_audit.status import StatusWriter, remove_service_record, write_service_record
 
 __all__ = ["Service", "Component", "LONG_RUNNING_SPARK", "stop_spark"]
 
@@ -275,7 +275,8 @@ def rabbit_components(settings: Settings) -> list[Component]:
 
         RabbitReader(settings, rc.parameters(), rc.queues, name=rc.reader_name,
                      barrier_seconds=rc.barrier_seconds, flush_seconds=rc.flush_seconds,
-                     barrier_holdoff_seconds=rc.barrier_holdoff_seconds).run(stop)
+                     barrier_holdoff_seconds=rc.barrier_holdoff_seconds,
+                     status=StatusWriter(settings.home_dir, "rabbit-reader")).run(stop)
 
     def watcher(stop: threading.Event) -> None:
         from kafka_audit.jobs.watcher.rabbit_watcher import RabbitWatcher
@@ -283,7 +284,8 @@ def rabbit_components(settings: Settings) -> list[Component]:
         RabbitWatcher(settings.table_path("cluster_events"),
                       {i: n.management for i, n in enumerate(rc.nodes, 1)}, rc.queues,
                       rc.username, rc.password.get_secret_value(),
-                      interval=rc.watch_interval_seconds).run(stop)
+                      interval=rc.watch_interval_seconds).run(
+            stop, StatusWriter(settings.home_dir, "rabbit-watcher"))
 
     return [Component("rabbit-reader", reader), Component("rabbit-watcher", watcher)]
 

@@ -359,3 +359,32 @@ def test_an_interrupted_batch_fails_short_and_unlogged(caplog):
             except Exception:
                 py4j.exception("There was an exception while executing the Python Proxy")
     assert [r.exc_info[0] for r in caplog.records] == [ValueError]
+
+
+# --- issue 43: the RabbitMQ reader and watcher, when the rabbitmq section names queues -----
+
+
+def test_the_rabbitmq_components_are_in_health_when_queues_are_audited(tmp_path):
+    rabbitmq = {"queues": ["rabbitmq:queue:%2F:orders"],
+                "nodes": [{"amqp": "rmq-1:5672", "management": "http://rmq-1:15672"}]}
+    s = Settings(home=tmp_path, rabbitmq=rabbitmq)
+    all_ok(tmp_path)
+    c = TestClient(create_app(s), base_url="http://localhost")
+    ready = c.get("/readyz")  # an open API: the whole answer
+    assert ready.status_code == 503
+    body = ready.json()
+    assert {k: v["state"] for k, v in body["components"].items()} == {
+        "watcher": "ok", "consume": "ok", "audit": "ok", "rabbit-reader": "never ran",
+        "rabbit-watcher": "never ran"}
+    StatusWriter(tmp_path, "rabbit-watcher").ok(polls=1)
+    StatusWriter(tmp_path, "rabbit-reader").failing("RabbitMQ: StreamLostError: gone")
+    body = c.get("/readyz").json()
+    assert body["components"]["rabbit-reader"]["state"] == "failing"
+    assert body["components"]["rabbit-watcher"]["state"] == "ok"
+    assert any(p.startswith("rabbit-reader: failing since") for p in body["problems"])
+    metrics = c.get("/metrics").text
+    assert 'kafka_audit_component_failing{component="rabbit-reader"} 1.0' in metrics
+    assert 'kafka_audit_component_failing{component="rabbit-watcher"} 0.0' in metrics
+    # without queues they are not components: an earlier run's file is not read as one
+    plain = TestClient(create_app(Settings(home=tmp_path))).get("/readyz").json()
+    assert set(plain["components"]) == set(COMPONENTS)
