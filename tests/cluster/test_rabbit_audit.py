@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import threading
 import uuid
+from contextlib import contextmanager
 
 import pika
 import pyarrow.compute as pc
@@ -26,29 +27,42 @@ from kafka_audit.store import read_table
 from ..conftest import test_settings
 
 
-def test_a_quorum_queue_read_whole_confirms_every_write(rabbit, spark, tmp_path):
-    """The reader beside the publisher, as in production: every write confirmed, each read
-    once, barriers among the reads."""
-    settings = test_settings(tmp_path)
-    queue = f"q-{uuid.uuid4().hex[:8]}"
+def quorum_queue(rabbit, prefix: str) -> str:
+    """A new quorum queue (declared through node 1): its ledger key."""
+    queue = f"{prefix}-{uuid.uuid4().hex[:8]}"
     conn = pika.BlockingConnection(rabbit.parameters(1))
     conn.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
     conn.close()
-    key = rabbit_key("queue", "/", queue)
-    nodes = {n: rabbit.parameters(n) for n in rabbit.nodes}
-    reader = RabbitReader(settings, nodes, [key], barrier_seconds=0.5, flush_seconds=0.2)
+    return rabbit_key("queue", "/", queue)
+
+
+@contextmanager
+def reading(settings, nodes: dict, keys: list[str], **more):
+    """A RabbitMQ reader of ``keys`` running in a thread until the block ends."""
+    reader = RabbitReader(settings, nodes, keys, barrier_seconds=0.5, flush_seconds=0.2,
+                          **more)
     stop = threading.Event()
     t = threading.Thread(target=reader.run, args=(stop,), daemon=True)
     t.start()
     try:
+        yield reader
+    finally:
+        stop.set()
+        t.join(30)
+
+
+def test_a_quorum_queue_read_whole_confirms_every_write(rabbit, spark, tmp_path):
+    """The reader beside the publisher, as in production: every write confirmed, each read
+    once, barriers among the reads."""
+    settings = test_settings(tmp_path)
+    key = quorum_queue(rabbit, "q")
+    nodes = {n: rabbit.parameters(n) for n in rabbit.nodes}
+    with reading(settings, nodes, [key]) as reader:
         with AuditedPublisher(nodes, key, "q", settings) as p:
             assert all(p.publish(b"m%d" % i) for i in range(500))
         wait_until(lambda: reader.deliveries >= 500 and reader.rows_written, 60,
                    "the reader to read every message")
         counts = audit_rabbit_until_judged(spark, settings, key)
-    finally:
-        stop.set()
-        t.join(30)
     assert counts == {"confirmed": 500}
     rows = read_table(settings.table_path("consumed"), "consumed",
                       where=pc.field("topic") == key).to_pylist()
@@ -73,17 +87,9 @@ def test_a_confirm_recorded_after_its_reads_were_let_go_is_looked_up_not_lost(
                                               "beyond_end_seconds": 15,
                                               "read_retention_seconds": retention})
     late = test_settings(tmp_path / "publisher")  # its acks: another warehouse, for now
-    queue = f"late-{uuid.uuid4().hex[:8]}"
-    conn = pika.BlockingConnection(rabbit.parameters(1))
-    conn.channel().queue_declare(queue, durable=True, arguments={"x-queue-type": "quorum"})
-    conn.close()
-    key = rabbit_key("queue", "/", queue)
+    key = quorum_queue(rabbit, "late")
     nodes = {n: rabbit.parameters(n) for n in rabbit.nodes}
-    reader = RabbitReader(settings, nodes, [key], barrier_seconds=0.5, flush_seconds=0.2)
-    stop = threading.Event()
-    t = threading.Thread(target=reader.run, args=(stop,), daemon=True)
-    t.start()
-    try:
+    with reading(settings, nodes, [key]) as reader:
         with AuditedPublisher(nodes, key, "late", late) as p:
             assert all(p.publish(b"m%d" % i) for i in range(200))
         wait_until(lambda: reader.deliveries >= 200 and reader.rows_written, 60,
@@ -96,9 +102,6 @@ def test_a_confirm_recorded_after_its_reads_were_let_go_is_looked_up_not_lost(
         append_rows(settings.table_path("acks"), "acks",
                     read_table(late.table_path("acks"), "acks").to_pylist())
         counts = audit_rabbit_until_judged(spark, settings, key)
-    finally:
-        stop.set()
-        t.join(30)
     assert counts == {"confirmed": 200}
     looked = [r for r in read_table(settings.table_path("consumed"), "consumed",
                                     where=pc.field("topic") == key).to_pylist()
@@ -112,51 +115,42 @@ def test_a_queue_that_cannot_be_consumed_stops_no_other(rabbit, tmp_path):
     stopped: the classic queue cannot be consumed (its only copy is there), the reader's
     status says so, and the quorum queue is read on. Node 3 back: the classic queue is
     consumed again and what it held is read."""
+    from kafka_audit.status import StatusWriter, read_statuses
+
     settings = test_settings(tmp_path)
-    classic, quorum = f"c-{uuid.uuid4().hex[:8]}", f"q-{uuid.uuid4().hex[:8]}"
+    classic = f"c-{uuid.uuid4().hex[:8]}"
     conn = pika.BlockingConnection(rabbit.parameters(3))
     conn.channel().queue_declare(classic, durable=True, arguments={
         "x-queue-type": "classic", "x-queue-master-locator": "client-local"})
     conn.close()
-    conn = pika.BlockingConnection(rabbit.parameters(1))
-    conn.channel().queue_declare(quorum, durable=True, arguments={"x-queue-type": "quorum"})
-    conn.close()
-    keys = [rabbit_key("queue", "/", q) for q in (classic, quorum)]
+    keys = [rabbit_key("queue", "/", classic), quorum_queue(rabbit, "q")]
     nodes = {n: rabbit.parameters(n) for n in rabbit.nodes}
     with AuditedPublisher(nodes, keys[0], "c", settings) as p:
         assert all(p.publish(b"c%d" % i) for i in range(50))
-    from kafka_audit.status import StatusWriter, read_statuses
-
-    reader = RabbitReader(settings, {n: nodes[n] for n in (1, 2)}, keys, barrier_seconds=0.5,
-                          flush_seconds=0.2, reopen_seconds=1,
-                          status=StatusWriter(settings.home_dir, "rabbit-reader"))
-    stop = threading.Event()
-    t = threading.Thread(target=reader.run, args=(stop,), daemon=True)
 
     def records(key: str) -> int:
         return sum(r["count"] for r in read_table(
             settings.table_path("consumed"), "consumed", where=pc.field("topic") == key
         ).to_pylist() if r["status"] == "record")
 
+    rabbit.stop(3)
     try:
-        rabbit.stop(3)
-        t.start()
-        with AuditedPublisher({n: nodes[n] for n in (1, 2)}, keys[1], "q", settings) as p:
-            assert all(p.publish(b"q%d" % i) for i in range(100))
-        wait_until(lambda: records(keys[1]) == 100, 60,
-                   "the quorum queue read while the classic one cannot be")
-        assert reader.sources[keys[0]].channel is None and records(keys[0]) == 0
-        status = read_statuses(settings.home_dir)["rabbit-reader"]
-        assert status.failing_since is not None and keys[0] in status.error
-        rabbit.start(3)
-        wait_until(rabbit.clustered, 120, "node 3 back in the cluster")
-        wait_until(lambda: records(keys[0]) == 50, 60,
-                   "the classic queue consumed again once its node is back")
-        wait_until(lambda: read_statuses(settings.home_dir)["rabbit-reader"].failing_since
-                   is None, 30, "the reader's status good again")
+        with reading(settings, {n: nodes[n] for n in (1, 2)}, keys, reopen_seconds=1,
+                     status=StatusWriter(settings.home_dir, "rabbit-reader")) as reader:
+            with AuditedPublisher({n: nodes[n] for n in (1, 2)}, keys[1], "q", settings) as p:
+                assert all(p.publish(b"q%d" % i) for i in range(100))
+            wait_until(lambda: records(keys[1]) == 100, 60,
+                       "the quorum queue read while the classic one cannot be")
+            assert reader.sources[keys[0]].channel is None and records(keys[0]) == 0
+            status = read_statuses(settings.home_dir)["rabbit-reader"]
+            assert status.failing_since is not None and keys[0] in status.error
+            rabbit.start(3)
+            wait_until(rabbit.clustered, 120, "node 3 back in the cluster")
+            wait_until(lambda: records(keys[0]) == 50, 60,
+                       "the classic queue consumed again once its node is back")
+            wait_until(lambda: read_statuses(settings.home_dir)["rabbit-reader"]
+                       .failing_since is None, 30, "the reader's status good again")
     finally:
-        stop.set()
-        t.join(30)
         if rabbit.pid(3) is None:
             rabbit.start(3)
             wait_until(rabbit.clustered, 120, "node 3 back in the cluster")
