@@ -47,7 +47,7 @@ from kafka_audit.jars import KAFKA_VERSIONS, LOCAL_VERSIONS, ZOOKEEPER_VERSIONS
 from kafka_audit.profile import ProfileSettings
 
 # the one secret rule: what config show, errors and logs hide (re-exported for them)
-from kafka_audit.redact import REDACTED, is_secret_name, redacted  # noqa: F401
+from kafka_audit.redact import REDACTED, is_secret_name, redacted, remember_secret  # noqa: F401
 from kafka_audit.storage import StorageSettings, is_remote, register, spark_uri
 
 ENV_PREFIX = "KAFKA_AUDIT_"
@@ -255,9 +255,23 @@ class RabbitNode(_Section):
     @field_validator("management")
     @classmethod
     def _url(cls, v: str) -> str:
-        if not re.match(r"^https?://[^/\s]+$", v.rstrip("/")):
+        from urllib.parse import urlsplit
+
+        v = v.rstrip("/")
+        try:
+            u = urlsplit(v)
+            port_ok = u.port is None or 0 < u.port < 65536
+        except ValueError:
+            port_ok = False
+        if not port_ok or u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"{v!r} is not a management API base URL (http://host:15672)")
-        return v.rstrip("/")
+        if u.username is not None or u.password is not None:
+            raise ValueError("a management API URL without user or password: they are "
+                             "rabbitmq.username and rabbitmq.password")
+        if u.path or u.query or u.fragment:
+            raise ValueError(f"{v!r}: the management API's base URL, no path, query or "
+                             "fragment (http://host:15672)")
+        return v
 
 
 class RabbitmqSettings(_Section):
@@ -278,8 +292,9 @@ class RabbitmqSettings(_Section):
                           "the management API's nodes and queues: the monitoring tag)")
     password: SecretStr = Field(SecretStr("guest"), description="its password (e.g. from "
                                 "KAFKA_AUDIT_RABBITMQ__PASSWORD)")
-    heartbeat_seconds: int = Field(30, ge=0, description="AMQP heartbeat of the reader's "
-                                   "connection (0: none)")
+    heartbeat_seconds: int = Field(30, gt=0, description="AMQP heartbeat of the reader's "
+                                   "connection: a reader gone is noticed by the broker after "
+                                   "two (barrier_holdoff_seconds rests on it)")
     reader_name: str = Field("reader", pattern=r"^[A-Za-z0-9._-]+$", description="the "
                              "reader's name in its transactions on consumed (one reader per "
                              "name)")
@@ -311,7 +326,20 @@ class RabbitmqSettings(_Section):
         if self.queues and not self.nodes:
             raise ValueError("rabbitmq.queues without rabbitmq.nodes: name the cluster's "
                              "nodes")
+        # deliveries checked out to a reader that is gone come back once the broker
+        # notices: two heartbeats, or a cut node's net_ticktime (60 s by default); a
+        # barrier recorded before then could pass them, and they would look lost
+        least = max(2 * self.heartbeat_seconds, 60) + 30
+        if self.barrier_holdoff_seconds < least:
+            raise ValueError(f"rabbitmq.barrier_holdoff_seconds must be at least {least} "
+                             f"with heartbeat_seconds {self.heartbeat_seconds} (two "
+                             "heartbeats or net_ticktime, 60 s, and 30 s more): a barrier "
+                             "read sooner could pass messages the broker has not given back")
         return self
+
+    def secret(self) -> str:
+        """The password, remembered so that every log line and status file hides it."""
+        return remember_secret(self.password.get_secret_value()) or ""
 
     def parameters(self) -> dict:
         """pika's connection parameters per node number (from 1), to the queues' vhost."""
@@ -325,7 +353,7 @@ class RabbitmqSettings(_Section):
             host, _, port = node.amqp.rpartition(":")
             out[i] = pika.ConnectionParameters(
                 host.strip("[]"), int(port), vhost, pika.PlainCredentials(
-                    self.username, self.password.get_secret_value()),
+                    self.username, self.secret()),
                 heartbeat=self.heartbeat_seconds, connection_attempts=1, socket_timeout=10,
                 blocked_connection_timeout=60)
         return out
@@ -1114,6 +1142,13 @@ def _origin(path: tuple[str, ...]) -> str:
     return ""
 
 
+def _without_userinfo(value):
+    """A URL as an error may show it: a password in it (``http://user:pw@host``) hidden."""
+    if isinstance(value, str) and "://" in value and "@" in value:
+        return re.sub(r"(://[^/@\s:]*):[^/@\s]*@", r"\1:" + REDACTED + "@", value)
+    return value
+
+
 def describe_validation_error(exc: ValidationError) -> str:
     """One line: each problem as ``dotted.path: what is wrong (got value)``, joined by "; "."""
     problems = []
@@ -1125,7 +1160,7 @@ def describe_validation_error(exc: ValidationError) -> str:
         message = err["msg"].removeprefix("Value error, ")
         value = err.get("input")
         if not isinstance(value, dict | list) and not _is_secret(path):
-            shown = repr(value)
+            shown = repr(_without_userinfo(value))
             message += f" (got {shown if len(shown) <= 60 else shown[:57] + '...'})"
         problems.append(f"{_dotted(path) or 'settings'}{_origin(path)}: {message}")
     return _one_line("; ".join(problems))

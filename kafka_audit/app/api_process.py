@@ -63,13 +63,17 @@ def start_child(settings, module: str) -> subprocess.Popen:
 
 
 def child_settings(settings):
-    """``settings`` without a Kafka secret, for the API process: it never talks to Kafka.
-    The profile's secrets go (:meth:`ProfileSettings.without_secrets`), and any secret
-    property of the local cluster's brokers or of Spark (a JAAS config)."""
+    """``settings`` without a Kafka or RabbitMQ secret, for the API process: it never talks
+    to either. The profile's secrets go (:meth:`ProfileSettings.without_secrets`), the
+    RabbitMQ password, and any secret property of the local cluster's brokers or of Spark
+    (a JAAS config)."""
+    from pydantic import SecretStr
+
     from kafka_audit.redact import without_secret_names as keep
 
     return settings.model_copy(update={
         "profile": settings.profile.without_secrets(),
+        "rabbitmq": settings.rabbitmq.model_copy(update={"password": SecretStr("")}),
         "cluster": settings.cluster.model_copy(
             update={"broker_overrides": keep(settings.cluster.broker_overrides)}),
         "spark": settings.spark.model_copy(update={"properties": keep(settings.spark.properties)})})
@@ -77,15 +81,16 @@ def child_settings(settings):
 
 def child_environment(settings, environ=None) -> dict[str, str]:
     """This process's environment for the API process, without the variables that hold
-    Kafka secrets: those the profile names (``password_env``, ``key_password_env``) and
-    every ``KAFKA_AUDIT_PROFILE__*`` setting (the child gets its settings through the pipe)."""
+    Kafka or RabbitMQ secrets: those the profile names (``password_env``,
+    ``key_password_env``), every ``KAFKA_AUDIT_PROFILE__*`` and ``KAFKA_AUDIT_RABBITMQ__*``
+    setting (the child gets its settings through the pipe)."""
     from kafka_audit.settings import ENV_DELIMITER, ENV_PREFIX
 
     environ = os.environ if environ is None else environ
     drop = set(settings.profile.secret_environment())
-    profile = f"{ENV_PREFIX}PROFILE{ENV_DELIMITER}"
+    sections = tuple(f"{ENV_PREFIX}{name}{ENV_DELIMITER}" for name in ("PROFILE", "RABBITMQ"))
     return {k: v for k, v in environ.items()
-            if k not in drop and not k.upper().startswith(profile)}
+            if k not in drop and not k.upper().startswith(sections)}
 
 
 def _own_formatter() -> logging.Formatter | None:

@@ -283,7 +283,7 @@ def rabbit_components(settings: Settings) -> list[Component]:
 
         RabbitWatcher(settings.table_path("cluster_events"),
                       {i: n.management for i, n in enumerate(rc.nodes, 1)}, rc.queues,
-                      rc.username, rc.password.get_secret_value(),
+                      rc.username, rc.secret(),
                       interval=rc.watch_interval_seconds).run(
             stop, StatusWriter(settings.home_dir, "rabbit-watcher"))
 

@@ -23,9 +23,12 @@ PEM = "-----BEGIN PRIVATE KEY-----\nMIIEvQIBADANBgkqhkiG9w0BAQEFAASC" + secrets.
 def _secret_settings(tmp_path: Path, port: int = 8088) -> tuple[Settings, dict[str, str]]:
     s = {"sasl": "sasl-" + secrets.token_hex(8), "key": "keypw-" + secrets.token_hex(8),
          "env_key": "envkey-" + secrets.token_hex(8), "pem": PEM,
-         "oauth": "oauth-" + secrets.token_hex(8), "jaas": "jaaspw-" + secrets.token_hex(8)}
+         "oauth": "oauth-" + secrets.token_hex(8), "jaas": "jaaspw-" + secrets.token_hex(8),
+         "rabbit": "rabbitpw-" + secrets.token_hex(8)}
     settings = Settings(
         home=tmp_path, api={"host": "127.0.0.1", "port": port},
+        rabbitmq={"queues": ["rabbitmq:queue:%2F:orders"], "password": s["rabbit"],
+                  "nodes": [{"amqp": "rmq-1:5672", "management": "http://rmq-1:15672"}]},
         cluster={"broker_overrides": {
             "sasl.jaas.config": f'ScramLoginModule required username="a" password="{s["jaas"]}";',
             "num.io.threads": 2}},
@@ -52,12 +55,16 @@ def test_the_settings_handed_over_hold_no_kafka_secret(tmp_path):
     assert "sasl.jaas.config" not in handed.cluster.broker_overrides
     assert handed.cluster.broker_overrides["num.io.threads"] == 2
     assert settings.profile.sasl.password.get_secret_value() == s["sasl"]  # not modified
+    # the RabbitMQ queues are there (the API serves them), not the password
+    assert handed.rabbitmq.queues == settings.rabbitmq.queues
+    assert settings.rabbitmq.password.get_secret_value() == s["rabbit"]
 
 
 def test_the_environment_handed_over_holds_no_kafka_secret(tmp_path):
     settings, _ = _secret_settings(tmp_path)
     environ = {"PATH": "/usr/bin", "AUDITOR_KEY_PASSWORD": "x",
-               "KAFKA_AUDIT_PROFILE__SASL__PASSWORD": "y", "KAFKA_AUDIT_HOME": "/h"}
+               "KAFKA_AUDIT_PROFILE__SASL__PASSWORD": "y", "KAFKA_AUDIT_HOME": "/h",
+               "KAFKA_AUDIT_RABBITMQ__PASSWORD": "z"}
     assert child_environment(settings, environ) == {"PATH": "/usr/bin", "KAFKA_AUDIT_HOME": "/h"}
 
 
