@@ -65,11 +65,15 @@ if TYPE_CHECKING:
     from kafka_audit.settings import Settings
 
 __all__ = ["RabbitOutcome", "RabbitLedger", "AuditedPublisher", "NACK", "RETURNED",
-           "UNCONFIRMED"]
+           "UNCONFIRMED", "MAX_CONFIRM_TIMEOUT"]
 
 log = logging.getLogger(__name__)
 
 NACK, RETURNED, UNCONFIRMED = "NACK", "RETURNED", "UNCONFIRMED"
+#: the longest a publish may wait for its confirm: a message may be read that long before
+#: its confirm, and the audit looks a late ack's reads up only within a minute of it
+#: (``jobs/core/rabbit_rules.py``, ``LOOKUP_SLACK``), clocks' differences beside
+MAX_CONFIRM_TIMEOUT = 45.0
 _SCHEMA = arrow_schema("acks")
 
 
@@ -155,7 +159,8 @@ class AuditedPublisher:
     (:func:`~kafka_audit.schemas.systems.rabbit_key`); ``exchange`` and ``routing_key``:
     where to publish (default: the default exchange, straight to the key's queue);
     ``persistent``: delivery mode 2 (else 1, transient); ``confirm_timeout``: seconds a
-    publish waits for the broker's answer before the connection is given up;
+    publish waits for the broker's answer before the connection is given up (at most
+    :data:`MAX_CONFIRM_TIMEOUT`);
     ``keep_record``: keep each publish's ``(seq, outcome name or None)`` in :attr:`record`
     (tests: ground truth)."""
 
@@ -177,8 +182,9 @@ class AuditedPublisher:
             raise ValueError(f"the key {key} names vhost {self.target.vhost!r}; the nodes' "
                              f"connections are to {sorted(other)}")
         self._order = sorted(self.nodes)
-        if not confirm_timeout > 0:
-            raise ValueError(f"confirm_timeout must be positive, not {confirm_timeout!r}")
+        if not 0 < confirm_timeout <= MAX_CONFIRM_TIMEOUT:
+            raise ValueError(f"confirm_timeout must be above 0 and at most "
+                             f"{MAX_CONFIRM_TIMEOUT} s, not {confirm_timeout!r}")
         self.confirm_timeout = confirm_timeout
         if first is not None and first not in self.nodes:
             raise ValueError(f"node {first} is not one of the nodes given ({self._order})")
@@ -287,8 +293,11 @@ class AuditedPublisher:
         outcome: RabbitOutcome | None = None
         timer = self._give_up_after(self.confirm_timeout)
         try:
-            self._channel.basic_publish(self.exchange, self.routing_key, body, props,
-                                        mandatory=self.mandatory)
+            try:
+                self._channel.basic_publish(self.exchange, self.routing_key, body, props,
+                                            mandatory=self.mandatory)
+            finally:
+                timer.cancel()  # before anything else runs the connection's I/O loop
         except (pika.exceptions.UnsupportedAMQPFieldException, struct.error, TypeError,
                 AssertionError) as exc:
             # the properties did not encode (a header pika cannot write, a property of the
@@ -303,8 +312,6 @@ class AuditedPublisher:
         except (pika.exceptions.AMQPError, OSError) as exc:
             outcome = RabbitOutcome(UNCONFIRMED, _reply_code(exc))
             self._lost()
-        finally:
-            timer.cancel()
         self.ledger.add((seq, self.key, node, outcome, sent, time.time()))
         if self.record is not None:
             self.record.append((seq, None if outcome is None else outcome.error))

@@ -150,11 +150,7 @@ class ClusterLookups:
         out: list[ReadRun] = []
         rabbit = [q for q in requests if system_of(q.topic) == RABBITMQ]
         if rabbit:
-            try:
-                out += lookup_consumed(self.settings.table_path("consumed"), rabbit)
-            except Exception as exc:  # noqa: BLE001 - asked again next pass
-                log.warning("lookup of %d RabbitMQ writes in consumed failed: %s",
-                            len(rabbit), exc)
+            out += lookup_consumed(self.settings.table_path("consumed"), rabbit)
             requests = [q for q in requests if system_of(q.topic) != RABBITMQ]
         budget = self.settings.steady.rejudge_timeout_seconds
         deadline = time.monotonic() + budget
@@ -214,12 +210,22 @@ def lookup_consumed(path: str, requests: list[Reread]) -> list[ReadRun]:
     now = datetime.now(UTC)
     out: list[ReadRun] = []
     for key in sorted({q.topic for q in requests}):
-        mine = [q for q in requests if q.topic == key]
-        runs = sorted({q.run_id for q in mine if q.run_id is not None})
-        rows = read_table(path, "consumed", where=(pc.field("topic") == key)
-                          & pc.field("run_id").isin(runs)
-                          & (pc.field("source") != "reread")
-                          & pc.field("status").isin(["record", "redelivered"])).to_pylist()
+        mine = [q for q in requests if q.topic == key and q.run_id is not None]
+        if not mine:
+            continue
+        try:  # a key that cannot be looked up now is asked again next pass; the others go on
+            rows = read_table(path, "consumed", where=(pc.field("topic") == key)
+                              & pc.field("run_id").isin(sorted({q.run_id for q in mine}))
+                              & (pc.field("source") != "reread")
+                              & pc.field("status").isin(["record", "redelivered"])
+                              # the stamp rule's reads only (as a pass takes them in): a
+                              # record whose body fails its checksum is no write's
+                              & pc.field("stamped")
+                              & (pc.field("checksum_ok").is_null()
+                                 | pc.field("checksum_ok"))).to_pylist()
+        except Exception as exc:  # noqa: BLE001 - the write waits, nothing is judged on it
+            log.warning("lookup of %s's reads in consumed failed: %s", key, exc)
+            continue
         for q in mine:
             for r in rows:
                 if ((r["producer_id"], r["run_id"]) == (q.producer_id, q.run_id)

@@ -180,11 +180,12 @@ class RabbitReader:
         self._next = 0
 
     def _ends(self, keys: list[str]) -> dict[str, int]:
-        """Per key, one past the highest position the table holds (where reading goes on)."""
+        """Per key, one past the highest position the table holds (where reading goes on):
+        of the reader's own rows (an audit pass's lookups are no positions)."""
         import pyarrow.compute as pc
 
         t = read_table(self.path, "consumed", columns=["topic", "offset", "count"],
-                       where=pc.field("topic").isin(keys))
+                       where=pc.field("topic").isin(keys) & (pc.field("source") == "stream"))
         out: dict[str, int] = {}
         for k, o, c in zip(*(t.column(n).to_pylist() for n in ("topic", "offset", "count")),
                            strict=True):

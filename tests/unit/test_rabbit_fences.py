@@ -57,8 +57,9 @@ def test_a_queues_writes_wait_for_a_barrier_not_for_kafkas_frontier():
 
 def test_a_queues_re_read_is_a_lookup_of_its_runs_reads_in_consumed(tmp_path):
     """RabbitMQ's re-read on a real Delta table: the reader's own rows of the asked seqs of
-    the asked run (not another run's, not an earlier lookup's copies, not barriers), and a
-    lookup read per request, found or not; the Kafka cluster is never asked."""
+    the asked run (not another run's, not an earlier lookup's copies, not barriers, not a
+    record whose body failed its checksum), and a lookup read per request, found or not;
+    the Kafka cluster is never asked; a request without a run asks nothing."""
     from kafka_audit.jobs.audit.hot_state import consumed_row
     from kafka_audit.jobs.audit.lookups import lookup_consumed
     from kafka_audit.jobs.core.model import Reread
@@ -72,9 +73,11 @@ def test_a_queues_re_read_is_a_lookup_of_its_runs_reads_in_consumed(tmp_path):
         return consumed_row(ReadRun(key, 0, position, count, "p", run, seq, t, source=source,
                                     status=status), 1)
 
+    corrupt = {**row(8, 4, 1), "checksum_ok": False}  # its body failed the checksum
     append_rows(settings.table_path("consumed"), "consumed", [
         row(0, 0, 3), row(3, 5, 2, status="redelivered"), row(5, 3, 1, run="other"),
-        row(6, 2, 1, source="reread"), row(7, 1_700_000_000_000_000, 1, status="barrier")])
+        row(6, 2, 1, source="reread"), row(7, 1_700_000_000_000_000, 1, status="barrier"),
+        corrupt])
     asked = [Reread(key, 0, 2, 6, RABBIT_LOOKUP, "p", "r"),
              Reread(key, 0, 10, 12, RABBIT_LOOKUP, "p", "r")]
     def seen(reads):
@@ -83,6 +86,8 @@ def test_a_queues_re_read_is_a_lookup_of_its_runs_reads_in_consumed(tmp_path):
     assert seen(lookup_consumed(settings.table_path("consumed"), asked)) == [
         (-1, 2, 4, LOOKUP, "reread"), (-1, 10, 2, LOOKUP, "reread"),
         (0, 0, 3, "record", "reread"), (3, 5, 2, "redelivered", "reread")]
+    assert lookup_consumed(settings.table_path("consumed"),
+                           [Reread(key, 0, 0, 1, RABBIT_LOOKUP)]) == []
     # through the pass's lookups, with a Kafka cluster nobody listens at
     lookups = ClusterLookups(Settings(home=tmp_path, cluster={"broker_base_port": 1}))
     assert seen(lookups.reread(asked)) == seen(lookup_consumed(

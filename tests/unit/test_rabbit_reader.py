@@ -152,3 +152,24 @@ def test_a_key_of_another_vhost_than_the_connections_is_refused(tmp_path):
         RabbitReader(Settings(home=tmp_path), nodes, [Q])
     with pytest.raises(ValueError, match="names vhost '/'"):
         AuditedPublisher(nodes, Q, "p", Settings(home=tmp_path))
+
+
+def test_positions_go_on_from_the_readers_own_rows_not_an_audits_lookups(tmp_path):
+    """A restarted reader goes on after the highest position it wrote; the rows an audit
+    pass's lookup added (offset -1, a count of seqs: no positions) do not move it (for a
+    stream that would skip messages)."""
+    from datetime import UTC, datetime
+
+    from kafka_audit.jobs.audit.hot_state import consumed_row
+    from kafka_audit.jobs.core.model import ReadRun
+    from kafka_audit.store import append_rows
+
+    settings = Settings(home=tmp_path)
+    reader = RabbitReader(settings, {}, [Q])
+    for tag, seq in enumerate(range(5), 1):
+        deliver(reader, tag, stamped(seq))
+    reader.flush()
+    append_rows(settings.table_path("consumed"), "consumed", [consumed_row(ReadRun(
+        Q, 0, -1, 10_000, "p", "r", 0, datetime.now(UTC), source="reread",
+        status="lookup"), 7)])
+    assert RabbitReader(settings, {}, [Q]).sources[Q].position == 5
