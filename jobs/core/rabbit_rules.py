@@ -228,11 +228,12 @@ def rabbit_cause(a: AckRun, events: Sequence[ClusterEvent]) -> str:
 
     1. published ``transient`` and the node that led the queue at its confirm restarted
        (or went down) since: **non-persistent message across a restart**;
-    2. that node, or the node the write was published through, was cut off from others
+    2. a mirror that did not hold every message was promoted (``unclean_election``):
+       **unsynchronised mirror promoted** (a node paused by ``pause_minority`` comes back
+       as a restarted one, too: the promotion is what lost the write then);
+    3. that node, or the node the write was published through, was cut off from others
        (a cut under way at the confirm, or begun after it) and restarted after the cut
        began (what autoheal does to the losing side): **partition loser restarted**;
-    3. a mirror that did not hold every message was promoted (``unclean_election``):
-       **unsynchronised mirror promoted**;
     4. the queue ceased to exist: **queue lost with its node**;
     5. else ``unknown``."""
     since = a.first_ack - CAUSE_SLACK
@@ -255,6 +256,8 @@ def rabbit_cause(a: AckRun, events: Sequence[ClusterEvent]) -> str:
     def on_side(e: ClusterEvent) -> bool:
         return not sides or e.leader in sides
 
+    if any(e.kind == UNCLEAN_ELECTION for e in after):  # the more specific of the two
+        return str(Cause.unsynced_promotion)
     for c in ordered:  # a cut under way at the confirm, or begun after it
         if c.kind != RABBIT_PARTITION or not on_side(c):
             continue
@@ -265,8 +268,6 @@ def rabbit_cause(a: AckRun, events: Sequence[ClusterEvent]) -> str:
         if any(e.kind == RABBIT_NODE_UP and e.leader == c.leader
                and e.event_time >= c.event_time for e in restarts):
             return str(Cause.partition_loser)
-    if any(e.kind == UNCLEAN_ELECTION for e in after):
-        return str(Cause.unsynced_promotion)
     if any(e.kind == RABBIT_QUEUE_GONE for e in after):
         return str(Cause.queue_lost)
     return str(Cause.unknown)

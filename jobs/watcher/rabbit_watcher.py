@@ -221,6 +221,8 @@ class RabbitWatcher:
         self._auth = "Basic " + base64.b64encode(f"{username}:{password}".encode()).decode()
         self.queues: dict[str, QueueView | None] = {}
         self.nodes: dict[str, NodeView] = {}
+        #: per key, the nodes' view its last events were written against
+        self._seen_by: dict[str, dict[str, NodeView]] = {}
         #: node name -> number (given, or learnt from the endpoints: :meth:`_learn_numbers`)
         self.numbers: dict[str, int] = dict(numbers or {})
         self._fixed = numbers is not None
@@ -281,9 +283,12 @@ class RabbitWatcher:
             if not answered:
                 continue
             seen = key in self.queues
+            # against the nodes as this key last saw them: a poll that had no answer for
+            # the queue leaves its node events to the next one that has
             rows += diff_rabbit(key, self.numbers, self.queues.get(key), view,
-                                self.nodes or nodes, nodes, at, seen)
+                                self._seen_by.get(key, self.nodes or nodes), nodes, at, seen)
             self.queues[key] = view
+            self._seen_by[key] = nodes
         self.nodes = nodes
         if rows:
             append_rows(self.table, "cluster_events", rows)

@@ -251,6 +251,10 @@ def test_each_cause_from_the_watchers_events():
                 ev(1, "rabbit_partition", 3), ev(9, "rabbit_node_down", 3),
                 ev(12, "rabbit_node_up", 3)]
     assert rabbit_cause(through_3, autoheal) == "partition loser restarted"
+    # under pause_minority node 3 pauses and comes back (restarted to the watcher) while
+    # the majority promoted a mirror that lacked the write: the promotion is the cause
+    assert rabbit_cause(through_3, [*autoheal, ev(2, "unclean_election", 2)]) == \
+        "unsynchronised mirror promoted"
     # the same cut, node 3 never restarted: not that
     assert rabbit_cause(through_3, autoheal[:-2]) == "unknown"
     # a cut begun long before the confirm and still on: that too; one healed before: not

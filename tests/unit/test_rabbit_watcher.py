@@ -115,3 +115,21 @@ def test_a_stopped_or_booting_node_is_no_cut_and_reported_partitions_are_kept():
     healed = merge_views([view({1, 2, 3}, {1: [3]})])
     assert healed["rabbit-1@h"].partitions == ("rabbit-3@h",)
     assert healed["rabbit-3@h"].partitions == ()
+
+
+def test_a_poll_without_the_queues_answer_leaves_its_node_events_to_the_next(
+        tmp_path, monkeypatch):
+    """Node 2 goes down in a poll that got no answer for the queue: the node event is
+    written at the next poll that has one, not lost (the views scripted; the table real)."""
+    from kafka_audit.jobs.watcher.rabbit_watcher import RabbitWatcher
+
+    w = RabbitWatcher(str(tmp_path / "cluster_events"), {1: "http://127.0.0.1:9"}, [Q],
+                      "guest", "guest", numbers=N)
+    down = {**UP, "rabbit-2@h": NodeView(False)}
+    views = iter([UP, down, down])
+    answers = iter([(True, q(1, (1,))), (False, None), (True, q(1, (1,)))])
+    monkeypatch.setattr(w, "_nodes", lambda: next(views))
+    monkeypatch.setattr(w, "_queue", lambda _key: next(answers))
+    assert kinds(w.poll_once()) == [("first_seen", 1, None)]
+    assert w.poll_once() == []
+    assert kinds(w.poll_once()) == [("rabbit_node_down", 2, None)]
