@@ -200,8 +200,9 @@ class RabbitReader:
         import pika
 
         errors = []
+        start = self._next  # (giving a node up moves _next: the round starts here)
         for i in range(len(self._order)):
-            node = self._order[(self._next + i) % len(self._order)]
+            node = self._order[(start + i) % len(self._order)]
             try:
                 conn = pika.BlockingConnection(self.nodes[node])
             except pika.exceptions.AMQPError as exc:

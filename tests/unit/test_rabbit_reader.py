@@ -173,3 +173,52 @@ def test_positions_go_on_from_the_readers_own_rows_not_an_audits_lookups(tmp_pat
         Q, 0, -1, 10_000, "p", "r", 0, datetime.now(UTC), source="reread",
         status="lookup"), 7)])
     assert RabbitReader(settings, {}, [Q]).sources[Q].position == 5
+
+
+def test_a_node_through_which_nothing_can_be_consumed_is_passed_for_the_next(
+        tmp_path, monkeypatch):
+    """Connecting: through node 1 no queue can be consumed (refused), through node 2 it
+    can; every node is tried in turn from the first, none skipped. (pika's connection
+    replaced by a scripted one: the order of the tries is the logic under test.)"""
+    import pika
+
+    tried = []
+
+    class Channel:
+        is_open = True
+
+        def __init__(self, node):
+            self.node = node
+
+        def add_on_cancel_callback(self, _cb):
+            pass
+
+        def basic_qos(self, **_kw):
+            pass
+
+        def basic_consume(self, *_a, **_kw):
+            if self.node == 1:
+                self.is_open = False
+                raise pika.exceptions.ChannelClosedByBroker(404, "home node down")
+
+        def close(self):
+            self.is_open = False
+
+    class Connection:
+        is_open = True
+
+        def __init__(self, params):
+            self.node = params.port
+            tried.append(self.node)
+
+        def channel(self):
+            return Channel(self.node)
+
+        def close(self):
+            self.is_open = False
+
+    monkeypatch.setattr(pika, "BlockingConnection", Connection)
+    nodes = {n: pika.ConnectionParameters("127.0.0.1", n) for n in (1, 2, 3)}
+    reader = RabbitReader(Settings(home=tmp_path), nodes, [Q])
+    reader._connect()
+    assert tried == [1, 2] and reader.node == 2 and reader.sources[Q].channel is not None
