@@ -34,7 +34,9 @@ scenario                               fault, and what it must find
                                        while the publisher goes on through it, then on
                                        the majority's side (two more idle clients there:
                                        autoheal keeps the side with the most); healed:
-                                       node 3 restarted, what it confirmed alone lost
+                                       what the losing side confirmed alone lost (node
+                                       3's as a rule; in a CI run under load node 3's
+                                       side won and the majority's were lost)
 ``rabbit-partition-pause-minority``    the same under ``pause_minority``: node 3 pauses,
                                        the publisher moves on to the majority; nothing
                                        confirmed is lost

@@ -228,14 +228,17 @@ def rabbit_cause(a: AckRun, events: Sequence[ClusterEvent]) -> str:
 
     1. published ``transient`` and the node that led the queue at its confirm restarted
        (or went down) since: **non-persistent message across a restart**;
-    2. a mirror that did not hold every message was promoted (``unclean_election``):
-       **unsynchronised mirror promoted** (a node paused by ``pause_minority`` comes back
-       as a restarted one, too: the promotion is what lost the write then);
-    3. that node, or the node the write was published through, was cut off from others
+    2. a mirror that did not hold every message was promoted (``unclean_election``) as
+       a partition healed (within :data:`CAUSE_SLACK` of a ``rabbit_partition_end``):
+       autoheal kept the other side's copy, **partition loser restarted**;
+    3. such a promotion at another time: **unsynchronised mirror promoted** (a node paused
+       by ``pause_minority`` comes back as a restarted one, too: the promotion is what
+       lost the write then);
+    4. that node, or the node the write was published through, was cut off from others
        (a cut under way at the confirm, or begun after it) and restarted after the cut
        began (what autoheal does to the losing side): **partition loser restarted**;
-    4. the queue ceased to exist: **queue lost with its node**;
-    5. else ``unknown``."""
+    5. the queue ceased to exist: **queue lost with its node**;
+    6. else ``unknown``."""
     since = a.first_ack - CAUSE_SLACK
     ordered = sorted(events, key=lambda e: e.event_time)
     leaders = [e.leader for e in ordered if e.kind in (FIRST_SEEN, LEADER_CHANGE)
@@ -256,7 +259,13 @@ def rabbit_cause(a: AckRun, events: Sequence[ClusterEvent]) -> str:
     def on_side(e: ClusterEvent) -> bool:
         return not sides or e.leader in sides
 
-    if any(e.kind == UNCLEAN_ELECTION for e in after):  # the more specific of the two
+    promoted = [e.event_time for e in after if e.kind == UNCLEAN_ELECTION]
+    heals = [e.event_time for e in ordered if e.kind == RABBIT_PARTITION_END]
+    if any(abs(p - h) <= CAUSE_SLACK for p in promoted for h in heals):
+        # the copy of the side autoheal kept, promoted as the cut healed: the other
+        # side's confirms are gone (whichever side the write went through)
+        return str(Cause.partition_loser)
+    if promoted:  # before the restart rule: a paused node also comes back as restarted
         return str(Cause.unsynced_promotion)
     for c in ordered:  # a cut under way at the confirm, or begun after it
         if c.kind != RABBIT_PARTITION or not on_side(c):

@@ -255,6 +255,13 @@ def test_each_cause_from_the_watchers_events():
     # the majority promoted a mirror that lacked the write: the promotion is the cause
     assert rabbit_cause(through_3, [*autoheal, ev(2, "unclean_election", 2)]) == \
         "unsynchronised mirror promoted"
+    # autoheal chose node 3's side (more clients): the majority's copy gave way to node
+    # 3's, unsynchronised, as the cut healed; a write through node 1 is the loser's
+    through_1 = AckRun(Q, 0, "p", "r", 0, 1, None, at(0), at(0), broker=1)
+    won_by_3 = [*LED_BY_1, ev(1, "rabbit_partition", 1), ev(1, "rabbit_partition", 3),
+                ev(8, "rabbit_partition_end", 1), ev(8, "rabbit_partition_end", 3),
+                ev(8.3, "leader_change", 3), ev(8.3, "unclean_election", 3)]
+    assert rabbit_cause(through_1, won_by_3) == "partition loser restarted"
     # the same cut, node 3 never restarted: not that
     assert rabbit_cause(through_3, autoheal[:-2]) == "unknown"
     # a cut begun long before the confirm and still on: that too; one healed before: not
