@@ -207,33 +207,35 @@ def lookup_consumed(path: str, requests: list[Reread]) -> list[ReadRun]:
     from kafka_audit.jobs.core.rabbit_rules import LOOKUP
     from kafka_audit.store import read_table
 
+    asked = [q for q in requests if q.run_id is not None]
+    if not asked:
+        return []
+    try:  # one read for every key asked (a pass's lookups); failed: asked again next pass
+        rows = read_table(path, "consumed", where=pc.field("topic").isin(
+            sorted({q.topic for q in asked}))
+            & pc.field("run_id").isin(sorted({q.run_id for q in asked}))
+            & (pc.field("source") != "reread")
+            & pc.field("status").isin(["record", "redelivered"])
+            # the stamp rule's reads only (as a pass takes them in): a record whose
+            # body fails its checksum is no write's
+            & pc.field("stamped")
+            & (pc.field("checksum_ok").is_null() | pc.field("checksum_ok"))).to_pylist()
+    except Exception as exc:  # noqa: BLE001 - the writes wait, nothing is judged on them
+        log.warning("lookup of %d RabbitMQ writes' reads in consumed failed: %s",
+                    len(asked), exc)
+        return []
+    runs: dict[tuple, list[dict]] = {}
+    for r in rows:
+        runs.setdefault((r["topic"], r["producer_id"], r["run_id"]), []).append(r)
     now = datetime.now(UTC)
     out: list[ReadRun] = []
-    for key in sorted({q.topic for q in requests}):
-        mine = [q for q in requests if q.topic == key and q.run_id is not None]
-        if not mine:
-            continue
-        try:  # a key that cannot be looked up now is asked again next pass; the others go on
-            rows = read_table(path, "consumed", where=(pc.field("topic") == key)
-                              & pc.field("run_id").isin(sorted({q.run_id for q in mine}))
-                              & (pc.field("source") != "reread")
-                              & pc.field("status").isin(["record", "redelivered"])
-                              # the stamp rule's reads only (as a pass takes them in): a
-                              # record whose body fails its checksum is no write's
-                              & pc.field("stamped")
-                              & (pc.field("checksum_ok").is_null()
-                                 | pc.field("checksum_ok"))).to_pylist()
-        except Exception as exc:  # noqa: BLE001 - the write waits, nothing is judged on it
-            log.warning("lookup of %s's reads in consumed failed: %s", key, exc)
-            continue
-        for q in mine:
-            for r in rows:
-                if ((r["producer_id"], r["run_id"]) == (q.producer_id, q.run_id)
-                        and r["seq"] < q.end and q.offset < r["seq"] + r["count"]):
-                    out.append(ReadRun(key, r["partition"], r["offset"], r["count"],
-                                       r["producer_id"], r["run_id"], r["seq"],
-                                       r["read_time"], source="reread", status=r["status"]))
-            out.append(ReadRun(key, q.partition, -1, q.end - q.offset, q.producer_id,
-                               q.run_id, q.offset, now, source="reread", status=LOOKUP))
+    for q in asked:
+        out += [ReadRun(q.topic, r["partition"], r["offset"], r["count"], r["producer_id"],
+                        r["run_id"], r["seq"], r["read_time"], source="reread",
+                        status=r["status"])
+                for r in runs.get((q.topic, q.producer_id, q.run_id), ())
+                if r["seq"] < q.end and q.offset < r["seq"] + r["count"]]
+        out.append(ReadRun(q.topic, q.partition, -1, q.end - q.offset, q.producer_id,
+                           q.run_id, q.offset, now, source="reread", status=LOOKUP))
     return out
 
