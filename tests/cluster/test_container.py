@@ -3,9 +3,9 @@ Debian base made from Debian's packages, run with podman beside the local test c
 
 In the container, ``kafka-audit check`` passes and ``kafka-audit run`` (the image's
 command, as its unprivileged user, its data on a volume) finds the losses of an ``acks=1``
-leader kill equal to a full read, served by its own REST API; SIGTERM stops it within
-30 s. Nothing is fetched or compiled when it starts: the image carries no compiler and
-its jar cache is read-only to its user.
+leader kill equal to a full read, served by its own REST API beside the dashboard;
+SIGTERM stops it within 30 s. Nothing is fetched or compiled when it starts: the image
+carries no compiler and its jar cache is read-only to its user.
 """
 
 from __future__ import annotations
@@ -98,6 +98,11 @@ def test_the_image_checks_audits_a_fault_and_stops_on_sigterm(image, cluster, se
         # the container's own API serves the losses: exactly the full read's
         assert lost_messages(fetch_lost(base, topic)) == truth
         print(f"{len(truth)} of {total} delivery reports lost, as a full read finds")
+        # the dashboard, and plotly.js from what the image keeps of plotly
+        assert httpx.get(f"{base}/dashboard", timeout=10).status_code == 200
+        plotly_js = httpx.get(f"{base}/dashboard/static/plotly.min.js", timeout=30)
+        assert plotly_js.status_code == 200 and b"plotly" in plotly_js.content[:2000], \
+            plotly_js.status_code
 
         t0 = time.monotonic()
         container.podman("kill", "--signal", "TERM", name)

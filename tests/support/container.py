@@ -4,10 +4,11 @@ Debian's podman runs here with runc and cgroupfs (crun fails on cgroups in hybri
 it sets a container's open-files and process limits above this machine's hard limits
 unless told, which the runtime is not allowed to do, so every run and build passes both
 limits at their current values. No image registry is reachable: the base image is made
-from Debian's packages with ``debootstrap --variant=minbase bookworm`` and imported
-(about 30 s), then the Containerfile builds on it (``--build-arg BASE``), with the
-site's extra CA certificates (``/usr/local/share/ca-certificates``: a TLS-inspecting
-egress) for its pip and Maven downloads.
+from Debian's packages with ``debootstrap --variant=minbase bookworm``, slimmed as the
+official ``debian:bookworm-slim`` is (:data:`SLIM`), and imported (about 30 s), then the
+Containerfile builds on it (``--build-arg BASE``), with the site's extra CA certificates
+(``/usr/local/share/ca-certificates``: a TLS-inspecting egress) for its pip and Maven
+downloads.
 """
 
 from __future__ import annotations
@@ -20,7 +21,15 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-BASE = "localhost/kafka-audit-test-base:bookworm"
+BASE = "localhost/kafka-audit-test-base:bookworm-slim"
+#: what the official slim images leave out (debuerreotype's slimify): dpkg's excludes,
+#: written into the base so that later installs keep them out too, and applied to what
+#: debootstrap installed; the default base of deploy/Containerfile is such an image, so the
+#: size the test reports is the one a user's build has
+SLIM = ("path-exclude /usr/share/doc/*", "path-include /usr/share/doc/*/copyright",
+        "path-exclude /usr/share/groff/*", "path-exclude /usr/share/info/*",
+        "path-exclude /usr/share/linda/*", "path-exclude /usr/share/lintian/overrides/*",
+        "path-exclude /usr/share/locale/*", "path-exclude /usr/share/man/*")
 IMAGE = "localhost/kafka-audit:test"
 MIRROR = "http://deb.debian.org/debian"
 #: the image's user (deploy/Containerfile)
@@ -72,11 +81,26 @@ def base_image() -> str:
             for entry in (root / junk).glob("*"):
                 if entry.is_file():
                     entry.unlink()
+        slim(root)
         archive = Path(tmp) / "root.tar"
         subprocess.run(["tar", "-C", str(root), "-cf", str(archive), "."], check=True,
                        capture_output=True, timeout=600)
         podman("import", str(archive), BASE, timeout=600)
     return BASE
+
+
+def slim(root: Path) -> None:
+    """:data:`SLIM` into ``root``'s dpkg configuration, and the files it excludes out of
+    ``root`` (folders stay, as after dpkg's own excludes; a package's documentation keeps
+    its copyright, as the include says)."""
+    (root / "etc/dpkg/dpkg.cfg.d/docker-slim").write_text("\n".join(SLIM) + "\n")
+    for verb, pattern in (rule.split() for rule in SLIM):
+        if verb != "path-exclude":
+            continue
+        for top in root.glob(pattern.lstrip("/")):
+            for entry in (top.rglob("*") if top.is_dir() and not top.is_symlink() else [top]):
+                if (entry.is_file() or entry.is_symlink()) and entry.name != "copyright":
+                    entry.unlink()
 
 
 def extra_ca_certs() -> str:
