@@ -60,3 +60,34 @@ def test_a_restart_on_new_topics_waits_for_the_gap_between_two_micro_batches():
     assert _between_batches(_Query(True), "t1", "t2")  # one ended since: the next just began
     assert _between_batches(_Query(True), None, "t1")
     assert _between_batches(_Query(None), "t1", "t1")  # ending: its error comes next
+
+
+class _Starting:
+    """A micro-batch query's ``status`` as Spark gives it (``None``: it has ended)."""
+
+    def __init__(self, status: dict | None) -> None:
+        self._status = status
+
+    @property
+    def status(self) -> dict:
+        if self._status is None:
+            raise RuntimeError("the query has ended")
+        return self._status
+
+
+def test_a_query_is_idle_only_once_a_trigger_found_nothing_to_read():
+    from kafka_audit.jobs.consume.consume_job import _idle
+
+    def status(message, data=False, active=False):
+        return _Starting({"message": message, "isDataAvailable": data,
+                          "isTriggerActive": active})
+
+    # still starting, both flags off: not idle (the audit's first pass must wait for it)
+    assert not _idle(status("Initializing StreamExecution"))
+    assert not _idle(status("Initializing sources"))
+    # a trigger looked and found nothing, then waits for the next one
+    assert _idle(status("Waiting for data to arrive"))
+    assert _idle(status("Waiting for next trigger"))
+    assert not _idle(status("Getting offsets from KafkaV2[SubscribePattern[t]]", active=True))
+    assert not _idle(status("Processing new data", data=True, active=True))
+    assert not _idle(_Starting(None))  # ending: its error comes next
