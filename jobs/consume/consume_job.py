@@ -77,7 +77,11 @@ class Backlog:
         self._state: tuple[int | None, bool] = (None, False)
 
     def update(self, records: int) -> None:
-        """The latest micro-batch's progress left ``records`` to read."""
+        """The latest micro-batch's progress left ``records`` to read (None: it does not
+        say, as a batch planned before a restart and run again after it: the state stays
+        as it was)."""
+        if records is None:
+            return
         before = self._state[0]
         self._state = (records, before is not None and 0 < records < before)
 
@@ -491,7 +495,7 @@ def _progress_detail(progress) -> dict:
         except ValueError:
             pass
     committed: dict[str, dict[str, int]] = {}
-    behind = 0
+    behind: int | None = 0
     for source in raw["sources"] or []:
         end = _offsets(source["endOffset"])
         latest = _offsets(source.get("latestOffset"))
@@ -500,7 +504,12 @@ def _progress_detail(progress) -> dict:
                 ends = {str(p): int(o) for p, o in parts.items()}
                 committed.setdefault(str(topic), {}).update(ends)
                 known = latest.get(topic)
-                if isinstance(known, dict):
+                if not isinstance(known, dict):
+                    # no latest offsets: a batch planned before a restart, run again after
+                    # it, says nothing of what is left (0 here let the audit's first pass
+                    # judge a whole outage's backlog beside its reading)
+                    behind = None
+                elif behind is not None:
                     behind += sum(max(0, int(o) - ends[str(p)]) for p, o in known.items()
                                   if str(p) in ends)
     durations = raw.get("durationMs") or {}
@@ -510,7 +519,8 @@ def _progress_detail(progress) -> dict:
             "seconds": round(durations.get("triggerExecution", 0) / 1000, 3),
             "sink_seconds": round(durations.get("addBatch", 0) / 1000, 3),
             # what the batch left for the next ones: the records Spark knew were there when
-            # it planned it, past its end (more than spark.max_offsets_per_trigger waited)
+            # it planned it, past its end (more than spark.max_offsets_per_trigger waited);
+            # None: not known (a batch run again from the checkpoint)
             "behind": behind}
 
 
