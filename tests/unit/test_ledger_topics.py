@@ -40,30 +40,7 @@ def test_the_ledger_s_topics_are_read_from_the_files_appended_since(tmp_path):
 
 
 class _Query:
-    """What ``_between_batches`` asks of a streaming query: its status."""
-
-    def __init__(self, active: bool | None) -> None:
-        self.active = active
-
-    @property
-    def status(self) -> dict:
-        if self.active is None:
-            raise RuntimeError("the query has ended")
-        return {"isTriggerActive": self.active}
-
-
-def test_a_restart_on_new_topics_waits_for_the_gap_between_two_micro_batches():
-    from kafka_audit.jobs.consume.consume_job import _between_batches
-
-    assert not _between_batches(_Query(True), "t1", "t1")  # the batch seen then still runs
-    assert _between_batches(_Query(False), "t1", "t1")  # none runs
-    assert _between_batches(_Query(True), "t1", "t2")  # one ended since: the next just began
-    assert _between_batches(_Query(True), None, "t1")
-    assert _between_batches(_Query(None), "t1", "t1")  # ending: its error comes next
-
-
-class _Starting:
-    """A micro-batch query's ``status`` as Spark gives it (``None``: it has ended)."""
+    """A streaming query's ``status`` as Spark gives it (``None``: it has ended)."""
 
     def __init__(self, status: dict | None) -> None:
         self._status = status
@@ -75,12 +52,26 @@ class _Starting:
         return self._status
 
 
+def _active(active: bool | None) -> _Query:
+    return _Query(None if active is None else {"isTriggerActive": active})
+
+
+def test_a_restart_on_new_topics_waits_for_the_gap_between_two_micro_batches():
+    from kafka_audit.jobs.consume.consume_job import _between_batches
+
+    assert not _between_batches(_active(True), "t1", "t1")  # the batch seen then still runs
+    assert _between_batches(_active(False), "t1", "t1")  # none runs
+    assert _between_batches(_active(True), "t1", "t2")  # one ended since: the next just began
+    assert _between_batches(_active(True), None, "t1")
+    assert _between_batches(_active(None), "t1", "t1")  # ending: its error comes next
+
+
 def test_a_query_is_idle_only_once_a_trigger_found_nothing_to_read():
     from kafka_audit.jobs.consume.consume_job import _idle
 
     def status(message, data=False, active=False):
-        return _Starting({"message": message, "isDataAvailable": data,
-                          "isTriggerActive": active})
+        return _Query({"message": message, "isDataAvailable": data,
+                       "isTriggerActive": active})
 
     # still starting, both flags off: not idle (the audit's first pass must wait for it)
     assert not _idle(status("Initializing StreamExecution"))
@@ -90,4 +81,4 @@ def test_a_query_is_idle_only_once_a_trigger_found_nothing_to_read():
     assert _idle(status("Waiting for next trigger"))
     assert not _idle(status("Getting offsets from KafkaV2[SubscribePattern[t]]", active=True))
     assert not _idle(status("Processing new data", data=True, active=True))
-    assert not _idle(_Starting(None))  # ending: its error comes next
+    assert not _idle(_Query(None))  # ending: its error comes next
