@@ -75,15 +75,39 @@ class Backlog:
     def __init__(self) -> None:
         # one tuple, set by the consume thread, read by the audit loop's: never torn
         self._state: tuple[int | None, bool] = (None, False)
+        # while a backlog is read: since when (time.monotonic()) and the records read
+        self._reading: tuple[float, int] | None = None
 
-    def update(self, records: int) -> None:
+    def update(self, records: int | None, detail: dict | None = None) -> str | None:
         """The latest micro-batch's progress left ``records`` to read (None: it does not
         say, as a batch planned before a restart and run again after it: the state stays
-        as it was)."""
+        as it was). ``detail``: the batch's progress (:func:`_progress_detail`); with it,
+        returns the line to log, if any: each batch that leaves records to read (a
+        catch-up after an outage, or a rate the reading does not keep up with), and the
+        batch that ends a backlog, with its records and seconds."""
         if records is None:
-            return
+            return None
         before = self._state[0]
         self._state = (records, before is not None and 0 < records < before)
+        if detail is None:
+            return None
+        import time
+
+        read = detail.get("records") or 0
+        if records > 0:
+            since, total = self._reading or (time.monotonic() - detail["seconds"], 0)
+            self._reading = (since, total + read)
+            return (f"consume: batch {detail['batch']} read {read:,} records in "
+                    f"{detail['seconds']:.1f} s ({detail['sink_seconds']:.1f} s of it "
+                    f"folding and committing); {records:,} left to read")
+        if self._reading is None:
+            return None
+        since, total = self._reading
+        self._reading = None
+        took = time.monotonic() - since
+        return (f"consume: backlog read: {total + read:,} records in {took:.1f} s "
+                f"({(total + read) / max(took, 1e-3):,.0f}/s), up to the log ends of "
+                f"batch {detail['batch']}'s planning")
 
     def reset(self, known: bool = True) -> None:
         """Nothing to wait for (``known``: the query is not reading), or unknown again (a
@@ -292,8 +316,9 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                 if progress is not None and progress["timestamp"] != seen:
                     seen = progress["timestamp"]
                     detail = _progress_detail(progress)
-                    if backlog is not None:
-                        backlog.update(detail["behind"])
+                    if backlog is not None and \
+                            (line := backlog.update(detail["behind"], detail)):
+                        log.info(line)
                     outage.succeeded(restarts=restarts, **detail)
                 elif progress is None and backlog is not None and backlog.state()[0] is None \
                         and _idle(query):

@@ -141,3 +141,24 @@ def test_writes_that_settle_during_a_backlog_are_judged_when_they_do(tmp_path):
     took = waited(tmp_path, interval=30, due_in=0.8, wake_after=0.1,
                   backlog=behind(2_000_000))
     assert 0.8 <= took < 10
+
+
+def test_a_backlog_s_reading_is_logged_batch_by_batch_and_when_it_ends():
+    backlog = Backlog()
+
+    def batch(n: int, read: int, left: int | None) -> str | None:
+        return backlog.update(left, {"batch": n, "records": read, "seconds": 4.0,
+                                     "sink_seconds": 3.0})
+
+    assert batch(1, 1_000, 0) is None  # steady state: nothing to say
+    line = batch(2, 1_000_000, 2_500_000)
+    assert line == ("consume: batch 2 read 1,000,000 records in 4.0 s (3.0 s of it "
+                    "folding and committing); 2,500,000 left to read")
+    assert batch(3, 0, None) is None  # a batch that does not say: nothing ends
+    assert "1,500,000 left" in batch(4, 1_000_000, 1_500_000)
+    end = batch(5, 1_500_000, 0)
+    assert end.startswith("consume: backlog read: 3,500,000 records in ")
+    took = float(end.split(" in ")[1].split(" s ")[0])
+    assert 4.0 <= took < 60  # from the first batch's start, which began 4 s before its end
+    assert batch(6, 1_000, 0) is None  # read: quiet again
+    assert backlog.state() == (0, False)
