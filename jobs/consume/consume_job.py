@@ -67,10 +67,12 @@ DEFAULT_PATTERN = "^[^_].*$"
 class Backlog:
     """What the consume query's last micro-batch left to read: the records Spark knew were
     in the topics past the batch's end when it planned it (0: it read to the end it knew,
-    or the query is failing; None: no batch of this run has ended yet), and whether that
-    is fewer than the batch before left (the reading gains on it). ``kafka-audit run``'s
-    audit loop reads it (:func:`~kafka_audit.jobs.audit.audit_job.run_audit_loop`): while a
-    backlog is read its passes wait, and the reading has the machine."""
+    or the query is failing; None: the query started, by the service or again after an
+    error or on new topics, and no batch it planned has ended yet: a batch planned before
+    a restart and run again after it says nothing), and whether that is fewer than the
+    batch before left (the reading gains on it). ``kafka-audit run``'s audit loop reads it
+    (:func:`~kafka_audit.jobs.audit.audit_job.run_audit_loop`): while a backlog is read its
+    passes wait, and the reading has the machine."""
 
     def __init__(self) -> None:
         # one tuple, set by the consume thread, read by the audit loop's: never torn
@@ -84,7 +86,8 @@ class Backlog:
         as it was). ``detail``: the batch's progress (:func:`_progress_detail`); with it,
         returns the line to log, if any: each batch that leaves records to read (a
         catch-up after an outage, or a rate the reading does not keep up with), and the
-        batch that ends a backlog, with its records and seconds."""
+        batch that ends a backlog, with the records and seconds from the first batch of
+        this query that left records to read (a failed query's reading is not summed)."""
         if records is None:
             return None
         before = self._state[0]
@@ -111,8 +114,9 @@ class Backlog:
 
     def reset(self, known: bool = True) -> None:
         """Nothing to wait for (``known``: the query is not reading), or unknown again (a
-        new run, before its first progress)."""
+        query started, before its first progress)."""
         self._state = (0 if known else None, False)
+        self._reading = None
 
     def state(self) -> tuple[int | None, bool]:
         """(records left, or None if unknown; whether the reading gains on them)."""
@@ -304,6 +308,10 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
         try:
             current = pattern or audited_pattern(settings, ledger)
             halting = threading.Event()  # set before this query is stopped
+            if backlog is not None:
+                # unknown again until this query's first batch: after an error, a batch
+                # interrupted then is run again first and says nothing of what is left
+                backlog.reset(known=False)
             query = start_consume(spark, settings, current, once=once, on_commit=on_commit,
                                   halting=halting)
             seen, looked = None, time.monotonic()

@@ -135,6 +135,8 @@ def test_a_batch_run_again_after_a_restart_does_not_end_the_first_pass_s_wait(tm
     backlog.update(2_000_000)  # the first batch planned after the restart
     backlog.update(1_000_000)
     assert _holding(backlog, start - 1)  # gaining: however long
+    backlog.update(None)  # a batch that says nothing leaves a known state as it was
+    assert backlog.state() == (1_000_000, True)
 
 
 def test_writes_that_settle_during_a_backlog_are_judged_when_they_do(tmp_path):
@@ -162,3 +164,7 @@ def test_a_backlog_s_reading_is_logged_batch_by_batch_and_when_it_ends():
     assert 4.0 <= took < 60  # from the first batch's start, which began 4 s before its end
     assert batch(6, 1_000, 0) is None  # read: quiet again
     assert backlog.state() == (0, False)
+    batch(7, 1_000_000, 900_000)
+    backlog.reset(known=False)  # the query failed and started again: its own reading
+    batch(8, 1_000_000, 500_000)
+    assert batch(9, 500_000, 0).startswith("consume: backlog read: 1,500,000 records")

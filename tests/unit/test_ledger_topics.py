@@ -82,3 +82,39 @@ def test_a_query_is_idle_only_once_a_trigger_found_nothing_to_read():
     assert not _idle(status("Getting offsets from KafkaV2[SubscribePattern[t]]", active=True))
     assert not _idle(status("Processing new data", data=True, active=True))
     assert not _idle(_Query(None))  # ending: its error comes next
+
+
+def test_a_query_started_again_after_an_error_leaves_what_is_left_unknown(tmp_path, monkeypatch):
+    """After a failure the backlog reads 0 (the passes may run while nothing is read); the
+    next query runs the interrupted batch again first, whose progress says nothing of what
+    is left: until a batch it planned has ended, the first pass must wait again."""
+    import threading
+
+    from kafka_audit.jobs.consume import consume_job
+    from kafka_audit.jobs.consume.consume_job import Backlog, run_consume
+
+    backlog, stop, seen = Backlog(), threading.Event(), []
+
+    class Failing:
+        lastProgress = None
+
+        def awaitTermination(self, timeout):  # noqa: N802 - Spark's name
+            raise RuntimeError("every broker unreachable")
+
+        def stop(self):
+            pass
+
+    def start(*args, **kwargs):
+        seen.append(backlog.state())
+        if len(seen) == 1:
+            backlog.update(2_000_000)  # as a batch of the first query had said
+            return Failing()
+        stop.set()
+        return _Query(None)
+
+    monkeypatch.setattr(consume_job, "start_consume", start)
+    monkeypatch.setattr(consume_job, "stop_quietly", lambda *a: None)
+    settings = Settings(home=tmp_path).model_copy(update={"outage": Settings().outage.model_copy(
+        update={"retry_seconds": 0.01})})
+    run_consume(object(), settings, pattern="^t$", stop=stop, backlog=backlog)
+    assert seen == [(None, False), (None, False)]
