@@ -698,9 +698,12 @@ class SteadySettings(_Section):
         "before it is read can only be judged unreadable) and has the machine. While each "
         "micro-batch leaves fewer records (a catch-up after an outage) they wait until it "
         "is read, however long; a backlog growing or not shrinking gets a pass at most this "
-        "long after the previous one; the first pass after a start waits at most this long "
-        "for the first micro-batch. Writes that look lost are still judged when they "
-        "settle. 0: passes never wait for the reading")
+        "long after the previous one. A consume query that starts (with the service, after "
+        "an error, on new topics) does not know what it has to read until its first "
+        "micro-batch ends: passes wait for that batch while the query runs it, however "
+        "long (a 30-minute outage's first batch ran 2 minutes), and at most this long "
+        "otherwise. Writes that look lost are still judged when they settle. 0: passes "
+        "never wait for the reading")
     rejudge_timeout_seconds: float = Field(
         10, gt=0, description="a pass re-reads the ranges it suspects and judges them in the "
         "same pass, spending at most this long on the re-reads; ranges not answered by then "

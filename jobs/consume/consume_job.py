@@ -64,6 +64,11 @@ QUERY_NAME = "kafka_audit_consume"
 DEFAULT_PATTERN = "^[^_].*$"
 
 
+#: seconds after the consume thread last said its query runs (every 2 s at most) that
+#: a query still starting no longer holds the passes
+BEAT_STALE = 10.0
+
+
 class Backlog:
     """What the consume query's last micro-batch left to read: the records Spark knew were
     in the topics past the batch's end when it planned it (0: it read to the end it knew,
@@ -79,6 +84,8 @@ class Backlog:
         self._state: tuple[int | None, bool] = (None, False)
         # while a backlog is read: since when (time.monotonic()) and the records read
         self._reading: tuple[float, int] | None = None
+        # when the consume thread last said its query runs (time.monotonic())
+        self._beat_at = float("-inf")
 
     def update(self, records: int | None, detail: dict | None = None) -> str | None:
         """The latest micro-batch's progress left ``records`` to read (None: it does not
@@ -117,6 +124,23 @@ class Backlog:
         query started, before its first progress)."""
         self._state = (0 if known else None, False)
         self._reading = None
+        if not known:
+            self.beat()
+
+    def beat(self) -> None:
+        """The consume thread's query runs (it says so every few seconds)."""
+        import time
+
+        self._beat_at = time.monotonic()
+
+    def starting(self) -> bool:
+        """Whether a query the consume thread still runs has not yet ended a batch it
+        planned (what is left: unknown): its first batch may take minutes after an
+        outage, and passes wait for it. False once the thread has not said it runs for
+        :data:`BEAT_STALE` seconds (it died, or hangs outside its query)."""
+        import time
+
+        return self._state[0] is None and time.monotonic() - self._beat_at < BEAT_STALE
 
     def state(self) -> tuple[int | None, bool]:
         """(records left, or None if unknown; whether the reading gains on them)."""
@@ -320,6 +344,8 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
                 # raises the query's error, if it failed; often while a restart waits for
                 # the gap between two micro-batches
                 done = query.awaitTermination(0.25 if changed else 2)
+                if backlog is not None:
+                    backlog.beat()
                 progress = query.lastProgress
                 if progress is not None and progress["timestamp"] != seen:
                     seen = progress["timestamp"]
