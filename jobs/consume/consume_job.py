@@ -75,7 +75,7 @@ class Backlog:
     or the query is failing; None: the query started, by the service or again after an
     error or on new topics, and no batch it planned has ended yet: a batch planned before
     a restart and run again after it says nothing), and whether that is fewer than the
-    batch before left (the reading gains on it). ``kafka-audit run``'s audit loop reads it
+    batch before left, or the query's first batch left it (the reading gains on it). ``kafka-audit run``'s audit loop reads it
     (:func:`~kafka_audit.jobs.audit.audit_job.run_audit_loop`): while a backlog is read its
     passes wait, and the reading has the machine."""
 
@@ -97,8 +97,12 @@ class Backlog:
         this query that left records to read (a failed query's reading is not summed)."""
         if records is None:
             return None
+        # a query's first batch that leaves records gains on them until a later one says
+        # otherwise: its backlog may have taken longer than steady.backlog_pass_seconds to
+        # plan and read (a 10-minute outage's, bench/catchup.py), and a pass begun then
+        # judged beside the rest of the reading
         before = self._state[0]
-        self._state = (records, before is not None and 0 < records < before)
+        self._state = (records, 0 < records and (before is None or records < before))
         if detail is None:
             return None
         import time
