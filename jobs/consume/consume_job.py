@@ -75,7 +75,8 @@ class Backlog:
     or the query is failing; None: the query started, by the service or again after an
     error or on new topics, and no batch it planned has ended yet: a batch planned before
     a restart and run again after it says nothing), and whether that is fewer than the
-    batch before left, or the query's first batch left it (the reading gains on it). ``kafka-audit run``'s audit loop reads it
+    batch before left, or the query's first batch left it (the reading gains on it).
+    ``kafka-audit run``'s audit loop reads it
     (:func:`~kafka_audit.jobs.audit.audit_job.run_audit_loop`): while a backlog is read its
     passes wait, and the reading has the machine."""
 
