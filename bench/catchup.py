@@ -41,7 +41,7 @@ import uuid
 from pathlib import Path
 
 from steady import cluster_down, fresh_cluster, processes, rss_by_process, say
-from sustained import committed_offsets, log_ends, summary
+from sustained import committed_offsets, log_ends, planned_end, summary
 
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.harness import Component, settings_file
@@ -84,20 +84,6 @@ def first_batch_after(checkpoint: Path, since: float) -> tuple[int, float]:
     if not planned:
         raise RuntimeError(f"no micro-batch planned in {checkpoint} since the restart")
     return min(planned)
-
-
-def planned_end(checkpoint: Path, batch: int, topic: str) -> dict[int, int] | None:
-    """The end offsets of ``topic`` by partition that micro-batch ``batch`` was planned
-    with (None: no such batch, or it does not name the topic)."""
-    try:
-        lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
-        offsets = json.loads(line) if line.startswith("{") else {}
-        if topic in offsets:
-            return {int(p): int(o) for p, o in offsets[topic].items()}
-    return None
 
 
 def produce_many(settings: Settings, topic: str, n: int, rate: float, stop_file: Path
@@ -249,7 +235,7 @@ def main() -> None:
         reading = took - start_up
         # a batch the stop interrupted was planned before it and is run again first, in
         # the start-up: its records are not the reading's
-        begun = planned_end(checkpoint, first - 1, topic) or stopped_at
+        begun = planned_end(checkpoint, first - 1, topic) or stopped_at  # None, False: none
         read = sum(end - begun.get(p, 0) for p, end in restart.items())
         say(f"caught up in {took:.1f}s ({start_up:.1f}s of start-up, {backlog - read:,} "
             f"records of it run again; then {reading:.1f}s reading {read:,}: "

@@ -42,6 +42,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from kafka_audit.jobs.consume.transforms import fold_read_runs
@@ -106,8 +107,6 @@ class Backlog:
         self._state = (records, 0 < records and (before is None or records < before))
         if detail is None:
             return None
-        import time
-
         read = detail.get("records") or 0
         if records > 0:
             since, total = self._reading or (time.monotonic() - detail["seconds"], 0)
@@ -134,8 +133,6 @@ class Backlog:
 
     def beat(self) -> None:
         """The consume thread's query runs (it says so every few seconds)."""
-        import time
-
         self._beat_at = time.monotonic()
 
     def starting(self) -> bool:
@@ -143,8 +140,6 @@ class Backlog:
         planned (what is left: unknown): its first batch may take minutes after an
         outage, and passes wait for it. False once the thread has not said it runs for
         :data:`BEAT_STALE` seconds (it died, or hangs outside its query)."""
-        import time
-
         return self._state[0] is None and time.monotonic() - self._beat_at < BEAT_STALE
 
     def state(self) -> tuple[int | None, bool]:
@@ -316,8 +311,6 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
     pattern from its checkpoint (the new topic's partitions start at their beginning).
     ``on_commit``: see :func:`start_consume`; ``backlog`` is kept up to date with each
     progress (:class:`Backlog`)."""
-    import time
-
     from kafka_audit.stamp_key import stamp_mac
     from kafka_audit.status import Outage, StatusWriter
 
@@ -435,8 +428,6 @@ _warmed: set[int] = set()  # the JVMs (by their py4j gateway's id) the warm-up r
 def _warm_up(spark, settings: Settings) -> None:
     """:func:`~kafka_audit.jobs.consume.transforms.warm_up_fold`, once a JVM; never fatal:
     the first batch is only slower without it."""
-    import time
-
     from kafka_audit.jobs.consume.transforms import warm_up_fold
     from kafka_audit.stamp_key import stamp_mac
 
