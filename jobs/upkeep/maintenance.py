@@ -16,6 +16,13 @@ slow down and disk use grows for as long as the service runs. The schedule (sett
   round sets on each table), ``audit_hot``'s too (a listing of its folder every round,
   not between passes); with tombstones kept less than an hour (a soak's minutes) both
   vacuums keep files that long instead;
+* **the ack ledger** is compacted alone every ``ledger_compact_every_seconds`` (1 min)
+  between those rounds, its small files packed into files of about a megabyte
+  (:data:`LEDGER_ROUND_TARGET_MB`; larger ones wait for the rounds): each producer
+  that commits its own reports adds a file a second, and delta-rs takes up a table's
+  whole file list at every commit, so a producer's commit costs it CPU in proportion
+  to the live files of ``acks`` (``bench/commit_cost.py``: 0.3 ms a file); vacuumed
+  in the rounds;
 * **audit_hot**: every pass appends a generation and every ``audit.hot_rewrite_passes``
   (10) passes one overwrites them all. After each rewrite the table is checkpointed;
   half-way to the next rewrite it is vacuumed with no retention but the files of its
@@ -80,6 +87,11 @@ __all__ = ["COMPACTED", "Plan", "plan", "Upkeep"]
 
 log = logging.getLogger(__name__)
 
+#: the ledger's own rounds (``ledger_compact_every_seconds``) pack the files appended since
+#: into files of about this size and leave larger ones to the 10-minute rounds: packing a
+#: growing file anew every minute would keep an hour of copies of it until the vacuum
+LEDGER_ROUND_TARGET_MB = 1.0
+
 #: the tables compacted and vacuumed on the schedule (audit_hot has its own)
 COMPACTED = ("acks", "consumed", "cluster_events", "findings", "partition_state", "dq_results",
              "rollups")
@@ -90,6 +102,7 @@ class Plan:
     """What is due after a pass."""
 
     compact: bool = False        # compaction and vacuum of COMPACTED (worker thread)
+    compact_ledger: bool = False  # acks alone, between those rounds (worker thread)
     quality: bool = False        # great-expectations over the new acks (worker thread)
     hot_checkpoint: bool = False  # audit_hot after a rewrite (loop thread)
     hot_vacuum: bool = False     # audit_hot half-way between rewrites (loop thread)
@@ -98,7 +111,8 @@ class Plan:
 
     @property
     def background(self) -> bool:
-        return self.compact or self.quality or self.windows or self.retention
+        return (self.compact or self.compact_ledger or self.quality or self.windows
+                or self.retention)
 
 
 @dataclass
@@ -107,6 +121,7 @@ class Done:
     ``audit_hot`` (pass id // hot_rewrite_passes)."""
 
     compact: float = float("-inf")
+    compact_ledger: float = float("-inf")  # acks compacted, alone or in a round
     quality: float = float("-inf")
     windows: float = float("-inf")
     retention: float = float("-inf")
@@ -118,8 +133,11 @@ def plan(settings: Settings, pass_id: int, now: float, done: Done) -> Plan:
     """What is due after pass ``pass_id`` committed at monotonic time ``now`` (pure)."""
     s, every = settings.steady, settings.audit.hot_rewrite_passes
     round_, into = divmod(pass_id, every)
+    compact = now - done.compact >= s.compact_every_seconds
     return Plan(
-        compact=now - done.compact >= s.compact_every_seconds,
+        compact=compact,
+        compact_ledger=not compact and now - max(done.compact, done.compact_ledger)
+        >= s.ledger_compact_every_seconds,
         quality=now - done.quality >= s.quality_every_seconds,
         windows=now - done.windows >= s.windows_every_seconds,
         retention=settings.retention.enabled
@@ -206,10 +224,14 @@ class Upkeep:
             self.done.windows = self.clock()
             did["windows"] = self.update_windows()
         if p.compact:
-            self.done.compact = self.clock()
+            self.done.compact = self.done.compact_ledger = self.clock()
             for table in COMPACTED:
                 did[table] = self.compact_table(table)
             self.vacuum_hot_unnamed()
+        elif p.compact_ledger:
+            self.done.compact_ledger = self.clock()
+            did["acks"] = self.compact_table("acks", and_vacuum=False,
+                                             target_mb=LEDGER_ROUND_TARGET_MB)
         self.rounds += 1
         self.last = did
         return did
@@ -249,8 +271,11 @@ class Upkeep:
             what = f"failed: {exc}"
         return what, round(time.perf_counter() - t, 3)
 
-    def compact_table(self, table: str) -> tuple[str, float]:
-        """Compact (when it has enough live files) and vacuum one table; what was done."""
+    def compact_table(self, table: str, and_vacuum: bool = True,
+                      target_mb: float | None = None) -> tuple[str, float]:
+        """Compact (when it has enough live files; into files of ``target_mb``, by default
+        ``compact_target_mb``) one table, and (``and_vacuum``) vacuum it and trim its log;
+        what was done."""
         path = self.settings.table_path(table)
         s = self.settings.steady
         t = time.perf_counter()
@@ -258,11 +283,11 @@ class Upkeep:
         try:
             size = footprint(path)
             if size is not None and size.live_files >= s.compact_min_files:
-                metrics = compact(path, int(s.compact_target_mb * 2**20))
+                metrics = compact(path, int((target_mb or s.compact_target_mb) * 2**20))
                 what.append(f"compacted {metrics['numFilesRemoved']} files into "
                             f"{metrics['numFilesAdded']}" if metrics else "compaction lost "
                             "to a concurrent commit")
-            if size is not None:
+            if size is not None and and_vacuum:
                 if self.keep_tombstones(path):
                     what.append(f"tombstones kept {s.tombstone_retention_hours:g} h")
                 n = vacuum(path, self.vacuum_hours(s.vacuum_retention_hours))

@@ -22,6 +22,7 @@ import pytest
 from deltalake import DeltaTable
 
 from kafka_audit.errors import TableError
+from kafka_audit.jobs.upkeep import maintenance
 from kafka_audit.jobs.upkeep.maintenance import COMPACTED, Done, Plan, Upkeep, plan
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.schemas.tables import arrow_schema
@@ -429,3 +430,47 @@ def test_audit_hot_s_unnamed_files_go_in_the_compaction_round_not_between_passes
     assert not stray.exists()
     assert sorted(read_table(hot, "audit_hot").column("pass_id").to_pylist()) == list(
         range(10, 16))
+
+
+def test_the_ledger_is_compacted_every_minute_between_the_rounds():
+    s = Settings(steady={"compact_every_seconds": 600, "ledger_compact_every_seconds": 60})
+    # a round compacts the ledger with the rest: its own is due a minute after
+    assert not plan(s, 1, 1000.0, Done()).compact_ledger
+    done = Done(compact=1000.0)
+    assert not plan(s, 2, 1059.0, done).compact_ledger
+    assert plan(s, 2, 1060.0, done).compact_ledger
+    done.compact_ledger = 1060.0
+    assert not plan(s, 3, 1119.0, done).compact_ledger
+    assert plan(s, 3, 1120.0, done).compact_ledger
+    # ... and none when the round itself is due
+    due = plan(s, 4, 1600.0, done)
+    assert due.compact and not due.compact_ledger and due.background
+
+
+def test_the_ledger_s_own_round_packs_its_small_files_and_nothing_else(tmp_path, monkeypatch):
+    settings = Settings(home=tmp_path, steady={"compact_min_files": 2})
+    acks, events = settings.table_path("acks"), settings.table_path("cluster_events")
+    for s in range(12):  # a thousand runs a file: the packed file outweighs three small
+        append_rows(acks, "acks", [ack(1000 * s + i) for i in range(1000)])
+        append_rows(events, "cluster_events", [
+            {"event_time": T, "topic": "t", "partition": s, "kind": "first_seen",
+             "source": "test"}])
+    upkeep = Upkeep(settings, clock=lambda: 5000.0)
+    did = upkeep.run(Plan(compact_ledger=True))
+    assert set(did) == {"acks"}
+    assert did["acks"][0] == "compacted 12 files into 1"  # no vacuum, no log trimmed
+    assert footprint(acks).live_files == 1 and footprint(events).live_files == 12
+    assert upkeep.done.compact_ledger == 5000.0 and upkeep.done.compact == float("-inf")
+    assert sorted(read_table(acks, "acks", ["seq"]).column("seq").to_pylist()) == \
+        list(range(12000))
+    # a file of the round's target size (a megabyte; here the packed file's) is left to
+    # the 10-minute rounds; the files appended since are packed
+    monkeypatch.setattr(maintenance, "LEDGER_ROUND_TARGET_MB",
+                        footprint(acks).live_bytes / 2**20)
+    for s in range(12000, 12003):
+        append_rows(acks, "acks", [ack(s)])
+    assert upkeep.run(Plan(compact_ledger=True))["acks"][0] == "compacted 3 files into 1"
+    assert footprint(acks).live_files == 2
+    assert upkeep.run(Plan(compact=True))["acks"][0].startswith("compacted 2 files into 1;")
+    assert sorted(read_table(acks, "acks", ["seq"]).column("seq").to_pylist()) == \
+        list(range(12003))
