@@ -748,8 +748,11 @@ static void seal_segment(struct kinst *in) {
  * a second: recording resumes when the disk has room. Lock held. */
 static void reopen_segment(struct kinst *in) {
         char err[256];
-        int64_t t = now_us();
-        if (in->seg || t < in->retry_us)
+        int64_t t;
+        if (in->seg) /* every report asks: no clock read unless the disk was full */
+                return;
+        t = now_us();
+        if (t < in->retry_us)
                 return;
         in->retry_us = t + 1000000;
         if (open_segment(in, in->next_segno, err, sizeof(err)) == 0)
@@ -968,7 +971,7 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         rd_kafka_headers_t *hdrs;
         const uint8_t *v;
         size_t sz;
-        int64_t seq, offset, t, latency, sent;
+        int64_t seq, offset, t;
         int32_t topic, slot, broker;
         struct kpart *kp;
         struct krec *r;
@@ -983,8 +986,6 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         seq     = (int64_t)get_be64(v + 1);
         offset  = ok && m->offset >= 0 ? m->offset : -1;
         t       = ack_time_us();
-        latency = rd_kafka_message_latency(m);
-        sent    = latency >= 0 ? t - latency : t;
         broker  = ok ? rd_kafka_message_broker_id(m) : -1;
 
         pthread_mutex_lock(&in->lock);
@@ -1004,9 +1005,9 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
                     (ok ? (offset < 0 ? r->offset < 0 : r->offset >= 0 && r->offset + n == offset)
                               && SAME_SOURCE(r, broker)
                         : r->err == m->err)) {
+                        /* its send time is not read: a run's seqs were produced in
+                         * order, its first was sent first (send_min_us) */
                         r->last_ack_us = t;
-                        if (sent < r->send_min_us)
-                                r->send_min_us = sent;
                         atomic_store_explicit(&r->count, n + 1, memory_order_release);
                         goto counted;
                 }
@@ -1029,7 +1030,10 @@ static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *i
         r->offset       = offset;
         r->first_ack_us = t;
         r->last_ack_us  = t;
-        r->send_min_us  = sent;
+        {
+                int64_t latency = rd_kafka_message_latency(m);
+                r->send_min_us  = latency >= 0 ? t - latency : t;
+        }
         SET_SOURCE(r, broker);
         atomic_store_explicit(&r->count, 1, memory_order_relaxed);
         atomic_store_explicit(&r->kf, KIND_RUN, memory_order_release);
