@@ -22,9 +22,28 @@ static rd_kafka_resp_err_t on_send(rd_kafka_t *rk, rd_kafka_message_t *m, void *
         return RD_KAFKA_RESP_ERR_NO_ERROR;
 }
 
+#ifdef WITH_ACK
+/* bare+cb+chdr+ack: also read the header back in on_acknowledgement, as a ledger that
+ * maps each stamp to its offset must: the floor of any such auditor's per-ack cost */
+static volatile unsigned long seen;
+
+static rd_kafka_resp_err_t on_ack(rd_kafka_t *rk, rd_kafka_message_t *m, void *op) {
+        rd_kafka_headers_t *h;
+        const void *v;
+        size_t sz;
+        (void)rk; (void)op;
+        if (!rd_kafka_message_headers(m, &h) && !rd_kafka_header_get_last(h, "kaudit", &v, &sz))
+                seen += sz + m->offset;
+        return RD_KAFKA_RESP_ERR_NO_ERROR;
+}
+#endif
+
 static rd_kafka_resp_err_t on_new(rd_kafka_t *rk, const rd_kafka_conf_t *conf, void *op,
                                   char *errstr, size_t errstr_size) {
         (void)conf; (void)errstr; (void)errstr_size;
+#ifdef WITH_ACK
+        rd_kafka_interceptor_add_on_acknowledgement(rk, "chdr", on_ack, op);
+#endif
         return rd_kafka_interceptor_add_on_send(rk, "chdr", on_send, op);
 }
 
