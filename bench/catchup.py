@@ -235,7 +235,7 @@ def main() -> None:
         reading = took - start_up
         # a batch the stop interrupted was planned before it and is run again first, in
         # the start-up: its records are not the reading's
-        begun = planned_end(checkpoint, first - 1, topic) or stopped_at  # None, False: none
+        begun = planned_end(checkpoint, first - 1, topic) or stopped_at
         read = sum(end - begun.get(p, 0) for p, end in restart.items())
         say(f"caught up in {took:.1f}s ({start_up:.1f}s of start-up, {backlog - read:,} "
             f"records of it run again; then {reading:.1f}s reading {read:,}: "

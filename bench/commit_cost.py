@@ -18,7 +18,6 @@ Run: ``.venv/bin/python bench/commit_cost.py [--commits 300] [--block 50] [--row
 from __future__ import annotations
 
 import argparse
-import resource
 import statistics
 import sys
 import tempfile
@@ -27,14 +26,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pyarrow as pa
+from producer_bench import cpu_seconds
 
 from kafka_audit.schemas.tables import arrow_schema
 from kafka_audit.store import append_arrow_once, compact, live_files, one_snapshot_each
-
-
-def cpu_seconds() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
 
 
 def rows(n: int, first_seq: int) -> pa.Table:

@@ -53,23 +53,23 @@ def committed_offsets(checkpoint: Path, topic: str) -> tuple[int | None, dict[in
     except OSError:
         return None, {}
     for batch in reversed(done):
-        if (ends := planned_end(checkpoint, batch, topic)) is not False:
-            return batch, ends or {}
+        if (ends := planned_end(checkpoint, batch, topic)) is not None:
+            return batch, ends
     return None, {}
 
 
-def planned_end(checkpoint: Path, batch: int, topic: str) -> dict[int, int] | None | bool:
+def planned_end(checkpoint: Path, batch: int, topic: str) -> dict[int, int] | None:
     """The end offsets of ``topic`` by partition that micro-batch ``batch`` was planned
-    with (None: the batch does not name the topic; False: no such offsets file)."""
+    with (empty: the batch does not name the topic; None: no such offsets file)."""
     try:
         lines = (checkpoint / "offsets" / str(batch)).read_text().splitlines()
     except OSError:
-        return False
+        return None
     for line in lines[2:]:  # "v1", the batch's metadata, then one line per source
         offsets = json.loads(line) if line.startswith("{") else {}
         if topic in offsets:
             return {int(p): int(o) for p, o in offsets[topic].items()}
-    return None
+    return {}
 
 
 def commit_times(checkpoint: Path) -> list[float]:

@@ -721,8 +721,8 @@ class SteadySettings(_Section):
         "those rounds: a producer committing its own reports (producer.ledger_commits: "
         "direct) pays at each commit about 0.3 ms of CPU per live file of the table "
         "(delta-rs takes up its whole file list anew: bench/commit_cost.py), and each such "
-        "producer adds a file a second: 600 files and 190 ms a commit by the end of a "
-        "10-minute round, 60 files and about 25 ms at this default")
+        "producer adds a file a second: 600 files and 199 ms a commit by the end of a "
+        "10-minute round (`bench/commit_cost.py --commits 600`), 20-30 ms at this default")
     compact_min_files: int = Field(10, ge=2, description="a table is compacted once it "
                                    "holds at least this many live files")
     compact_target_mb: float = Field(

@@ -121,7 +121,7 @@ class Done:
     ``audit_hot`` (pass id // hot_rewrite_passes)."""
 
     compact: float = float("-inf")
-    compact_ledger: float = float("-inf")  # acks compacted, alone or in a round
+    compact_ledger: float = float("-inf")  # acks compacted alone (a round does it too)
     quality: float = float("-inf")
     windows: float = float("-inf")
     retention: float = float("-inf")
@@ -224,7 +224,7 @@ class Upkeep:
             self.done.windows = self.clock()
             did["windows"] = self.update_windows()
         if p.compact:
-            self.done.compact = self.done.compact_ledger = self.clock()
+            self.done.compact = self.clock()
             for table in COMPACTED:
                 did[table] = self.compact_table(table)
             self.vacuum_hot_unnamed()
