@@ -14,9 +14,10 @@ can be given instead of a warehouse, so before and after a change judge the same
     .venv/bin/python bench/judge.py var/latency-s10-<id>/warehouse [--pass-id N] [--save g.parquet]
     .venv/bin/python bench/judge.py g.parquet
 
-``--compare`` judges with the idle state rows passed through as Arrow
-(:func:`~kafka_audit.jobs.audit.hot_state.split_idle`, as a pass does) and with every row
-through the engine, interleaved round by round: both medians and both digests (equal).
+``--compare`` judges as a pass does (the plain confirmations made in Arrow,
+:func:`~kafka_audit.jobs.audit.hot_state.split_confirmed`, and the idle state rows passed
+through, :func:`~kafka_audit.jobs.audit.hot_state.split_idle`) and with every row through
+the engine, interleaved round by round: both medians and both digests (equal).
 """
 
 from __future__ import annotations
@@ -68,7 +69,7 @@ def main() -> None:
     if newest is None:
         raise SystemExit(f"generation {pass_id} holds no reads")
     now = newest.astimezone(UTC) + timedelta(seconds=2)
-    ways = {"idle rows passed through": True, **({"every row judged": False}
+    ways = {"as a pass (Arrow where it can)": True, **({"every row judged": False}
                                                  if args.compare else {})}
     steps = {name: arrow_step_fn({}, now, AuditConfig(args.settle), {}, idle=idle)
              for name, idle in ways.items()}

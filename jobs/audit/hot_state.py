@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 
 import numpy as np
@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 
 from kafka_audit.jobs.core.engine import AuditConfig, PartitionHot, step_partition
 from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
+from kafka_audit.jobs.core.rules import change_gate
 from kafka_audit.schemas.systems import KAFKA, system_of
 from kafka_audit.schemas.tables import arrow_schema, spark_schema
 
@@ -309,11 +310,15 @@ def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: dateti
     every row goes through the engine, as on Spark)."""
 
     def step(key, table: pa.Table) -> pa.Table:
+        done = None
+        if idle:
+            table, done = split_confirmed(key, table, now, cfg,
+                                          events.get((key[0], int(key[1])), []))
         busy, kept = split_idle(key, table, now, cfg, log_ends.get((key[0], int(key[1])))) \
             if idle else (table, None)
         idle_acks = kept.filter(pc.equal(kept.column("kind"), "ack")) if kept else None
         out = _judge(key, hot_from_arrow(busy), events, now, cfg, log_ends, "UTC", idle_acks)
-        return pa.concat_tables([out, kept.cast(out.schema)]) if kept else out
+        return pa.concat_tables([out, *(x.cast(out.schema) for x in (kept, done) if x)])
 
     return step
 
@@ -390,6 +395,148 @@ def split_idle(key, t: pa.Table, now: datetime, cfg: AuditConfig, log_end: int |
                      k)
             for rows, k, col in ((idle_r, "read", "read_time"), (idle_j, "judged", "judged_at"))]
     return pa.concat_tables(busy), pa.concat_tables([*kept, _as_kept(idle_a, "ack")])
+
+
+def split_confirmed(key, t: pa.Table, now: datetime, cfg: AuditConfig,
+                    events: Sequence[ClusterEvent]) -> tuple[pa.Table, pa.Table | None]:
+    """One partition's rows (:func:`step_arrow_schema`, UTC) as ``(rest, done)``: ``done``
+    the rows the engine writes for the ack runs it can only confirm now, whole, with no
+    further finding (a ``confirmed`` finding and a ``judged`` state row each, at ``now``;
+    None: no such run), ``rest`` the rows without those ack runs, for the engine.
+
+    In a pass without a fault nearly every write is one: the engine spent about 100 us of
+    Python on each run (``bench/judge.py``), a second a pass for a backlog of short runs.
+    A successful run is one when (:func:`~kafka_audit.jobs.core.rules.judge_partition`,
+    each a condition of its plain confirmation): it ends at or below the settled frontier
+    (the observations :func:`~kafka_audit.jobs.core.engine.step_partition` makes); no
+    leader change or lone ISR gates it (``rules.change_gate``); exactly one read run
+    overlaps its offsets, covering all of them with its own stamps (so each offset has one
+    view, showing the write: ``rules.judge_write`` confirms, and its offsets are not cut);
+    exactly one stamped read of its producer run touches its seqs, that one (no copy:
+    ``rules.duplicate_cases``); and its producer run's placed acks and recently judged runs
+    in this partition, in offset order, ascend in seqs without overlap (no lower seq above
+    any write of the run: ``rules._decide_confirmed`` neither holds nor finds a reorder).
+    Taking such runs out changes no other verdict: they are not pending (holds, suspects,
+    counts, the reads kept for pending writes), they witness no reorder, and every read
+    stays. Equal to the engine alone (``tests/unit/test_hot_state.py``). A RabbitMQ key is
+    never split."""
+    if system_of(str(key[0])) != KAFKA:
+        return t, None
+    kind = t.column("kind")
+    acks_at = pc.equal(kind, "ack")
+    acks, reads = t.filter(acks_at), t.filter(pc.equal(kind, "read"))
+    if not (acks.num_rows and reads.num_rows):
+        return t, None
+    a_off, a_n, a_seq = (_int_array(acks, c) for c in ("offset", "count", "seq"))
+    r_off, r_n, r_seq = (_int_array(reads, c) for c in ("offset", "count", "seq"))
+    if (a_n <= 0).any() or (r_n <= 0).any():  # empty runs: left to the engine's rules
+        return t, None
+    a_end, r_end = a_off + a_n, r_off + r_n
+    placed = pc.and_(pc.is_valid(acks.column("offset")), pc.is_null(acks.column("error_name"))
+                     ).to_numpy(zero_copy_only=False)
+    ok = placed & (a_end <= _settled(t, reads, now, cfg.settle_seconds))
+    if events and ok.any():
+        at = np.flatnonzero(ok)
+        firsts = _arrow_times(acks.column("first_ack").take(pa.array(at)))
+        lasts = _arrow_times(acks.column("last_ack").take(pa.array(at)))
+        for i, first, last in zip(at, firsts, lasts, strict=True):
+            changes, exposed = change_gate(events, first, last, cfg.lookback_seconds)
+            ok[i] = not (changes or exposed)
+    if not ok.any():
+        return t, None
+    # the one read over its offsets: overlapping reads = starting below its end - ending at
+    # or below its start; the candidate, the last to start below its end
+    order = np.argsort(r_off, kind="stable")
+    starts = r_off[order]
+    below = np.searchsorted(starts, a_end, "left")
+    hits = below - np.searchsorted(np.sort(r_end), a_off, "right")
+    j = order[np.maximum(below - 1, 0)]
+    stamped = _stamped(reads)
+    ok &= ((hits == 1) & (r_off[j] <= a_off) & (r_end[j] >= a_end) & stamped[j]
+           & (r_seq[j] - r_off[j] == a_seq - a_off))
+    taken = pa.array(j)
+    for name in ("producer_id", "run_id"):
+        ok &= pc.fill_null(pc.equal(acks.column(name), reads.column(name).take(taken)),
+                           False).to_numpy(zero_copy_only=False)
+    if not ok.any():
+        return t, None
+    judged = t.filter(pc.equal(kind, "judged"))
+    for run in _runs(acks.filter(pa.array(ok))):
+        mine = _of_run(acks, run).to_numpy(zero_copy_only=False)
+        if not _ascending(placed & mine, a_off, a_n, a_seq, judged.filter(_of_run(judged, run))):
+            ok &= ~mine
+            continue
+        theirs = _of_run(reads, run).to_numpy(zero_copy_only=False) & stamped
+        at = np.flatnonzero(ok & mine)
+        touching = (np.searchsorted(np.sort(r_seq[theirs]), a_seq[at] + a_n[at], "left")
+                    - np.searchsorted(np.sort(r_seq[theirs] + r_n[theirs]), a_seq[at], "right"))
+        ok[at] = touching == 1
+    if not ok.any():
+        return t, None
+    done = acks.filter(pa.array(ok))
+    rest = pa.concat_tables([t.filter(pc.invert(acks_at)), acks.filter(pa.array(~ok))])
+    return rest, _confirmed_rows(key, done, now, t.schema)
+
+
+def _settled(t: pa.Table, reads: pa.Table, now: datetime, settle_seconds: float) -> int:
+    """The settled frontier :func:`~kafka_audit.jobs.core.engine.step_partition` finds in
+    one partition's rows: the highest frontier observed (an ``observation`` row, a stream
+    read's end at its read time, the frontier now) at least ``settle_seconds`` ago."""
+    obs = t.filter(pc.equal(t.column("kind"), "observation"))
+    stream = reads.filter(pc.equal(reads.column("source"), "stream"))
+    offsets = np.concatenate([_int_array(obs, "offset"),
+                              _int_array(stream, "offset") + _int_array(stream, "count")])
+    times = np.concatenate([_micros_of(obs.column("observed_at")),
+                            _micros_of(stream.column("read_time"))])
+    cutoff = _micros(now - timedelta(seconds=settle_seconds))
+    best = int(offsets[times <= cutoff].max(initial=0))
+    return max(best, int(offsets.max(initial=0))) if _micros(now) <= cutoff else best
+
+
+def _micros_of(times) -> np.ndarray:
+    """A timestamp column in microseconds since the epoch (null: never, the largest)."""
+    us = pc.cast(times, pa.timestamp("us", times.type.tz)).cast(pa.int64())
+    return pc.fill_null(us, np.iinfo(np.int64).max).to_numpy(zero_copy_only=False)
+
+
+def _ascending(acked: np.ndarray, off: np.ndarray, n: np.ndarray, seq: np.ndarray,
+               judged: pa.Table) -> bool:
+    """Whether the ack runs ``acked`` and the ``judged`` runs (one producer run's), in offset
+    order, ascend in seqs without overlapping in offsets or seqs."""
+    if judged.num_rows and (judged.column("offset").null_count
+                            or judged.column("seq").null_count):
+        return False
+    offs = np.concatenate([off[acked], _int_array(judged, "offset")])
+    seqs = np.concatenate([seq[acked], _int_array(judged, "seq")])
+    ns = np.concatenate([n[acked], _int_array(judged, "count")])
+    o = np.lexsort((seqs, offs))
+    offs, seqs, ns = offs[o], seqs[o], ns[o]
+    return bool((offs[1:] >= offs[:-1] + ns[:-1]).all()
+                and (seqs[1:] >= seqs[:-1] + ns[:-1]).all())
+
+
+def _confirmed_rows(key, done: pa.Table, now: datetime, schema: pa.Schema) -> pa.Table:
+    """The rows the engine writes for whole runs ``done`` confirmed at ``now``: a
+    ``confirmed`` finding each (the id :class:`~kafka_audit.jobs.core.model.Finding`
+    gives it, no evidence) and a ``judged`` state row each."""
+    topic, partition, n = str(key[0]), int(key[1]), done.num_rows
+    ids = [f"confirmed:{topic}:{partition}:{p}:{r}:{s}" for p, r, s in zip(
+        done.column("producer_id").to_pylist(), done.column("run_id").to_pylist(),
+        done.column("seq").to_pylist(), strict=True)]
+
+    def rows(kind: str, row: str, **columns) -> pa.Table:
+        fixed = {"kind": kind, "row": row, "topic": topic, "partition": partition}
+        return pa.Table.from_arrays(
+            [pa.repeat(pa.scalar(fixed[f.name], f.type), n) if f.name in fixed
+             else columns[f.name].cast(f.type) if f.name in columns
+             else pa.nulls(n, f.type) for f in schema], schema=schema)
+
+    run = {c: done.column(c) for c in ("producer_id", "run_id", "seq", "count", "offset")}
+    return pa.concat_tables([
+        rows("confirmed", "finding", finding_id=pa.array(ids, pa.string()),
+             ack_time=done.column("first_ack"), evidence=pa.repeat(pa.scalar("{}"), n), **run),
+        rows("judged", "hot", judged_at=pa.repeat(pa.scalar(now, schema.field("judged_at").type),
+                                                  n), **run)])
 
 
 def _idle_acks(acks: pa.Table, reads: pa.Table, frontier: int) -> np.ndarray:
@@ -513,7 +660,7 @@ def _as_kept(rows: pa.Table, kind: str) -> pa.Table:
     cols = _KEPT_COLUMNS[kind]
     n = rows.num_rows
     return pa.Table.from_arrays(
-        [pa.array(["hot"] * n, f.type) if f.name == "row" else rows.column(f.name)
+        [pa.repeat(pa.scalar("hot", f.type), n) if f.name == "row" else rows.column(f.name)
          if f.name in cols else pa.nulls(n, f.type) for f in rows.schema], schema=rows.schema)
 
 

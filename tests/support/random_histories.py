@@ -145,13 +145,83 @@ def _fail_over(c, topics, partitions, max_offset, span, acked):
     return rows
 
 
+def build_steady(c, topics=("t",), partitions=(0, 1), span=40.0):
+    """A history as a fault-free cluster mostly gives it: producer runs appended one after
+    another to each partition's log (offsets in order, seqs ascending), each read back
+    whole by the stream, with the odd departure from that (a read cut in two or missing, a
+    re-read, one from below it finding another record or none, a copy read elsewhere, a
+    run acked out of order, a failed run, a leader change), so that most runs are only
+    confirmed and some are not."""
+    rows: list[tuple] = []
+    ends = {(t, p): 0 for t in topics for p in partitions}
+    seqs = {run: 0 for run in PRODUCERS}
+    for _ in range(c.int(1, 16)):
+        producer, run = c.pick(PRODUCERS)
+        topic, part = c.pick(topics), c.pick(partitions)
+        count, t = c.int(1, 5), c.float(0, span)
+        seq = seqs[(producer, run)] + c.pick([0, 0, 0, 2])
+        seqs[(producer, run)] = seq + count
+        if c.int(0, 9) == 0:  # a failed run
+            rows.append((at(t), AckRun(topic, part, producer, run, seq, count, None, at(t),
+                                       at(t), c.pick(ERRORS))))
+            continue
+        offset = ends[(topic, part)] + c.pick([0, 0, 0, 0, 1])
+        ends[(topic, part)] = offset + count
+        if c.int(0, 9) == 0:  # acked out of order: a lower seq follows at a higher offset
+            seq = max(0, seq - c.int(1, 4))
+        a = AckRun(topic, part, producer, run, seq, count, offset, at(t), at(t + 0.5), None,
+                   c.pick(["all", "all", "1"]))
+        rows.append((at(t + c.pick([0.5, 1.0, 5.0])), a))
+        read_at = t + c.pick([1.0, 2.0, 20.0])
+        how = c.pick(["whole"] * 6 + ["cut", "missing", "reread", "copy", "straddle"])
+        if how == "missing":
+            continue
+        if how == "cut" and count > 1:
+            k = c.int(1, count - 1)
+            pieces = [(offset, seq, k), (offset + k, seq + k, count - k)]
+        else:
+            pieces = [(offset, seq, count)]
+        for off, s, n in pieces:
+            rows.append((at(read_at), ReadRun(topic, part, off, n, producer, run, s,
+                                              at(read_at))))
+        if how == "reread":
+            rows.append((at(read_at + 3), ReadRun(topic, part, offset, count, producer, run,
+                                                  seq, at(read_at + 3), "reread")))
+        if how == "straddle":  # re-read from below it: another record there, or none
+            status = c.pick(["record", "truncated"])
+            rows.append((at(read_at + 3), ReadRun(topic, part, max(0, offset - 1), 2, None,
+                                                  None, None, at(read_at + 3), "reread",
+                                                  status)))
+        if how == "copy":  # written twice: the copy read past the partition's end
+            copy = ends[(topic, part)]
+            ends[(topic, part)] = copy + count
+            rows.append((at(read_at), ReadRun(topic, part, copy, count, producer, run, seq,
+                                              at(read_at))))
+    for _ in range(c.int(0, 1)):
+        t = c.float(0, span)
+        e = ClusterEvent(at(t), c.pick(topics), c.pick(partitions), "leader_change", 2, 1,
+                         c.pick([(2, 3), (2,)]), (1, 2, 3))
+        rows.append((at(t), e))
+    passes = sorted(set(c.times(0, span + 30, 6)))
+    return rows, [at(p) for p in passes] + [at(span + 100), at(span + 400)]
+
+
 @st.composite
 def histories(draw, **kw):
     return build(_Hypothesis(draw), **kw)
 
 
+@st.composite
+def steady_histories(draw, **kw):
+    return build_steady(_Hypothesis(draw), **kw)
+
+
 def seeded_history(seed: int, **kw):
     return build(_Random(seed), **kw)
+
+
+def seeded_steady(seed: int, **kw):
+    return build_steady(_Random(seed), **kw)
 
 
 def log_end_fn(rows):

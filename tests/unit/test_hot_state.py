@@ -15,6 +15,7 @@ from kafka_audit.jobs.audit.hot_state import (
     hot_from_arrow,
     hot_from_rows,
     hot_table,
+    split_confirmed,
     split_idle,
     step_arrow_schema,
 )
@@ -23,7 +24,7 @@ from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.jobs.core.rules import partition_events
 from kafka_audit.store import partition_slices
 
-from ..support.random_histories import histories
+from ..support.random_histories import histories, seeded_steady, steady_histories
 from .test_engine_vs_reference import CFG as CFG_ALL
 from .test_engine_vs_reference import fed_passes, run_engine
 
@@ -160,3 +161,69 @@ def test_idle_rows_are_read_and_judged_runs_far_from_every_unjudged_one():
     assert kept.num_rows == (100 - 8) + (100 - 1)
     assert set(kept.column("row").to_pylist()) == {"hot"}
     assert kept.column("error_name").null_count == kept.num_rows
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(steady_histories(topics=("t", "c", "u")), st.sampled_from([200.0, 3.0]))
+def test_a_step_that_confirms_plain_runs_in_arrow_equals_one_that_judges_them_all(
+        history, read_retention):
+    rows, passes = history
+    cfg = replace(CFG_ALL, read_retention_seconds=read_retention)
+    assert run_arrow_steps(rows, passes, cfg, idle=True) == run_arrow_steps(
+        rows, passes, cfg, idle=False)
+
+
+def test_steady_histories_confirm_most_runs_in_arrow_and_leave_the_rest():
+    """The property above is about something: over seeded steady histories, the runs taken
+    out are most of the confirmed ones, and some are left to the engine."""
+    taken = confirmed = 0
+    for seed in range(40):
+        rows, passes = seeded_steady(seed)
+        schema = step_arrow_schema()
+        for now, new, _ends in fed_passes(rows, passes[-1:]):
+            events = [r for r in new if isinstance(r, ClusterEvent)]
+            for key in sorted({(r.topic, r.partition) for r in new}):
+                hot = PartitionHot(
+                    acks=[r for r in new if isinstance(r, AckRun)
+                          and (r.topic, r.partition) == key],
+                    reads=[r for r in new if isinstance(r, ReadRun)
+                           and (r.topic, r.partition) == key])
+                _rest, done = split_confirmed(key, hot_table(*key, hot, schema), now, CFG_ALL,
+                                              partition_events(events, key))
+                out = arrow_step_fn({key: partition_events(events, key)}, now, CFG_ALL, {},
+                                    idle=False)(key, hot_table(*key, hot, schema))
+                kinds = out.filter(pc.equal(out.column("row"), "finding")).column("kind")
+                confirmed += kinds.to_pylist().count("confirmed")
+                taken += 0 if done is None else done.num_rows // 2
+    assert 0 < taken < confirmed
+    assert taken > confirmed / 2
+
+
+def test_a_run_out_of_order_cut_or_copied_is_left_to_the_engine():
+    now = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
+    t0 = now - timedelta(seconds=100)
+    run = ("p", "r")
+    acks = [AckRun("t", 0, *run, 0, 10, 0, t0, t0),     # plain: confirmed in Arrow
+            AckRun("t", 0, *run, 10, 10, 10, t0, t0),   # read in two pieces
+            AckRun("t", 0, *run, 20, 10, 20, t0, t0),   # a copy read at 50
+            AckRun("t", 0, "q", "r", 5, 10, 30, t0, t0),  # q's seqs 5..14 at 30..39,
+            AckRun("t", 0, "q", "r", 0, 5, 40, t0, t0)]   # and seqs 0..4 above them
+    reads = [ReadRun("t", 0, 0, 10, *run, 0, t0), ReadRun("t", 0, 10, 4, *run, 10, t0),
+             ReadRun("t", 0, 14, 6, *run, 14, t0), ReadRun("t", 0, 20, 10, *run, 20, t0),
+             ReadRun("t", 0, 30, 10, "q", "r", 5, t0), ReadRun("t", 0, 40, 5, "q", "r", 0, t0),
+             ReadRun("t", 0, 50, 10, *run, 20, t0)]
+    t = hot_table("t", 0, PartitionHot(acks=acks, reads=reads), step_arrow_schema())
+    rest, done = split_confirmed(("t", 0), t, now, CFG_ALL, [])
+    assert done is not None
+    found = done.filter(pc.equal(done.column("row"), "finding"))
+    assert found.column("finding_id").to_pylist() == ["confirmed:t:0:p:r:0"]
+    assert sorted(a.offset for a in hot_from_arrow(rest).acks) == [10, 20, 30, 40]
+    # a leader change a second after the acks gates every run: none is taken
+    change = ClusterEvent(t0 + timedelta(seconds=1), "t", 0, "leader_change", 2, 1, (2, 3),
+                          (1, 2, 3))
+    assert split_confirmed(("t", 0), t, now, CFG_ALL, [change]) == (t, None)
+    # not yet settled (read this instant, settle 5 s): none is taken
+    fresh = hot_table("t", 0, PartitionHot(acks=acks[:1], reads=[replace(reads[0],
+                                                                         read_time=now)]),
+                      step_arrow_schema())
+    assert split_confirmed(("t", 0), fresh, now, CFG_ALL, []) == (fresh, None)
