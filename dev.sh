@@ -119,30 +119,40 @@ PY
   (cd "$tree" && "$here/.venv/bin/lint-imports" --config "$here/pyproject.toml" --no-cache)
 }
 
-test_all() {  # every tier; the unit tier in a process of its own beside the other three
-  # The unit tier (pure logic, delta-rs, the API in process: no JVM, no broker, no port or
-  # folder of the test cluster) runs beside the JVM tiers and takes the CPU they leave
-  # while they wait on brokers and Spark; its output follows theirs. Serially the four
-  # tiers took CI past its 45 minutes on slow days (docs/benchmarks.md). Not niced: each
-  # side's timed waits have held on days this machine ran 1.6x slower; a starved side
-  # would not. An interrupt or TERM stops both and still prints the unit tier's output.
-  local unit_log unit_pid rest_pid rc=0 unit_rc=0
-  unit_log=$(mktemp)
-  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=20 tests/unit \
-    > "$unit_log" 2>&1 &
-  unit_pid=$!
-  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 tests \
-    --ignore=tests/unit &
+test_all() {  # every tier, in two lanes: the cluster and scenario tiers in one; the unit
+  # tier, then the Spark tier, in the other
+  # The unit tier (pure logic, delta-rs, the API in process: no JVM, no broker) and the
+  # Spark tier (Spark, Delta and the S3 server, no broker: its S3 server moved off the
+  # other lane's port by AUDIT_TEST_PORT_OFFSET) take the CPU the cluster tiers leave
+  # while they wait on brokers, fault windows and restarts; their output follows. In one
+  # lane the four tiers took CI past its 45 minutes on slow days (docs/benchmarks.md). Not
+  # niced: each side's timed waits have held on days this machine ran 1.6x slower; a
+  # starved side would not. An interrupt or TERM stops both and still prints the second
+  # lane's output.
+  local side_log side_pid rest_pid rc=0 side_rc=0
+  side_log=$(mktemp)
+  (
+    urc=0 src=0
+    .venv/bin/python -m pytest -q -p no:cacheprovider --durations=20 tests/unit || urc=$?
+    echo "---- the Spark tier (tests/spark), after the unit tier in this lane ----"
+    AUDIT_TEST_PORT_OFFSET=1000 .venv/bin/python -m pytest -q -p no:cacheprovider \
+      --durations=20 tests/spark || src=$?
+    echo "---- the unit tier exit $urc, the Spark tier exit $src ----"
+    [ "$urc" = 0 ] && [ "$src" = 0 ]
+  ) > "$side_log" 2>&1 &
+  side_pid=$!
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 tests/cluster \
+    tests/scenarios &
   rest_pid=$!
-  trap "kill $unit_pid $rest_pid 2>/dev/null" INT TERM HUP
+  trap "kill $side_pid $rest_pid 2>/dev/null" INT TERM HUP
   wait "$rest_pid" || rc=$?
-  wait "$unit_pid" || unit_rc=$?
+  wait "$side_pid" || side_rc=$?
   trap - INT TERM HUP
-  echo "---- the unit tier (tests/unit), run beside the others: exit $unit_rc ----"
-  cat "$unit_log"
-  rm -f "$unit_log"
+  echo "---- the unit and Spark tiers (tests/unit, tests/spark), run beside: exit $side_rc ----"
+  cat "$side_log"
+  rm -f "$side_log"
   if [ "$rc" != 0 ]; then return "$rc"; fi
-  return "$unit_rc"
+  return "$side_rc"
 }
 
 case "${1:-}" in

@@ -10,6 +10,7 @@ distributions satisfy every requirement, so the environment is exactly what
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -25,8 +26,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def build_wheel(dist: Path) -> Path:
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
-                    "-w", str(dist)], check=True, timeout=600)
+    """The project's wheel, built from the checkout into ``dist``. One build at a time on a
+    checkout: pip builds in the source tree (``build/``, the egg-info), and the test lanes
+    of ``bash dev.sh test`` each build one (tests/spark and tests/cluster)."""
+    lock = ROOT / "var" / "wheel-build.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "-q",
+                        "-w", str(dist)], check=True, timeout=600)
     return next(dist.glob("kafka_audit-*.whl"))
 
 
