@@ -434,7 +434,8 @@ def split_confirmed(key, t: pa.Table, now: datetime, cfg: AuditConfig,
     a_end, r_end = a_off + a_n, r_off + r_n
     placed = pc.and_(pc.is_valid(acks.column("offset")), pc.is_null(acks.column("error_name"))
                      ).to_numpy(zero_copy_only=False)
-    ok = placed & (a_end <= _settled(t, reads, now, cfg.settle_seconds))
+    ok = placed & pc.is_valid(acks.column("seq")).to_numpy(zero_copy_only=False) & (
+        a_end <= _settled(t, reads, now, cfg.settle_seconds))
     if events and ok.any():
         at = np.flatnonzero(ok)
         firsts = _arrow_times(acks.column("first_ack").take(pa.array(at)))
@@ -504,8 +505,9 @@ def _ascending(acked: np.ndarray, off: np.ndarray, n: np.ndarray, seq: np.ndarra
     """Whether the ack runs ``acked`` and the ``judged`` runs (one producer run's), in offset
     order, ascend in seqs without overlapping in offsets or seqs."""
     if judged.num_rows and (judged.column("offset").null_count
-                            or judged.column("seq").null_count):
-        return False
+                            or judged.column("seq").null_count
+                            or not pc.all(pc.greater(judged.column("count"), 0)).as_py()):
+        return False  # a judged row the engine never writes: left to it
     offs = np.concatenate([off[acked], _int_array(judged, "offset")])
     seqs = np.concatenate([seq[acked], _int_array(judged, "seq")])
     ns = np.concatenate([n[acked], _int_array(judged, "count")])

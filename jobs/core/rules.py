@@ -515,11 +515,12 @@ def _cuts(start: int, stop: int, points: Iterable[int]) -> list[int]:
 
 def reorder_witness(x: int, s: int, runs: Sequence[AckRun]) -> tuple[int, int] | None:
     """A write in ``runs`` with seq below ``s`` at an offset above ``x`` (seq, offset): the
-    lowest such seq. Its presence makes the write ``s`` at ``x`` reordered."""
+    lowest such seq, at the lowest such offset (a seq acked at two offsets: whatever the
+    order of ``runs``). Its presence makes the write ``s`` at ``x`` reordered."""
     best = None
     for b in runs:
         lo, hi = max(0, x - b.offset + 1), min(b.count, s - b.seq)  # type: ignore[operator]
-        if lo < hi and (best is None or b.seq + lo < best[0]):
+        if lo < hi and (best is None or (b.seq + lo, b.offset + lo) < best):  # type: ignore
             best = (b.seq + lo, b.offset + lo)  # type: ignore[operator]
     return best
 

@@ -227,3 +227,23 @@ def test_a_run_out_of_order_cut_or_copied_is_left_to_the_engine():
                                                                          read_time=now)]),
                       step_arrow_schema())
     assert split_confirmed(("t", 0), fresh, now, CFG_ALL, []) == (fresh, None)
+
+
+def test_rows_the_engine_never_writes_are_left_to_it():
+    """A judged row of no writes (count 0 or below: ``_ascending`` compares neighbours, which
+    orders only positive counts) and an ack without a seq are never taken."""
+    now = datetime(2026, 11, 27, 3, 0, tzinfo=UTC)
+    t0 = now - timedelta(seconds=100)
+    plain = AckRun("t", 0, "p", "r", 10, 3, 10, t0, t0)
+    read = ReadRun("t", 0, 10, 3, "p", "r", 10, t0)
+    schema = step_arrow_schema()
+    t = hot_table("t", 0, PartitionHot(acks=[plain], reads=[read]), schema)
+    assert split_confirmed(("t", 0), t, now, CFG_ALL, [])[1] is not None
+    odd = PartitionHot(acks=[plain], reads=[read],
+                       judged=[(AckRun("t", 0, "p", "r", 13, -10, 13, t0, t0), t0),
+                               (AckRun("t", 0, "p", "r", 5, 1, 14, t0, t0), t0)])
+    t = hot_table("t", 0, odd, schema)
+    assert split_confirmed(("t", 0), t, now, CFG_ALL, []) == (t, None)
+    t = hot_table("t", 0, PartitionHot(acks=[replace(plain, seq=None)],
+                                       reads=[replace(read, seq=0)]), schema)
+    assert split_confirmed(("t", 0), t, now, CFG_ALL, []) == (t, None)

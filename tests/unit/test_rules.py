@@ -15,6 +15,7 @@ from kafka_audit.jobs.core.rules import (
     likely_cause,
     merge_spans,
     partition_events,
+    reorder_witness,
     settled_frontier,
 )
 
@@ -202,6 +203,14 @@ def test_reorder_against_a_write_judged_in_an_earlier_pass():
     a = audit((0, [ack(5, 0)], [read(5, 0)], []), (11, [], [], []),
               (12, [ack(3, 4, t=12)], [read(3, 4, t=12)], []), (23, [], [], []))
     assert table(f for f in a.findings if f.kind == "reordered") == [("reordered", None, 3, 4, 1)]
+
+
+def test_a_reorder_witness_acked_at_two_offsets_is_named_whatever_the_order():
+    # seq 5 acked at offsets 20 and 22 (a retry's two reports), both above seq 6 at 10: the
+    # witness is the lower offset, in whichever order the runs come (a pass's rows do not
+    # keep one order: the driver passes some state through as Arrow)
+    runs = [ack(20, 5), ack(22, 5)]
+    assert reorder_witness(10, 6, runs) == reorder_witness(10, 6, runs[::-1]) == (5, 20)
 
 
 def test_in_order_writes_are_not_reordered():
