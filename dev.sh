@@ -144,7 +144,9 @@ test_all() {  # every tier, in two lanes: the cluster and scenario tiers in one;
   .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 tests/cluster \
     tests/scenarios &
   rest_pid=$!
-  trap "kill $side_pid $rest_pid 2>/dev/null" INT TERM HUP
+  # the second lane is a subshell: stopped before its running pytest (named first), so that
+  # it does not go on to its next tier
+  trap 'kill "$side_pid" $(pgrep -P "$side_pid") "$rest_pid" 2>/dev/null' INT TERM HUP
   wait "$rest_pid" || rc=$?
   wait "$side_pid" || side_rc=$?
   trap - INT TERM HUP

@@ -260,9 +260,9 @@ def _judge(key, hot: PartitionHot, events, now: datetime, cfg: AuditConfig, log_
 
 
 def _age_us(times: pa.ChunkedArray, now: datetime) -> np.ndarray:
-    """``now - t`` in whole microseconds for each timestamp ``t`` of ``times``."""
-    us = pc.cast(times, pa.timestamp("us", times.type.tz)).cast(pa.int64())
-    return _micros(now) - us.to_numpy(zero_copy_only=False)
+    """``now - t`` in whole microseconds for each timestamp ``t`` of ``times`` (null: below
+    any limit)."""
+    return _micros(now) - _micros_of(times)
 
 
 def _micros(t: datetime) -> int:
@@ -310,12 +310,11 @@ def arrow_step_fn(events: dict[tuple[str, int], list[ClusterEvent]], now: dateti
     every row goes through the engine, as on Spark)."""
 
     def step(key, table: pa.Table) -> pa.Table:
-        done = None
+        busy, kept, done = table, None, None
         if idle:
-            table, done = split_confirmed(key, table, now, cfg,
-                                          events.get((key[0], int(key[1])), []))
-        busy, kept = split_idle(key, table, now, cfg, log_ends.get((key[0], int(key[1])))) \
-            if idle else (table, None)
+            k = (key[0], int(key[1]))
+            busy, done = split_confirmed(key, table, now, cfg, events.get(k, []))
+            busy, kept = split_idle(key, busy, now, cfg, log_ends.get(k))
         idle_acks = kept.filter(pc.equal(kept.column("kind"), "ack")) if kept else None
         out = _judge(key, hot_from_arrow(busy), events, now, cfg, log_ends, "UTC", idle_acks)
         return pa.concat_tables([out, *(x.cast(out.schema) for x in (kept, done) if x)])
