@@ -245,6 +245,10 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
     first = [True]
 
     def write_batch(batch_df, batch_id: int) -> None:
+        if halting is not None and halting.is_set():
+            # stopping: a batch that has not begun its work is not begun (no task to
+            # interrupt); failed, it is not committed and is read again at the next start
+            raise BatchInterrupted(f"micro-batch {batch_id} not started: the query is stopping")
         if first[0]:
             first[0] = False
             done = last_batch_written(table, app_id)
@@ -497,33 +501,40 @@ def _quiet_expected_interruptions() -> None:
 #: where the JVM logs a query that ended with an error (Spark 4.1 moved the classes to
 #: ``.runtime``; the prefix holds both)
 _STREAMING_LOGGER = "org.apache.spark.sql.execution.streaming"
+#: where a task interrupted while it turned rows into Arrow logs the buffers it had not
+#: freed ("Memory was leaked by query", an error with its stack; the JVM is going: 2026-12-01)
+_INTERRUPTED_TASK_LOGGERS = ("org.apache.arrow.memory.BaseAllocator",
+                             "org.apache.spark.TaskContextImpl")
+#: how long a stop waits for the micro-batch running then to end before it interrupts it
+STOP_BATCH_WAIT_SECONDS = 10.0
 
 
-def stop_quietly(spark, query, halting: threading.Event | None = None) -> None:
+def stop_quietly(spark, query, halting: threading.Event | None = None,
+                 wait: float = STOP_BATCH_WAIT_SECONDS) -> None:
     """Stop ``query`` for good (the service or the command is stopping), in one log line.
 
-    Between micro-batches the stop is clean. A micro-batch running then is interrupted: its
-    checkpoint has not recorded it, so the next start reads it again (and skips its
-    write if that was committed: :func:`start_consume`). Its errors are expected, and
-    were printed as a thousand lines of Java and Python stack: the batch fails with a
-    short :class:`BatchInterrupted` (``halting`` set) that py4j does not log, the JVM's
-    log of a query ending with an error is silenced from here on, and this one line says
-    what happened."""
+    Between micro-batches the stop is clean. A micro-batch running then is given ``wait``
+    seconds to end (``halting`` set, the next one fails before it begins: :func:`start_consume`):
+    its work is kept, and no task is interrupted. One still running after that is
+    interrupted: its checkpoint has not recorded it, so the next start reads it again (and
+    skips its write if that was committed). Its errors are expected, and were printed as
+    a thousand lines of Java and Python stack: the batch fails with a short
+    :class:`BatchInterrupted` (``halting`` set) that py4j does not log, the JVM's log of a
+    query ending with an error, and of a task interrupted in its Arrow buffers, is silenced
+    from here on, and this one line says what happened."""
     if halting is not None:
         halting.set()
-    try:
-        jvm = spark.sparkContext._jvm
-        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
-            _STREAMING_LOGGER, jvm.org.apache.logging.log4j.Level.OFF)
-    except Exception as exc:  # noqa: BLE001 - a JVM without log4j 2: its lines stay
-        log.debug("cannot silence the streaming log: %s", exc)
+    _silence_jvm_loggers(spark, (_STREAMING_LOGGER,))
     batch = None
     try:
+        ended = halting is not None and _batch_ended(query, wait)
         progress = query.lastProgress
         batch = None if progress is None else progress["batchId"] + 1
-        running = bool(query.status["isTriggerActive"])
+        running = not ended and bool(query.status["isTriggerActive"])
+        if running:
+            _silence_jvm_loggers(spark, _INTERRUPTED_TASK_LOGGERS)
         query.stop()
-        interrupted = running or query.exception() is not None
+        interrupted = running or (not ended and query.exception() is not None)
     except Exception as exc:  # noqa: BLE001 - stopping anyway: the JVM may be going
         interrupted = True
         log.debug("consume query stop: %s", exc)
@@ -532,6 +543,31 @@ def stop_quietly(spark, query, halting: threading.Event | None = None) -> None:
                  "next start", "?" if batch is None else batch)
     else:
         log.info("consume: stopped between micro-batches")
+
+
+def _batch_ended(query, wait: float) -> bool:
+    """Whether no micro-batch of ``query`` runs, waited for up to ``wait`` seconds (the
+    query may end meanwhile: the next batch refused to begin)."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            if not query.isActive or not query.status["isTriggerActive"]:
+                return True
+        except Exception:  # noqa: BLE001 - the query is ending: nothing runs
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def _silence_jvm_loggers(spark, names) -> None:
+    try:
+        jvm = spark.sparkContext._jvm
+        for name in names:
+            jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+                name, jvm.org.apache.logging.log4j.Level.OFF)
+    except Exception as exc:  # noqa: BLE001 - a JVM without log4j 2: its lines stay
+        log.debug("cannot silence %s: %s", names, exc)
 
 
 def _progress_detail(progress) -> dict:

@@ -75,6 +75,8 @@ def test_sigterm_stops_quietly_and_a_restart_is_ready_only_on_its_own_statuses(
     stopping = out[out.index("stopping"):]
     assert "Traceback" not in stopping and "py4j" not in stopping, stopping[:3000]
     assert len(stopping.splitlines()) < 15, stopping[:3000]  # a few lines, each one line
+    # the batch running then was let end (small batches: well within the stop's wait)
+    assert "consume: stopped between micro-batches" in stopping, stopping[:3000]
 
     # started again: ready only on statuses the new process wrote
     with Component(settings, "run") as second:

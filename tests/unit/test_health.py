@@ -362,6 +362,29 @@ def test_an_interrupted_batch_fails_short_and_unlogged(caplog):
     assert [r.exc_info[0] for r in caplog.records] == [ValueError]
 
 
+def test_a_stop_waits_for_the_running_micro_batch_within_its_wait():
+    from kafka_audit.jobs.consume.consume_job import _batch_ended
+
+    class Query:  # a query's flags as Spark's StreamingQuery shows them, over time
+        def __init__(self, active_polls, ends=False):
+            self.polls, self.active_polls, self.ends = 0, active_polls, ends
+
+        @property
+        def isActive(self):  # noqa: N802 - pyspark's name
+            return not (self.ends and self.polls >= self.active_polls)
+
+        @property
+        def status(self):
+            self.polls += 1
+            return {"isTriggerActive": self.polls <= self.active_polls}
+
+    assert _batch_ended(Query(3), wait=5)  # the batch ended on the fourth look
+    assert _batch_ended(Query(3, ends=True), wait=5)  # the query ended (next batch refused)
+    slow = Query(10 ** 9)
+    assert not _batch_ended(slow, wait=0.2)  # still running when the wait ran out
+    assert 2 <= slow.polls < 50
+
+
 # --- issue 43: the RabbitMQ reader and watcher, when the rabbitmq section names queues -----
 
 
