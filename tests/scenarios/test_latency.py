@@ -1,11 +1,13 @@
-"""Loss latency in ``kafka-audit run`` (settle 10 s): two acks=1 leader kills, each kill's
-lost writes answered over REST equal to the ground truth (a full read), and the time
-from each kill until all of them were answered printed; each lost write suspected over
+"""Loss latency in ``kafka-audit run`` (settle 10 s): an acks=1 leader kill, its lost writes
+answered over REST equal to the ground truth (a full read), and the time from the kill
+until all of them were answered printed; each lost write suspected over
 REST (``/v1/suspicions``) before it was judged, every suspected write lost (the plugin
 names the acknowledging broker: exact), each suspicion confirmed once settled. The
 figures themselves are judged by ``bench/latency.py`` (10 kills, p95 against settle +
-15 s, and 5 s from the change to the first suspected), never here: wall times on a
-shared machine are no test."""
+15 s, and 5 s from the change to the first suspected; ``--second-after`` kills the new
+leader of a partition still failing over), never here: wall times on a shared machine
+are no test. One kill here, the CI's part (two took CI's lane 2 minutes more: 232 s, CI
+of 40b9b82); the benchmark's runs, by hand, are in docs/benchmarks.md with their dates."""
 
 import threading
 import time
@@ -24,6 +26,7 @@ from kafka_audit.scenarios.harness import (
 )
 
 SETTLE = 10
+KILLS = 1
 
 
 def summary(base: str, topic: str) -> dict | None:
@@ -78,7 +81,7 @@ def test_each_kills_losses_are_answered_over_rest_and_equal_ground_truth(cluster
         answers.thread.start()
         producers = [produce_with_leader_kill(settings, cluster, topic, acks="1", rate=5000,
                                               before_kill=4, after_kill=SETTLE,
-                                              progress=progress)[0] for _ in range(2)]
+                                              progress=progress)[0] for _ in range(KILLS)]
         stamps = full_read_stamps(cluster.bootstrap, topic)
         truth = [acked_but_missing(p.record, p.producer_id, p.run_id, stamps)
                  for p in producers]
@@ -93,7 +96,8 @@ def test_each_kills_losses_are_answered_over_rest_and_equal_ground_truth(cluster
         found = lost_messages(fetch_lost(base, topic))
         suspected = fetch_suspicions(base, topic)
         log = service.output()
-    assert len(kills) == 2 and all(truth), "each acks=1 leader kill is expected to lose writes"
+    assert len(kills) == KILLS and all(truth), \
+        "each acks=1 leader kill is expected to lose writes"
     assert found == lost, (len(found), len(lost), log[-3000:])
     # suspected at the fail-over: exactly the lost writes, each before it was judged, and
     # every suspicion confirmed by the read
