@@ -119,30 +119,36 @@ PY
   (cd "$tree" && "$here/.venv/bin/lint-imports" --config "$here/pyproject.toml" --no-cache)
 }
 
-test_all() {  # every tier, in two lanes: the cluster and scenario tiers in one; the unit
-  # tier, then the Spark tier, in the other
-  # The unit tier (pure logic, delta-rs, the API in process: no JVM, no broker) and the
-  # Spark tier (Spark, Delta and the S3 server, no broker: its S3 server moved off the
-  # other lane's port by AUDIT_TEST_PORT_OFFSET) take the CPU the cluster tiers leave
-  # while they wait on brokers, fault windows and restarts; their output follows. In one
-  # lane the four tiers took CI past its 45 minutes on slow days (docs/benchmarks.md). Not
-  # niced: each side's timed waits have held on days this machine ran 1.6x slower; a
+test_all() {  # every tier, in two lanes: the session's cluster and the scenario tiers in
+  # one; the unit tier, the Spark tier, then the cluster tier's tests with clusters of
+  # their own (marked own_cluster: RabbitMQ, the other Kafka versions, ZooKeeper) in the
+  # other
+  # The unit tier (pure logic, delta-rs, the API in process: no JVM, no broker), the Spark
+  # tier (Spark, Delta and the S3 server, no broker) and the own_cluster tests (their
+  # clusters and S3 server moved off the other lane's ports by AUDIT_TEST_PORT_OFFSET) take
+  # the CPU the session's cluster lane leaves while it waits on brokers, fault windows and
+  # restarts; their output follows. In one lane the four tiers took CI past its 45 minutes
+  # on slow days, and in two with every cluster test in the first (docs/benchmarks.md).
+  # Not niced: each side's timed waits have held on days this machine ran 1.6x slower; a
   # starved side would not. An interrupt or TERM stops both and still prints the second
   # lane's output.
   local side_log side_pid rest_pid rc=0 side_rc=0
   side_log=$(mktemp)
   (
-    urc=0 src=0
+    urc=0 src=0 orc=0
     .venv/bin/python -m pytest -q -p no:cacheprovider --durations=20 tests/unit || urc=$?
     echo "---- the Spark tier (tests/spark), after the unit tier in this lane ----"
     AUDIT_TEST_PORT_OFFSET=1000 .venv/bin/python -m pytest -q -p no:cacheprovider \
       --durations=20 tests/spark || src=$?
-    echo "---- the unit tier exit $urc, the Spark tier exit $src ----"
-    [ "$urc" = 0 ] && [ "$src" = 0 ]
+    echo "---- the cluster tier's own_cluster tests, after the Spark tier in this lane ----"
+    AUDIT_TEST_PORT_OFFSET=1000 .venv/bin/python -m pytest -q -p no:cacheprovider \
+      --durations=20 -m own_cluster tests/cluster || orc=$?
+    echo "---- the unit tier exit $urc, the Spark tier exit $src, own_cluster exit $orc ----"
+    [ "$urc" = 0 ] && [ "$src" = 0 ] && [ "$orc" = 0 ]
   ) > "$side_log" 2>&1 &
   side_pid=$!
-  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 tests/cluster \
-    tests/scenarios &
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 -m "not own_cluster" \
+    tests/cluster tests/scenarios &
   rest_pid=$!
   # the second lane is a subshell: stopped before its running pytest (named first), so that
   # it does not go on to its next tier
@@ -150,7 +156,7 @@ test_all() {  # every tier, in two lanes: the cluster and scenario tiers in one;
   wait "$rest_pid" || rc=$?
   wait "$side_pid" || side_rc=$?
   trap - INT TERM HUP
-  echo "---- the unit and Spark tiers (tests/unit, tests/spark), run beside: exit $side_rc ----"
+  echo "---- the unit, Spark and own_cluster tests, run beside: exit $side_rc ----"
   cat "$side_log"
   rm -f "$side_log"
   if [ "$rc" != 0 ]; then return "$rc"; fi

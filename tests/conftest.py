@@ -46,13 +46,25 @@ S3_PORT = 19491 + OFFSET  # the local S3-compatible server (scenarios/object_sto
 
 
 TIERS = ("unit", "spark", "cluster", "scenarios")
+# the cluster tier's modules that start clusters of their own (RabbitMQ, the other Kafka
+# versions, ZooKeeper mode), never the session's: marked ``own_cluster``, they run in the
+# other lane of ``bash dev.sh test``, after the Spark tier (the session's cluster lane
+# took CI past its 45 minutes)
+OWN_CLUSTER = ("test_rabbit_audit", "test_rabbit_cluster", "test_rabbit_publisher",
+               "test_kafka_versions", "test_zookeeper")
 
 
 def pytest_collection_modifyitems(items):
     for item in items:
-        tier = Path(str(item.fspath)).relative_to(Path(__file__).parent).parts[0]
+        path = Path(str(item.fspath))
+        tier = path.relative_to(Path(__file__).parent).parts[0]
         if tier in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
+        if tier == "cluster" and path.stem in OWN_CLUSTER:
+            if "cluster" in getattr(item, "fixturenames", ()):
+                raise pytest.UsageError(f"{item.nodeid} uses the session's cluster: not an "
+                                        "own_cluster module (tests/conftest.py)")
+            item.add_marker(pytest.mark.own_cluster)
 
 
 def free_port() -> int:
