@@ -527,14 +527,15 @@ def stop_quietly(spark, query, halting: threading.Event | None = None,
     _silence_jvm_loggers(spark, (_STREAMING_LOGGER,))
     batch = None
     try:
-        ended = halting is not None and _batch_ended(query, wait)
+        # without ``halting`` the next batch would begin meanwhile: one look, no wait
+        running = not _batch_ended(query, wait if halting is not None else 0)
         progress = query.lastProgress
         batch = None if progress is None else progress["batchId"] + 1
-        running = not ended and bool(query.status["isTriggerActive"])
         if running:
             _silence_jvm_loggers(spark, _INTERRUPTED_TASK_LOGGERS)
         query.stop()
-        interrupted = running or (not ended and query.exception() is not None)
+        # with ``halting``, an error is the next batch's refusal to begin, not a loss of work
+        interrupted = running or (halting is None and query.exception() is not None)
     except Exception as exc:  # noqa: BLE001 - stopping anyway: the JVM may be going
         interrupted = True
         log.debug("consume query stop: %s", exc)
@@ -546,8 +547,8 @@ def stop_quietly(spark, query, halting: threading.Event | None = None,
 
 
 def _batch_ended(query, wait: float) -> bool:
-    """Whether no micro-batch of ``query`` runs, waited for up to ``wait`` seconds (the
-    query may end meanwhile: the next batch refused to begin)."""
+    """Whether no micro-batch of ``query`` runs, waited for up to ``wait`` seconds (0: one
+    look; the query may end meanwhile: the next batch refused to begin)."""
     deadline = time.monotonic() + wait
     while True:
         try:

@@ -6,8 +6,8 @@ names the acknowledging broker: exact), each suspicion confirmed once settled. T
 figures themselves are judged by ``bench/latency.py`` (10 kills, p95 against settle +
 15 s, and 5 s from the change to the first suspected; ``--second-after`` kills the new
 leader of a partition still failing over), never here: wall times on a shared machine
-are no test. One kill here, the CI's part (two took CI's lane 2 minutes more: 232 s, CI
-of 40b9b82); the benchmark's runs, by hand, are in docs/benchmarks.md with their dates."""
+are no test. One kill here, the CI's part; the benchmark's runs, by hand, are in
+docs/benchmarks.md with their dates."""
 
 import threading
 import time

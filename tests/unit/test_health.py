@@ -383,6 +383,9 @@ def test_a_stop_waits_for_the_running_micro_batch_within_its_wait():
     slow = Query(10 ** 9)
     assert not _batch_ended(slow, wait=0.2)  # still running when the wait ran out
     assert 2 <= slow.polls < 50
+    once = Query(10 ** 9)
+    assert not _batch_ended(once, wait=0) and once.polls == 1  # no halting: one look
+    assert _batch_ended(Query(0), wait=0)  # between batches
 
 
 # --- issue 43: the RabbitMQ reader and watcher, when the rabbitmq section names queues -----
