@@ -41,3 +41,9 @@ class TableError(AuditorError):
     """Raised when a Delta table exists but is not the one this version declares."""
 
     code = "table"
+
+
+class NotSettled(AuditorError):
+    """Raised when ``audit --until-settled`` still has writes pending at its deadline."""
+
+    code = "not_settled"

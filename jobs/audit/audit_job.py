@@ -37,6 +37,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from kafka_audit.errors import NotSettled
 from kafka_audit.jobs.audit.audit_pass import AuditSummary, Warm, run_audit_pass
 from kafka_audit.jobs.audit.lookups import ClusterLookups
 from kafka_audit.jobs.spark import raise_if_jvm_died
@@ -57,17 +58,26 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
                                                                               flush=True),
                    stop: threading.Event | None = None,
                    wake: threading.Event | None = None,
-                   behind: Backlog | None = None) -> None:
+                   behind: Backlog | None = None,
+                   until_settled: float | None = None) -> None:
     """Run passes every ``audit.interval_seconds`` (one with ``once``, which raises on a
     failed pass), sharing one set of cluster lookups and warm state; ``report`` gets each
     pass's summary. ``wake``: set by the consume job when it commits a micro-batch, it
     starts the next pass early. ``behind``: what the consume job still has to read
     (:class:`~kafka_audit.jobs.consume.consume_job.Backlog`): passes wait for the reading
-    (:func:`_holding`), the first one too. Runs until ``stop`` is set."""
+    (:func:`_holding`), the first one too. Runs until ``stop`` is set.
+
+    ``until_settled`` (seconds): passes as ``once`` runs one (a failed one raises, no
+    upkeep) until one leaves no write pending: every acked write judged, the re-reads it
+    asked for done; :class:`NotSettled` if writes are still pending that many seconds
+    after the first pass began (a one-shot audit of what ``consume --once`` read: a
+    batch job's, or a Spark cluster's, where each process is a driver to start)."""
     stop = stop or threading.Event()
     lookups = ClusterLookups(settings)
     warm = Warm()
-    upkeep = None if once else Upkeep(settings)
+    one_shot = once or until_settled is not None
+    deadline = None if until_settled is None else time.monotonic() + until_settled
+    upkeep = None if one_shot else Upkeep(settings)
     outage = Outage("audit", StatusWriter(settings.home_dir, "audit"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
     if settings.steady.backlog_pass_seconds == 0:
@@ -82,9 +92,9 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
                 wake.clear()  # commits from now on wake the next pass
             try:
                 summary = run_audit_pass(spark, settings, lookups=lookups, warm=warm,
-                                         quality=once)
+                                         quality=one_shot)
             except Exception as exc:
-                if once:
+                if one_shot:
                     raise
                 raise_if_jvm_died(spark, exc)  # the service starts the loop on a new JVM
                 stop.wait(outage.failed(exc))
@@ -96,8 +106,12 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
                 upkeep.after_pass(summary.pass_id)
                 summary = replace(summary, quality_failures=upkeep.quality_failures)
             report(summary)
-            if once:
+            if once or (deadline is not None and summary.pending == 0):
                 return
+            if deadline is not None and time.monotonic() >= deadline:
+                raise NotSettled(f"{summary.pending} writes still pending after "
+                                 f"{until_settled:g} s of passes (pass {summary.pass_id}; "
+                                 "GET /v1/topics/TOPIC counts them per partition)")
             _wait(settings, stop, wake, _due(summary), sum(summary.seconds.values()),
                   behind)
     finally:

@@ -126,7 +126,8 @@ def _audit(args) -> int:
     from kafka_audit.jobs.spark import get_spark
 
     s = get_settings()
-    run_audit_loop(get_spark(s, "kafka-audit-audit"), s, once=args.once)
+    run_audit_loop(get_spark(s, "kafka-audit-audit"), s, once=args.once,
+                   until_settled=args.until_settled)
     return 0
 
 
@@ -461,7 +462,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=_consume)
 
     s = sub.add_parser("audit", help="Spark job: acks x consumed -> findings")
-    s.add_argument("--once", action="store_true", help="one pass, then stop")
+    mode = s.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="one pass, then stop")
+    mode.add_argument("--until-settled", type=float, metavar="SECONDS", nargs="?",
+                      const=600.0, help="passes until no write is pending (every acked "
+                      "write judged: after `consume --once`), then stop; an error if some "
+                      "still are after SECONDS (default 600)")
     s.set_defaults(fn=_audit)
 
     s = sub.add_parser("windows", help="recompute the windows table (when writes were at "

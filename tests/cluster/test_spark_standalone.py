@@ -88,12 +88,17 @@ def test_the_jobs_on_a_standalone_spark_cluster_give_local_mode_findings(
                    if not k.startswith("KAFKA_AUDIT_")}
         env_run["KAFKA_AUDIT_CONFIG"] = str(settings_file(on_cluster, tmp_path / "c.yaml"))
         exe = str(Path(sys.executable).with_name("kafka-audit"))
-        # one read to the end; settle 1 s: pass 1 observes, pass 2 judges and asks for the
-        # re-read of what retention removed, pass 3 judges that
-        for cmd in (["consume", "--once", "--topics", topic], *[["audit", "--once"]] * 3):
+        # one read to the end, then passes in one driver until none is pending (settle
+        # 1 s; what retention removed is re-read and judged with the rest)
+        passes = []
+        for cmd in (["consume", "--once", "--topics", topic],
+                    ["audit", "--until-settled", "300"]):
             done = subprocess.run([exe, *cmd], env=env_run, capture_output=True, text=True,
                                   timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
+            passes = [line for line in done.stdout.splitlines() if line.startswith("audit pass")]
+        assert passes and " 0 pending " in passes[-1], passes
+        assert all(" 0 pending " not in line for line in passes[:-1]), passes
         for folder in work:  # each worker ran executors, in its own folder
             assert folder.is_dir() and any(folder.iterdir()), f"no executor ran in {folder}"
     finally:

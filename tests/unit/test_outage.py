@@ -63,6 +63,55 @@ def test_the_audit_loop_survives_failed_passes(tmp_path, monkeypatch, caplog):
     assert read_statuses(tmp_path)["audit"].detail["pass_id"] == 7
 
 
+class _Lookups:  # nothing to ask of a cluster here
+    def close_reader(self):
+        pass
+
+
+def _passes_pending(monkeypatch, pending: list[int], fail_at: int | None = None) -> list[int]:
+    """The audit loop's passes made to leave ``pending[i]`` writes pending at pass i."""
+    calls = []
+
+    def run_pass(spark, s, lookups=None, quality=False, **_):
+        calls.append(quality)
+        if len(calls) == fail_at:
+            raise ConnectionError("the warehouse is unreachable")
+        return AuditSummary(datetime(2026, 1, 1, tzinfo=UTC), len(calls), {},
+                            pending[min(len(calls), len(pending)) - 1], 0, 0, 1, 0)
+
+    monkeypatch.setattr(audit_job, "run_audit_pass", run_pass)
+    monkeypatch.setattr(audit_job, "ClusterLookups", lambda s: _Lookups())
+    return calls
+
+
+def test_until_settled_passes_until_none_is_pending(tmp_path, monkeypatch):
+    settings = Settings(home=tmp_path, audit={"interval_seconds": 0.01})
+    calls = _passes_pending(monkeypatch, [40, 12, 0, 5])
+    reported = []
+    audit_job.run_audit_loop(None, settings, report=reported.append, until_settled=60)
+    assert [s.pending for s in reported] == [40, 12, 0]
+    assert calls == [True, True, True]  # checked as --once checks: great-expectations on
+
+
+def test_until_settled_stops_with_an_error_at_its_deadline(tmp_path, monkeypatch):
+    from kafka_audit.errors import NotSettled
+
+    settings = Settings(home=tmp_path, audit={"interval_seconds": 0.01})
+    _passes_pending(monkeypatch, [40, 12])
+    reported = []
+    with pytest.raises(NotSettled, match="12 writes still pending after 0.2 s"):
+        audit_job.run_audit_loop(None, settings, report=reported.append, until_settled=0.2)
+    assert len(reported) >= 2 and reported[-1].pending == 12
+
+
+def test_until_settled_raises_a_failed_pass_as_once_does(tmp_path, monkeypatch):
+    settings = Settings(home=tmp_path, audit={"interval_seconds": 0.01})
+    calls = _passes_pending(monkeypatch, [40, 0], fail_at=2)
+    with pytest.raises(ConnectionError):
+        audit_job.run_audit_loop(None, settings, report=lambda s: None, until_settled=60)
+    assert len(calls) == 2
+
+
 def test_the_restart_wait_doubles_and_starts_over_after_a_healthy_spell():
     from kafka_audit.app.service import restart_wait
 
