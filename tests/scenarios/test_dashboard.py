@@ -1,4 +1,5 @@
-"""After a real ``acks=1`` leader kill: the REST API over real HTTP with a bearer token,
+"""After a real ``acks=1`` leader kill, its findings checked as the object-store one's
+(``test_faults.py``): the REST API over real HTTP with a bearer token,
 against the tables the project's own producer, watcher, consume and audit jobs wrote,
 and the dashboard in headless Chromium (Debian's ``chromium``, installed by ``dev.sh``).
 
@@ -24,7 +25,13 @@ from kafka_audit.scenarios.harness import (
 )
 from kafka_audit.settings import Settings
 
-from ..support.leader_kill import audited_losses, kill_the_leader, mark_suspicions, watching
+from ..support.leader_kill import (
+    assert_the_leader_kill_findings,
+    audited_losses,
+    kill_the_leader,
+    mark_suspicions,
+    watching,
+)
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "var" / "artifacts"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -49,6 +56,7 @@ def test_dashboard_shows_the_lost_writes_of_a_leader_kill(cluster, spark, settin
     with watching(settings):
         p, killed = kill_the_leader(settings, cluster, topic)
     truth = audited_losses(spark, settings, cluster, topic, p, read_timeout=300)
+    assert_the_leader_kill_findings(settings, cluster, topic, p, truth, killed)
     mark_suspicions(settings)  # the service's suspicion marker, once after the fault
     by_partition: dict[int, int] = {}
     for part, _offset, _seq in truth:
