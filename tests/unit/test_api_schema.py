@@ -24,8 +24,10 @@ from kafka_audit.settings import Settings
 from kafka_audit.status import COMPONENTS, StatusWriter
 from kafka_audit.store import append_rows
 
+from ..support.sizes import examples
+
 T = datetime(2026, 1, 1, 12, tzinfo=UTC)
-EXAMPLES = 500
+EXAMPLES = examples(500)
 
 
 def write_tables(s: Settings) -> None:

@@ -8,6 +8,7 @@ from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.jobs.core.reference import finding_messages, reference_verdicts
 
 from ..support.random_histories import histories, log_end_fn
+from ..support.sizes import examples
 
 CFG = AuditConfig(settle_seconds=5, lookback_seconds=3, unseen_after_seconds=20,
                   read_retention_seconds=200, compacted_topics=frozenset({"c"}),
@@ -36,7 +37,7 @@ def run_engine(rows, passes, cfg=CFG):
     return auditor
 
 
-@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(3000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(topics=("t", "c", "u")))
 def test_engine_equals_reference(history):
     rows, passes = history
@@ -45,7 +46,7 @@ def test_engine_equals_reference(history):
                                                                     log_end_fn(rows))
 
 
-@settings(max_examples=500, deadline=None)
+@settings(max_examples=examples(500), deadline=None)
 @given(histories())
 def test_every_acked_message_is_judged_at_most_once(history):
     rows, passes = history

@@ -23,6 +23,7 @@ from kafka_audit.jobs.core.model import AckRun, ClusterEvent, ReadRun
 from kafka_audit.schemas.verdicts import LOSSES
 
 from ..support.histories import at
+from ..support.sizes import examples
 
 CFG = AuditConfig(settle_seconds=1, lookback_seconds=30, unseen_after_seconds=120,
                   read_retention_seconds=600, beyond_end_seconds=10)
@@ -183,7 +184,7 @@ def _rows(out: pa.Table, row: str) -> list[dict]:
     return out.filter(pc.equal(out.column("row"), row)).to_pylist()
 
 
-@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(30), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_every_write_of_a_fail_over_is_judged_and_the_losses_are_exact(data):
     h = simulate(data.draw)

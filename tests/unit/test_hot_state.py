@@ -25,6 +25,7 @@ from kafka_audit.jobs.core.rules import partition_events
 from kafka_audit.store import partition_slices
 
 from ..support.random_histories import histories, seeded_steady, steady_histories
+from ..support.sizes import examples
 from .test_engine_vs_reference import CFG as CFG_ALL
 from .test_engine_vs_reference import fed_passes, run_engine
 
@@ -32,7 +33,7 @@ CFG = AuditConfig(settle_seconds=5, lookback_seconds=3, unseen_after_seconds=20,
                   read_retention_seconds=200)
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(300), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(), st.integers(0, 3))
 def test_a_state_as_rows_reads_back_equal_through_arrow_and_pandas(history, cut):
     rows, passes = history
@@ -119,7 +120,7 @@ def run_arrow_steps(rows, passes, cfg, idle: bool) -> list[dict]:
     return out
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(histories(topics=("t", "c", "u")),
        # unseen after: as the reference's, past any history, a timedelta's overflow, below
        # a microsecond; reads kept 200 s, or 3 s (the frontier then often an observation's)
@@ -163,7 +164,7 @@ def test_idle_rows_are_read_and_judged_runs_far_from_every_unjudged_one():
     assert kept.column("error_name").null_count == kept.num_rows
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=examples(150), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(steady_histories(topics=("t", "c", "u")), st.sampled_from([200.0, 3.0]))
 def test_a_step_that_confirms_plain_runs_in_arrow_equals_one_that_judges_them_all(
         history, read_retention):

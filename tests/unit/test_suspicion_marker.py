@@ -26,6 +26,7 @@ from kafka_audit.settings import Settings
 from kafka_audit.store import append_rows, read_table, table_exists
 
 from ..support.histories import at
+from ..support.sizes import examples
 
 
 def _ack(seq, count, offset, t, broker=1, run="r"):
@@ -164,7 +165,7 @@ def test_a_suspicion_settles_by_the_verdicts_of_its_writes():
     assert (got.lost, got.other, got.state) == (5, 25, PARTLY)
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=examples(300), deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(["lost", "confirmed", "indeterminate"]),
                           st.integers(1, 6)), max_size=12),
        st.integers(0, 40), st.integers(1, 20), st.booleans())
@@ -339,7 +340,7 @@ def _from_scratch(s: Settings) -> list[tuple]:
     return [o[1:] for o in sorted(out, key=lambda o: o[:4], reverse=True)]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60), deadline=None)
 @given(_STEPS)
 @example([(("suspect", ("a", 0), 0, 4), True),  # a verdict of a served pass appended
           (("judge", ("a", 0), 0, 4, "lost", -1), True)])
@@ -406,7 +407,7 @@ def test_the_api_settles_from_what_changed_as_from_everything(steps):
                 assert got == served(TableReader(s))
 
 
-@settings(max_examples=30, deadline=None)
+@settings(max_examples=examples(30), deadline=None)
 @given(st.lists(st.tuples(st.integers(0, 1),
                           st.lists(st.tuples(st.integers(1, 20), st.booleans()), max_size=2),
                           st.one_of(st.none(), st.integers(0, 30)), st.booleans(),
