@@ -121,8 +121,8 @@ PY
 
 test_all() {  # every tier, in two lanes: the session's cluster and the scenario tiers in
   # one; the unit tier, the Spark tier, then the cluster tier's tests with clusters of
-  # their own (marked own_cluster: RabbitMQ, the other Kafka versions, ZooKeeper) in the
-  # other
+  # their own (marked own_cluster: RabbitMQ, the other Kafka versions, ZooKeeper) and the
+  # scenario catalog (marked second_lane, on a session's cluster of this lane) in the other
   # The unit tier (pure logic, delta-rs, the API in process: no JVM, no broker), the Spark
   # tier (Spark, Delta and the S3 server, no broker) and the own_cluster tests (their
   # clusters and S3 server moved off the other lane's ports by AUDIT_TEST_PORT_OFFSET) take
@@ -140,15 +140,16 @@ test_all() {  # every tier, in two lanes: the session's cluster and the scenario
     echo "---- the Spark tier (tests/spark), after the unit tier in this lane ----"
     AUDIT_TEST_PORT_OFFSET=1000 .venv/bin/python -m pytest -q -p no:cacheprovider \
       --durations=20 tests/spark || src=$?
-    echo "---- the cluster tier's own_cluster tests, after the Spark tier in this lane ----"
+    echo "---- the own_cluster and second_lane tests, after the Spark tier in this lane ----"
     AUDIT_TEST_PORT_OFFSET=1000 .venv/bin/python -m pytest -q -p no:cacheprovider \
-      --durations=20 -m own_cluster tests/cluster || orc=$?
-    echo "---- the unit tier exit $urc, the Spark tier exit $src, own_cluster exit $orc ----"
+      --durations=20 -m "own_cluster or second_lane" tests/cluster tests/scenarios || orc=$?
+    echo "---- the unit tier exit $urc, the Spark tier exit $src, own_cluster and" \
+      "second_lane exit $orc ----"
     [ "$urc" = 0 ] && [ "$src" = 0 ] && [ "$orc" = 0 ]
   ) > "$side_log" 2>&1 &
   side_pid=$!
-  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 -m "not own_cluster" \
-    tests/cluster tests/scenarios &
+  .venv/bin/python -m pytest -q -p no:cacheprovider --durations=40 \
+    -m "not own_cluster and not second_lane" tests/cluster tests/scenarios &
   rest_pid=$!
   # the second lane is a subshell: stopped before its running pytest (named first), so that
   # it does not go on to its next tier
@@ -156,7 +157,7 @@ test_all() {  # every tier, in two lanes: the session's cluster and the scenario
   wait "$rest_pid" || rc=$?
   wait "$side_pid" || side_rc=$?
   trap - INT TERM HUP
-  echo "---- the unit, Spark and own_cluster tests, run beside: exit $side_rc ----"
+  echo "---- the unit, Spark, own_cluster and second_lane tests, run beside: exit $side_rc ----"
   cat "$side_log"
   rm -f "$side_log"
   if [ "$rc" != 0 ]; then return "$rc"; fi

@@ -52,6 +52,10 @@ TIERS = ("unit", "spark", "cluster", "scenarios")
 # took CI past its 45 minutes)
 OWN_CLUSTER = ("test_rabbit_audit", "test_rabbit_cluster", "test_rabbit_publisher",
                "test_kafka_versions", "test_zookeeper")
+# the scenario tier's modules that run in that other lane too, after the own_cluster
+# tests, on a session's cluster of their own there (AUDIT_TEST_PORT_OFFSET moves it): marked
+# ``second_lane``; the first lane still took CI past its 45 minutes with them
+SECOND_LANE = ("test_catalog",)
 
 
 def pytest_collection_modifyitems(items):
@@ -65,6 +69,8 @@ def pytest_collection_modifyitems(items):
                 raise pytest.UsageError(f"{item.nodeid} uses the session's cluster: not an "
                                         "own_cluster module (tests/conftest.py)")
             item.add_marker(pytest.mark.own_cluster)
+        if tier == "scenarios" and path.stem in SECOND_LANE:
+            item.add_marker(pytest.mark.second_lane)
 
 
 def free_port() -> int:
