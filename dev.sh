@@ -122,7 +122,8 @@ PY
 test_all() {  # every tier, in two lanes: the session's cluster and the scenario tiers in
   # one; the unit tier, the Spark tier, then the cluster tier's tests with clusters of
   # their own (marked own_cluster: RabbitMQ, the other Kafka versions, ZooKeeper) and the
-  # scenario catalog (marked second_lane, on a session's cluster of this lane) in the other
+  # scenario catalog, the unclean election and the paused leader (marked second_lane, on a
+  # session's cluster of this lane) in the other
   # The unit tier (pure logic, delta-rs, the API in process: no JVM, no broker), the Spark
   # tier (Spark, Delta and the S3 server, no broker) and the own_cluster tests (their
   # clusters and S3 server moved off the other lane's ports by AUDIT_TEST_PORT_OFFSET) take

@@ -55,7 +55,7 @@ OWN_CLUSTER = ("test_rabbit_audit", "test_rabbit_cluster", "test_rabbit_publishe
 # the scenario tier's modules that run in that other lane too, after the own_cluster
 # tests, on a session's cluster of their own there (AUDIT_TEST_PORT_OFFSET moves it): marked
 # ``second_lane``; the first lane still took CI past its 45 minutes with them
-SECOND_LANE = ("test_catalog",)
+SECOND_LANE = ("test_catalog", "test_unclean_election", "test_paused_leader")
 
 
 def pytest_collection_modifyitems(items):
