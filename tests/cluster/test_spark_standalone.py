@@ -90,13 +90,12 @@ def test_the_jobs_on_a_standalone_spark_cluster_give_local_mode_findings(
         exe = str(Path(sys.executable).with_name("kafka-audit"))
         # one read to the end, then passes in one driver until none is pending (settle
         # 1 s; what retention removed is re-read and judged with the rest)
-        passes = []
         for cmd in (["consume", "--once", "--topics", topic],
                     ["audit", "--until-settled", "300"]):
             done = subprocess.run([exe, *cmd], env=env_run, capture_output=True, text=True,
                                   timeout=600)
             assert done.returncode == 0, done.stderr[-3000:]
-            passes = [line for line in done.stdout.splitlines() if line.startswith("audit pass")]
+        passes = [line for line in done.stdout.splitlines() if line.startswith("audit pass")]
         assert passes and " 0 pending " in passes[-1], passes
         assert all(" 0 pending " not in line for line in passes[:-1]), passes
         for folder in work:  # each worker ran executors, in its own folder

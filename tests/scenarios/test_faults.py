@@ -37,20 +37,16 @@ def test_the_leader_kill_on_an_object_store_warehouse(cluster, spark, s3_setting
     delta-rs commits go there too, and the API reads them there."""
     staged = s3_settings.model_copy(update={"producer": s3_settings.producer.model_copy(
         update={"ledger_commits": "staged"})})
-    leader_kill_over_http(cluster, spark, staged, topic)
-    assert not (s3_settings.home_dir / "warehouse").exists()
-    assert store.staged_segments(staged.table_path("acks")) == {}
-
-
-def leader_kill_over_http(cluster, spark, settings, topic):
-    with watching(settings):
-        p, killed = kill_the_leader(settings, cluster, topic)
+    with watching(staged):
+        p, killed = kill_the_leader(staged, cluster, topic)
     # ground truth, computed apart from the auditor: acked stamps a full read cannot find
-    truth = audited_losses(spark, settings, cluster, topic, p)
-    assert_the_leader_kill_findings(settings, cluster, topic, p, truth, killed)
-    with ApiServer(settings) as api:
+    truth = audited_losses(spark, staged, cluster, topic, p)
+    assert_the_leader_kill_findings(staged, cluster, topic, p, truth, killed)
+    with ApiServer(staged) as api:
         items = fetch_lost(api.base_url, topic)
     assert lost_messages(items) == truth
+    assert not (s3_settings.home_dir / "warehouse").exists()
+    assert store.staged_segments(staged.table_path("acks")) == {}
 
 
 def produce_for(p, topic, seconds, rate=5000, partition=0):

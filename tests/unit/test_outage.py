@@ -33,6 +33,11 @@ def test_an_outage_is_logged_once_each_way_with_a_capped_backoff(tmp_path, caplo
     assert outage.outages == 1 and outage.failed(OSError("again")) == 0.5  # backoff reset
 
 
+class _Lookups:  # nothing to ask of a cluster here
+    def close_reader(self):
+        pass
+
+
 def test_the_audit_loop_survives_failed_passes(tmp_path, monkeypatch, caplog):
     settings = Settings(home=tmp_path, outage={"retry_seconds": 0.01,
                                                "max_backoff_seconds": 0.02},
@@ -48,12 +53,8 @@ def test_the_audit_loop_survives_failed_passes(tmp_path, monkeypatch, caplog):
             stop.set()
         return AuditSummary(datetime(2026, 1, 1, tzinfo=UTC), 7, {}, 0, 0, 0, 0, 0)
 
-    class Lookups:  # nothing to ask of a cluster here
-        def close_reader(self):
-            pass
-
     monkeypatch.setattr(audit_job, "run_audit_pass", run_pass)
-    monkeypatch.setattr(audit_job, "ClusterLookups", lambda s: Lookups())
+    monkeypatch.setattr(audit_job, "ClusterLookups", lambda s: _Lookups())
     reported = []
     with caplog.at_level(logging.WARNING):
         audit_job.run_audit_loop(None, settings, report=reported.append, stop=stop)
@@ -63,12 +64,7 @@ def test_the_audit_loop_survives_failed_passes(tmp_path, monkeypatch, caplog):
     assert read_statuses(tmp_path)["audit"].detail["pass_id"] == 7
 
 
-class _Lookups:  # nothing to ask of a cluster here
-    def close_reader(self):
-        pass
-
-
-def _passes_pending(monkeypatch, pending: list[int], fail_at: int | None = None) -> list[int]:
+def _passes_pending(monkeypatch, pending: list[int], fail_at: int | None = None) -> list[bool]:
     """The audit loop's passes made to leave ``pending[i]`` writes pending at pass i."""
     calls = []
 
