@@ -15,7 +15,9 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
+import threading
 from datetime import UTC, datetime
 
 import pandas as pd
@@ -30,11 +32,34 @@ from kafka_audit.store import (
     table_exists,
 )
 
-__all__ = ["validate_new_acks", "validate_acks_frame"]
+__all__ = ["validate_new_acks", "validate_acks_frame", "prepare"]
+
+log = logging.getLogger(__name__)
+
+_BUILDING = threading.Lock()  # one build of the validations, however many threads ask
+
+
+def prepare() -> None:
+    """Import great-expectations and build the two validations now, once a process: about
+    6 s of CPU here (`python -c "from kafka_audit.jobs.audit.quality import prepare;
+    prepare()"`, timed with ``time.process_time``). ``kafka-audit run`` calls it in a
+    thread of its own as the audit starts, while the Spark JVM starts: at the first check
+    it landed in the middle of the reading, holding the interpreter while the consume
+    job's micro-batch callback waited (``bench/sustained.py``). Never raises: a check
+    that cannot be built says so when it runs."""
+    try:
+        _validations()
+    except Exception as exc:  # noqa: BLE001 - the quality check reports it in its turn
+        log.debug("quality: validations not prepared: %s", exc)
+
+
+def _validations():
+    with _BUILDING:
+        return _build_validations()
 
 
 @functools.cache
-def _validations():
+def _build_validations():
     os.environ.setdefault("GX_ANALYTICS_ENABLED", "false")
     os.environ.setdefault("TQDM_DISABLE", "1")  # no progress bars in job output
     import great_expectations as gx

@@ -191,6 +191,7 @@ def build(settings: Settings, spark_factory=None) -> Service:
     from a child process."""
     from kafka_audit.app.api_process import supervise_api_process, supervise_child
     from kafka_audit.app.marker_process import MODULE as MARKER
+    from kafka_audit.jobs.audit import quality
     from kafka_audit.jobs.audit.audit_job import run_audit_loop
     from kafka_audit.jobs.consume.consume_job import Backlog, run_consume
     from kafka_audit.jobs.spark import forget_dead_session, jvm_alive
@@ -232,6 +233,9 @@ def build(settings: Settings, spark_factory=None) -> Service:
                     backlog=backlog)
 
     def audit(stop: threading.Event) -> None:
+        # great-expectations' set-up while the Spark JVM starts, not at the first check
+        threading.Thread(target=quality.prepare, name="kafka-audit-quality-prepare",
+                         daemon=True).start()
         run_audit_loop(spark(), settings, stop=stop, wake=wake, behind=backlog,
                        report=lambda s: log.info(
             "%s [%s]", s.line(), " ".join(f"{k.replace(' ', '_')} {v:.1f}"

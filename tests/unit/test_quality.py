@@ -43,3 +43,21 @@ def test_a_confirm_without_an_offset_passes_beside_kafkas_rows():
 def test_a_row_against_its_system_fails_its_expectations(row, expectations):
     results = validate_acks_frame(pd.DataFrame([ack("orders", 0, 10), row]))
     assert set(failed(results)) == expectations
+
+
+def test_prepared_from_several_threads_the_validations_are_built_once():
+    """``prepare`` (the service's thread at start) and a check that runs meanwhile share one
+    build: the second waits for the first rather than building its own."""
+    import threading
+
+    from kafka_audit.jobs.audit import quality
+
+    quality._build_validations.cache_clear()
+    threads = [threading.Thread(target=quality.prepare) for _ in range(3)]
+    for t in threads:
+        t.start()
+    results = validate_acks_frame(pd.DataFrame([ack("orders", 0, 10)]))
+    for t in threads:
+        t.join(60)
+    assert results and failed(results) == []
+    assert quality._build_validations.cache_info().misses == 1
