@@ -7,7 +7,9 @@ a freshly wiped local cluster (3 nodes, one topic of 3 partitions, RF 3):
   (the same Spark settings, trigger and micro-batch cap as the consume job);
 * ``audit``: ``kafka-audit run`` (watcher, consume, audit, API), started before the
   topic has any write: the consume stream restarts on it when the producer's first
-  commit puts it in the ledger, as in production.
+  commit puts it in the ledger, as in production. With ``--named`` the profile names
+  the topic (``topics.include``, as an operator who lists the audited topics does): the
+  stream reads it from its start, no restart.
 
 In both, once the reader runs, ``kafka-audit produce --acks all --rate R --seconds S``
 writes the load. Every ``--every`` seconds the lag is sampled: the log ends minus the
@@ -17,12 +19,14 @@ for ``audit`` until ``/v1/summary`` has judged every acknowledged write once.
 
 Reported per rate: each case's worst lag (whole, and past the load's first ``--start``
 seconds), drain time, micro-batches and the longest one (from one commit to the next),
+the CPU seconds its reader's processes used while the load ran (in ``sustained.json``
+by process: the service's Python, its Spark driver JVM, its API and marker children),
 and the ratios of the worst lags, audit over bare (goal: <= 1.2).
 
 Run (the demo's ports and ``var`` home, like the other service benchmarks)::
 
     KAFKA_AUDIT_HOME=var .venv/bin/python bench/sustained.py [--rates 15000 40000] \
-        [--seconds 120] [--rounds 1]
+        [--seconds 120] [--rounds 1] [--named]
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -89,6 +94,29 @@ def lag(cluster: LocalCluster, checkpoint: Path, topic: str, partitions: int) ->
     _batch, done = committed_offsets(checkpoint, topic)  # first: the ends can only be later
     ends = log_ends(cluster, topic, partitions)
     return sum(end - done.get(p, 0) for p, end in ends.items())
+
+
+def tree_cpu(pid: int) -> dict[str, float]:
+    """CPU seconds (user and system) of process ``pid`` and each of its live descendants,
+    by ``pid name`` (name: the program and its first arguments), from /proc; the children
+    a process waited for count in its own."""
+    found, todo = {}, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            args = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+        except OSError:
+            continue
+        name = " ".join(Path(a.decode(errors="replace")).name for a in args[:3] if a)
+        found[f"{p} {name}"] = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    return found
+
+
+def cpu_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {k: round(v - before.get(k, 0.0), 1) for k, v in after.items()}
 
 
 def bare_reader(settings: Settings, topic: str, checkpoint: str) -> None:
@@ -180,6 +208,12 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
     topic = f"sus-{kind}-{uuid.uuid4().hex[:6]}"
     parts = 3
     cluster.create_topic(topic, partitions=parts, replication=3)
+    if args.named and kind == "audit":
+        # the profile names the topic: the consume stream reads it from its start, no
+        # restart when the ledger first names it
+        topics = settings.profile.topics.model_copy(update={"include": [re.escape(topic)]})
+        settings = settings.model_copy(update={"profile": settings.profile.model_copy(
+            update={"topics": topics})})
     api = f"http://{settings.api.host}:{settings.api.port}"
     say(f"{kind} at {rate} msg/s: topic {topic}, home {home}")
     reader = Reader(kind, settings, topic)
@@ -190,12 +224,14 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
         producer = Component(settings, "produce", topic, "--rate", str(rate), "--seconds",
                              str(args.seconds), "--acks", "all", "--size", "100")
         t0 = time.time()
+        cpu0 = tree_cpu(reader.proc.pid)
         batches: dict[int, dict] = {}
         while producer.alive():
             samples.append((time.time() - t0, lag(cluster, reader.checkpoint, topic, parts)))
             reader.batches(settings, batches)
             time.sleep(args.every)
         load_end = time.time() - t0
+        cpu = cpu_since(cpu0, tree_cpu(reader.proc.pid))
         produced = producer.output()
         producer.stop()
         ends = log_ends(cluster, topic, parts)
@@ -242,6 +278,9 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
         "drained_after": drained and round(drained, 1),
         "judged_after": judged and round(judged, 1),
         "batches": len(during), "longest_batch": round(max(gaps, default=0.0), 1),
+        # the reader's processes' CPU seconds while the load ran (the service's: the
+        # consume job, the audit passes, the watcher, the API)
+        "reader_cpu_seconds": round(sum(cpu.values()), 1), "reader_cpu": cpu,
         "samples": samples, "batch_detail": batches, "summary": final,
         "producer": produced.strip().splitlines()[-3:],
     }
@@ -268,6 +307,9 @@ def main() -> None:
     ap.add_argument("--start", type=float, default=30,
                     help="seconds of load that count as its start (the worst lag is also "
                     "given without them)")
+    ap.add_argument("--named", action="store_true",
+                    help="the audit's profile names the topic (topics.include): no restart "
+                    "on it when the ledger first names it")
     ap.add_argument("--kinds", nargs="+", choices=["bare", "audit"], default=["bare", "audit"])
     args = ap.parse_args()
     base = get_settings()
@@ -284,6 +326,7 @@ def main() -> None:
                   f"({r['worst_lag_after_start']:,} after the first {args.start:g}s)  drained "
                   f"{r['drained_after']}s after the load  judged {r['judged_after']}s  "
                   f"{r['batches']} batches, longest {r['longest_batch']}s  "
+                  f"reader CPU {r['reader_cpu_seconds']}s  "
                   f"({r['log_end']:,} in {r['load_seconds']}s)")
         for key, what in (("worst_lag", "worst lag"),
                           ("worst_lag_after_start", f"after the first {args.start:g}s")):
