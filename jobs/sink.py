@@ -37,7 +37,7 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
     checkpointed = None
     if rows is None:
         df = checkpointed = df.localCheckpoint(eager=True)
-        rows = df.count()
+        rows = stored_rows(df)
     try:
         if rows == 0 and mode == "append":
             return 0
@@ -55,6 +55,15 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
     finally:
         if checkpointed is not None:
             release(checkpointed)
+
+
+def stored_rows(df) -> int:
+    """The rows of ``df``, a DataFrame made by ``localCheckpoint``, counted over its stored
+    blocks in one Spark job. ``df.count()`` plans an aggregate with a shuffle (two stages):
+    0.48-0.86 s a consume micro-batch of 400-2,000 records against 0.08-0.43 s this way,
+    idle here (four micro-batches each way, timed with a throw-away script around
+    ``start_consume``); a micro-batch counts once, beside a load that shares the cores."""
+    return int(df._jdf.queryExecution().toRdd().count())
 
 
 def delete_where(spark, path: str, condition) -> None:
