@@ -32,7 +32,8 @@ from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.settings import Settings, get_settings
 
 __all__ = ["bench_settings", "Load", "kill_leader", "missing_from_log", "lost_over_rest",
-           "rss_by_process", "cpu_by_process", "cpu_cores", "processes", "fresh_cluster",
+           "rss_by_process", "cpu_by_process", "cpu_cores", "processes", "process_tree",
+           "fresh_cluster",
            "cluster_down", "say"]
 
 
@@ -292,18 +293,25 @@ def _name(pid: int) -> str:
     return "kafka-audit run (Python)"
 
 
-def processes(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[str, list[int]]:
-    """The pids of the service's Python process, its API process, its Spark driver JVM,
-    its Python workers, each broker, and this benchmark process (the producer), by name."""
+def process_tree(root: int, root_name: str = "kafka-audit run (Python)"
+                 ) -> dict[str, list[int]]:
+    """The pids of ``root`` (named ``root_name``) and its descendants by name: its API
+    process, its Spark driver JVM, its Python workers (:func:`_name`)."""
     out: dict[str, list[int]] = {}
-    todo, tree = [service_pid], []
+    todo, tree = [root], []
     while todo:
         pid = todo.pop()
         tree.append(pid)
         todo.extend(_children(pid))
     for pid in tree:
-        name = _name(pid) if pid != service_pid else "kafka-audit run (Python)"
-        out.setdefault(name, []).append(pid)
+        out.setdefault(_name(pid) if pid != root else root_name, []).append(pid)
+    return out
+
+
+def processes(service_pid: int, cluster: LocalCluster, bench_pid: int) -> dict[str, list[int]]:
+    """The pids of the service's Python process, its API process, its Spark driver JVM,
+    its Python workers, each broker, and this benchmark process (the producer), by name."""
+    out = process_tree(service_pid)
     for n in cluster.nodes:
         pid = cluster.pid(n)
         out[f"broker {n}"] = [pid] if pid else []

@@ -42,7 +42,7 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from steady import cluster_down, fresh_cluster, say
+from steady import cluster_down, cpu_by_process, cpu_cores, fresh_cluster, process_tree, say
 
 from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.scenarios.harness import Component, settings_file
@@ -94,29 +94,6 @@ def lag(cluster: LocalCluster, checkpoint: Path, topic: str, partitions: int) ->
     _batch, done = committed_offsets(checkpoint, topic)  # first: the ends can only be later
     ends = log_ends(cluster, topic, partitions)
     return sum(end - done.get(p, 0) for p, end in ends.items())
-
-
-def tree_cpu(pid: int) -> dict[str, float]:
-    """CPU seconds (user and system) of process ``pid`` and each of its live descendants,
-    by ``pid name`` (name: the program and its first arguments), from /proc; the children
-    a process waited for count in its own."""
-    found, todo = {}, [pid]
-    while todo:
-        p = todo.pop()
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            args = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo.extend(int(c) for c in (task / "children").read_text().split())
-        except OSError:
-            continue
-        name = " ".join(Path(a.decode(errors="replace")).name for a in args[:3] if a)
-        found[f"{p} {name}"] = sum(int(f) for f in fields[11:15]) / os.sysconf("SC_CLK_TCK")
-    return found
-
-
-def cpu_since(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    return {k: round(v - before.get(k, 0.0), 1) for k, v in after.items()}
 
 
 def bare_reader(settings: Settings, topic: str, checkpoint: str) -> None:
@@ -224,14 +201,16 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
         producer = Component(settings, "produce", topic, "--rate", str(rate), "--seconds",
                              str(args.seconds), "--acks", "all", "--size", "100")
         t0 = time.time()
-        cpu0 = tree_cpu(reader.proc.pid)
+        procs = process_tree(reader.proc.pid, f"{kind} reader (Python)")
+        cpu0 = cpu_by_process(procs)
         batches: dict[int, dict] = {}
         while producer.alive():
             samples.append((time.time() - t0, lag(cluster, reader.checkpoint, topic, parts)))
             reader.batches(settings, batches)
             time.sleep(args.every)
         load_end = time.time() - t0
-        cpu = cpu_since(cpu0, tree_cpu(reader.proc.pid))
+        # cores over one second: the CPU seconds of each while the load ran
+        cpu = {k: round(v, 1) for k, v in cpu_cores(cpu0, cpu_by_process(procs), 1.0).items()}
         produced = producer.output()
         producer.stop()
         ends = log_ends(cluster, topic, parts)
