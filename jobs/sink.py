@@ -29,11 +29,22 @@ __all__ = ["write_delta", "delete_where", "release"]
 
 
 def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | None = None,
-                mode: str = "append", user_metadata: str | None = None) -> int:
+                at_most: int | None = None, mode: str = "append",
+                user_metadata: str | None = None) -> int:
     """Write ``df`` (columns of the declared ``table``) to the Delta table at ``path`` in
     one commit; return the rows written. ``rows``: the row count when the caller knows it
-    (``df`` should then be cheap to compute twice, e.g. checkpointed); otherwise ``df`` is
-    materialized once and counted. An empty append commits nothing."""
+    (``df`` should then be cheap to compute twice, e.g. checkpointed); ``at_most``: a bound
+    of it (a micro-batch's offsets), which at ``max_driver_rows`` or under sends ``df``
+    through the driver in one Spark job; otherwise ``df`` is materialized once and
+    counted. An empty append commits nothing."""
+    if rows is None and at_most is not None and at_most <= max_driver_rows:
+        if at_most == 0 and mode == "append":
+            return 0
+        arrow = pa.table(df.toArrow())
+        if arrow.num_rows == 0 and mode == "append":
+            return 0
+        write_arrow(path, table, arrow, mode, user_metadata)
+        return arrow.num_rows
     checkpointed = None
     if rows is None:
         df = checkpointed = df.localCheckpoint(eager=True)

@@ -15,6 +15,7 @@ import javax.crypto.Mac;
 import javax.crypto.ShortBufferException;
 import javax.crypto.spec.SecretKeySpec;
 
+import org.apache.spark.Partition;
 import org.apache.spark.api.java.JavaRDD;
 import org.apache.spark.rdd.RDD;
 import org.apache.spark.sql.Dataset;
@@ -27,7 +28,12 @@ import org.apache.spark.sql.catalyst.expressions.UnsafeArrayData;
 import org.apache.spark.sql.catalyst.expressions.UnsafeRow;
 import org.apache.spark.sql.catalyst.plans.logical.LogicalPlan;
 import org.apache.spark.sql.catalyst.util.ArrayData;
+import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.execution.LogicalRDD;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceRDD;
+import org.apache.spark.sql.execution.datasources.v2.DataSourceRDDPartition;
+import org.apache.spark.sql.kafka010.KafkaBatchInputPartition;
+import org.apache.spark.sql.kafka010.KafkaOffsetRange;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.array.ByteArrayMethods;
@@ -93,6 +99,42 @@ public final class ReadRuns {
             return batch.rdd();
         }
         return kafka.queryExecution().toRdd();
+    }
+
+    /**
+     * The offsets a micro-batch of Spark's Kafka source spans: each input partition's end
+     * offset minus its start, summed. A bound of the records it holds (a compacted or
+     * transactional log holds fewer), so of the rows {@link #fold} returns (a run holds at
+     * least one record), known from the plan's offset ranges without reading a record. -1
+     * when {@code kafka} is not such a micro-batch as Spark 4.1 plans it: the caller counts
+     * the rows instead.
+     */
+    public static long offsetSpan(Dataset<Row> kafka) {
+        RDD<?> rdd = sourceRows(kafka);
+        while (!(rdd instanceof DataSourceRDD)) {
+            if (rdd.dependencies().size() != 1) {
+                return -1;
+            }
+            rdd = rdd.dependencies().head().rdd();
+        }
+        long span = 0;
+        for (Partition partition : rdd.partitions()) {
+            if (!(partition instanceof DataSourceRDDPartition part)) {
+                return -1;
+            }
+            scala.collection.Iterator<InputPartition> inputs = part.inputPartitions().iterator();
+            while (inputs.hasNext()) {
+                if (!(inputs.next() instanceof KafkaBatchInputPartition input)) {
+                    return -1;
+                }
+                KafkaOffsetRange range = input.offsetRange();
+                if (range.fromOffset() < 0 || range.untilOffset() < range.fromOffset()) {
+                    return -1;  // a range not resolved to offsets (earliest, latest)
+                }
+                span += range.untilOffset() - range.fromOffset();
+            }
+        }
+        return span;
     }
 
     static final UTF8String HEADER_KEY = UTF8String.fromString(HEADER);

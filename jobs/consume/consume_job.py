@@ -11,7 +11,8 @@
   (:func:`~kafka_audit.jobs.consume.transforms.fold_read_runs`: one pass per task on the
   JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch``
   (:func:`~kafka_audit.jobs.sink.write_delta`: from the driver with delta-rs when
-  the batch's runs are few, as they are for batched producers); each commit names
+  the batch's runs are few, as they are for batched producers: in one Spark job when
+  the batch's offsets are few enough to bound them, ``offset_span``); each commit names
   its query and batch in Delta's ``userMetadata``;
 * exactly once: Spark re-runs a micro-batch only when the process died after its
   sink ran and before the checkpoint recorded it, so only the first batch a run
@@ -45,7 +46,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from kafka_audit.jobs.consume.transforms import fold_read_runs
+from kafka_audit.jobs.consume.transforms import fold_read_runs, offset_span
 from kafka_audit.jobs.sink import write_delta
 from kafka_audit.jobs.spark import raise_if_jvm_died
 from kafka_audit.profile import spark_kafka_options, topic_pattern
@@ -258,7 +259,8 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
                 return
         try:
             write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed",
-                        settings.spark.driver_rows, user_metadata=_marker(app_id, batch_id))
+                        settings.spark.driver_rows, at_most=offset_span(batch_df),
+                        user_metadata=_marker(app_id, batch_id))
         except Exception as exc:
             raise _interruption(exc, halting) from None
         if on_commit is not None:

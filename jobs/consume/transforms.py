@@ -173,6 +173,14 @@ def fold_read_runs(kafka: DataFrame, batch_id: int, mac: StampMac | None = None
     return DataFrame(jdf, spark)
 
 
+def offset_span(kafka: DataFrame) -> int | None:
+    """The offsets the micro-batch ``kafka`` (Spark's Kafka source) spans, summed over its
+    partitions: a bound of its records, so of the rows :func:`fold_read_runs` makes of it,
+    known without reading one (``ReadRuns.offsetSpan``). None when not known."""
+    span = kafka.sparkSession._jvm.kafka_audit.spark.ReadRuns.offsetSpan(kafka._jdf)
+    return None if span < 0 else int(span)
+
+
 def kafka_source_schema():
     """The rows of Spark's Kafka source with ``includeHeaders`` (what the fold reads)."""
     from pyspark.sql import types as T

@@ -65,3 +65,60 @@ def test_jvm_fold_equals_the_sql_definition(cluster, spark, settings):
     assert kinds >= {(True, None, True), (True, None, False), (False, "no kaudit header", None),
                      (False, "malformed stamp", None)}
     assert sum(r[cols.index("count")] for r in jvm) == df.count()
+
+
+def test_a_micro_batchs_offset_span_bounds_its_records_and_both_writes_agree(
+        cluster, spark, settings, tmp_path):
+    """``offset_span`` is each micro-batch's offsets as planned: at least its records (a
+    transaction's marker takes an offset and holds none), together every offset of the
+    log; the one-job write it allows gives the rows the checkpointed write gives."""
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    from kafka_audit.jobs.consume.transforms import offset_span
+    from kafka_audit.jobs.sink import write_delta
+    from kafka_audit.store import read_table
+
+    topic = f"span-{time.time_ns()}"
+    cluster.create_topic(topic, partitions=3, replication=3)
+    conf = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 5}
+    a, b = AuditedProducer(conf, "pa", settings), AuditedProducer(conf, "pb", settings)
+    for i in range(1500):
+        (a if i % 3 else b).produce(topic, b"v %d" % i)
+    a.close()
+    b.close()
+    tx = Producer({**conf, "transactional.id": topic})
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, b"tx", partition=0)
+    tx.commit_transaction(30)
+    batches = []
+
+    def batch(df, batch_id):
+        span, records = offset_span(df), df.count()
+        one_job = write_delta(fold_read_runs(df, batch_id), str(tmp_path / "one"), "consumed",
+                              10**6, at_most=span)
+        counted = write_delta(fold_read_runs(df, batch_id), str(tmp_path / "counted"),
+                              "consumed", 10**6)
+        batches.append((span, records, one_job, counted))
+
+    query = (spark.readStream.format("kafka")
+             .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", topic)
+             .option("startingOffsets", "earliest").option("includeHeaders", "true")
+             .option("maxOffsetsPerTrigger", 400).load()
+             .writeStream.foreachBatch(batch).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    query.awaitTermination(240)
+    assert not query.isActive
+    assert len(batches) >= 4, batches  # 1,502 offsets in steps of about 400
+    assert all(span >= records >= one_job == counted > 0
+               for span, records, one_job, counted in batches), batches
+    assert sum(b[0] for b in batches) == 1502  # the writes, the transaction's record and marker
+    assert sum(b[1] for b in batches) == 1501
+
+    def rows(name):
+        return sorted(tuple(r.values()) for r in read_table(str(tmp_path / name), "consumed")
+                      .drop_columns(["read_time"]).to_pylist())
+
+    assert rows("one") == rows("counted") and len(rows("one")) == sum(b[2] for b in batches)
+    plain = spark.createDataFrame([(1,)], StructType([StructField("x", LongType())]))
+    assert offset_span(plain) is None  # not a micro-batch of the Kafka source
