@@ -25,7 +25,7 @@ import pyarrow as pa
 from kafka_audit.storage import spark_uri
 from kafka_audit.store import forget, write_arrow
 
-__all__ = ["write_delta", "delete_where", "release"]
+__all__ = ["write_delta", "write_collected", "delete_where", "release"]
 
 
 def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | None = None,
@@ -40,11 +40,7 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
     if rows is None and at_most is not None and at_most <= max_driver_rows:
         if at_most == 0 and mode == "append":
             return 0
-        arrow = pa.table(df.toArrow())
-        if arrow.num_rows == 0 and mode == "append":
-            return 0
-        write_arrow(path, table, arrow, mode, user_metadata)
-        return arrow.num_rows
+        return write_collected(pa.table(df.toArrow()), path, table, mode, user_metadata)
     checkpointed = None
     if rows is None:
         df = checkpointed = df.localCheckpoint(eager=True)
@@ -53,7 +49,7 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
         if rows == 0 and mode == "append":
             return 0
         if rows <= max_driver_rows:
-            write_arrow(path, table, pa.table(df.toArrow()), mode, user_metadata)
+            write_collected(pa.table(df.toArrow()), path, table, mode, user_metadata)
         else:
             writer = df.write.format("delta").mode(mode)
             if user_metadata is not None:
@@ -66,6 +62,16 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
     finally:
         if checkpointed is not None:
             release(checkpointed)
+
+
+def write_collected(rows: pa.Table, path: str, table: str, mode: str = "append",
+                    user_metadata: str | None = None) -> int:
+    """Write ``rows``, collected to the driver, as :func:`write_delta` writes a small
+    DataFrame: one delta-rs commit, none for an empty append. Returns the rows written."""
+    if rows.num_rows == 0 and mode == "append":
+        return 0
+    write_arrow(path, table, rows, mode, user_metadata)
+    return rows.num_rows
 
 
 def stored_rows(df) -> int:

@@ -38,6 +38,7 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.array.ByteArrayMethods;
 import org.apache.spark.unsafe.types.UTF8String;
+import org.apache.spark.util.LongAccumulator;
 
 /**
  * The consume job's fast path: Kafka source rows to read runs in one pass per task.
@@ -79,12 +80,62 @@ public final class ReadRuns {
     /** The same, verifying stamps' MACs under {@code key} (the stamp key; null: none). */
     public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
                                     long readTimeMicros, byte[] key) {
+        return fold(kafka, consumed, batchId, readTimeMicros, key, Long.MAX_VALUE, null);
+    }
+
+    /**
+     * The same, each task stopping at {@code maxRows} divided among the tasks (no cap with
+     * a null {@code truncated}): a task that had more rows adds one to {@code truncated}
+     * and hands out no more, so the rows are not all there (the caller folds again without
+     * a cap). At most {@code maxRows} rows reach a caller that collects them, however
+     * dense the runs.
+     */
+    public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
+                                    long readTimeMicros, byte[] key, long maxRows,
+                                    LongAccumulator truncated) {
         StructType in = kafka.schema();
         int[] idx = {in.fieldIndex("topic"), in.fieldIndex("partition"), in.fieldIndex("offset"),
                      in.fieldIndex("timestamp"), in.fieldIndex("value"), in.fieldIndex("headers")};
         JavaRDD<InternalRow> rows = sourceRows(kafka).toJavaRDD();
-        JavaRDD<Row> runs = rows.mapPartitions(it -> fold(it, idx, batchId, readTimeMicros, key));
+        JavaRDD<Row> runs;
+        if (truncated == null) {
+            runs = rows.mapPartitions(it -> fold(it, idx, batchId, readTimeMicros, key));
+        } else {
+            long perTask = maxRows / Math.max(1, rows.getNumPartitions());
+            runs = rows.mapPartitions(
+                it -> capped(fold(it, idx, batchId, readTimeMicros, key), perTask, truncated));
+        }
         return SparkSession.active().createDataFrame(runs, consumed);
+    }
+
+    /** {@code it}'s first {@code max} elements; one more counts once in {@code truncated}. */
+    static <T> Iterator<T> capped(Iterator<T> it, long max, LongAccumulator truncated) {
+        return new Iterator<T>() {
+            long handed;
+            boolean cut;
+
+            @Override
+            public boolean hasNext() {
+                if (cut || !it.hasNext()) {
+                    return false;
+                }
+                if (handed < max) {
+                    return true;
+                }
+                cut = true;
+                truncated.add(1);
+                return false;
+            }
+
+            @Override
+            public T next() {
+                if (!hasNext()) {
+                    throw new NoSuchElementException();
+                }
+                handed++;
+                return it.next();
+            }
+        };
     }
 
     /**

@@ -10,10 +10,10 @@
 * sink: ``<warehouse>/consumed`` (Delta), one row per run of records
   (:func:`~kafka_audit.jobs.consume.transforms.fold_read_runs`: one pass per task on the
   JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch``
-  (:func:`~kafka_audit.jobs.sink.write_delta`: from the driver with delta-rs when
-  the batch's runs are few, as they are for batched producers: in one Spark job when
-  the batch's offsets are few enough to bound them, ``offset_span``); each commit names
-  its query and batch in Delta's ``userMetadata``;
+  (from the driver with delta-rs when the batch's runs are few, as they are for
+  batched producers: in one Spark job when its offsets bound them or its tasks' capped
+  folds hold them all, else checkpointed and counted first: :func:`_write_fold`);
+  each commit names its query and batch in Delta's ``userMetadata``;
 * exactly once: Spark re-runs a micro-batch only when the process died after its
   sink ran and before the checkpoint recorded it, so only the first batch a run
   executes can be a replay. That one is skipped if the table's history already holds
@@ -46,8 +46,14 @@ import threading
 import time
 from collections.abc import Callable
 
-from kafka_audit.jobs.consume.transforms import fold_read_runs, offset_span
-from kafka_audit.jobs.sink import write_delta
+import pyarrow as pa
+
+from kafka_audit.jobs.consume.transforms import (
+    fold_read_runs,
+    fold_read_runs_within,
+    offset_span,
+)
+from kafka_audit.jobs.sink import write_collected, write_delta
 from kafka_audit.jobs.spark import raise_if_jvm_died
 from kafka_audit.profile import spark_kafka_options, topic_pattern
 from kafka_audit.schemas.systems import kafka_topics
@@ -244,6 +250,7 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
     mac = stamp_mac(settings)  # the stamp key, read once a query: a stamp without its MAC
     # is forged (None: no key)
     first = [True]
+    density: list[float | None] = [None]  # the fold's rows per offset, last batch
 
     def write_batch(batch_df, batch_id: int) -> None:
         if halting is not None and halting.is_set():
@@ -258,9 +265,8 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
                             batch_id)
                 return
         try:
-            write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed",
-                        settings.spark.driver_rows, at_most=offset_span(batch_df),
-                        user_metadata=_marker(app_id, batch_id))
+            _write_fold(batch_df, batch_id, mac, table, settings.spark.driver_rows,
+                        _marker(app_id, batch_id), density)
         except Exception as exc:
             raise _interruption(exc, halting) from None
         if on_commit is not None:
@@ -304,6 +310,37 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
     else:
         writer = writer.trigger(processingTime=f"{settings.spark.consume_trigger_seconds} seconds")
     return writer.start()
+
+
+def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, marker: str,
+                density: list[float | None]) -> str:
+    """Fold the micro-batch ``batch_df`` and append its rows to ``table`` in one commit;
+    return how: ``bounded``, ``capped``, ``counted``, or ``cut, counted``.
+
+    Its offsets (:func:`offset_span`) bound its rows: at ``driver_rows`` or under they go
+    through the driver in one Spark job (``bounded``). Over it, a batch whose runs are
+    sparse (the last batch's rows per offset, ``density[0]``, say half of ``driver_rows``
+    or fewer: one producer's batches; or a query's first batch) is collected with each
+    task capped at its share of ``driver_rows``: one job too when it fits (``capped``),
+    and folded again through a checkpoint and a count when a task was cut (``cut,
+    counted``: producers interleave, a row a record). ``density[0]`` is kept up to date."""
+    span = offset_span(batch_df)
+    how = "bounded" if span is not None and span <= driver_rows else "counted"
+    expected = None if span is None or density[0] is None else span * density[0]
+    if how == "counted" and span is not None and driver_rows > 0 and \
+            (expected is None or expected <= driver_rows / 2):
+        capped, cut = fold_read_runs_within(batch_df, batch_id, driver_rows, mac)
+        collected = pa.table(capped.toArrow())
+        if not cut():
+            write_collected(collected, table, "consumed", user_metadata=marker)
+            density[0] = collected.num_rows / span
+            return "capped"
+        how = "cut, counted"
+    rows = write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed", driver_rows,
+                       at_most=span, user_metadata=marker)
+    if span:
+        density[0] = rows / span
+    return how
 
 
 def run_consume(spark, settings: Settings, pattern: str | None = None, once: bool = False,

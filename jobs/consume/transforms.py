@@ -21,6 +21,8 @@ holds both equal to ``schemas/stamp.py``'s rule on a corpus of stamps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -161,6 +163,14 @@ def fold_read_runs(kafka: DataFrame, batch_id: int, mac: StampMac | None = None
     a task edge splits in two; ``read_time`` is the time of this call. ``mac``: the stamp
     key's (its key goes to the tasks: ``javax.crypto.Mac`` there).
     """
+    spark = kafka.sparkSession
+    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(*_fold_args(kafka, batch_id, mac))
+    return DataFrame(jdf, spark)
+
+
+def _fold_args(kafka: DataFrame, batch_id: int, mac: StampMac | None) -> tuple:
+    """``ReadRuns.fold``'s first arguments: the batch, the ``consumed`` schema, the batch id,
+    the read time (now) and the stamp key."""
     from datetime import UTC, datetime
 
     from kafka_audit.schemas.tables import spark_schema
@@ -168,9 +178,20 @@ def fold_read_runs(kafka: DataFrame, batch_id: int, mac: StampMac | None = None
     spark = kafka.sparkSession
     jschema = spark._jsparkSession.parseDataType(spark_schema("consumed").json())
     micros = int(datetime.now(UTC).timestamp() * 1_000_000)
-    key = None if mac is None else bytearray(mac.key)
-    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(kafka._jdf, jschema, batch_id, micros, key)
-    return DataFrame(jdf, spark)
+    return kafka._jdf, jschema, batch_id, micros, None if mac is None else bytearray(mac.key)
+
+
+def fold_read_runs_within(kafka: DataFrame, batch_id: int, max_rows: int,
+                          mac: StampMac | None = None) -> tuple[DataFrame, Callable[[], bool]]:
+    """:func:`fold_read_runs`, each task stopping at its share of ``max_rows`` rows, so that
+    collecting them never holds more however dense the runs; with a function that says,
+    once the rows were computed, whether a task stopped early (they are then not all
+    there: fold again without a cap)."""
+    spark = kafka.sparkSession
+    cut = spark._jsc.sc().longAccumulator("kafka_audit_fold_cut")
+    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(*_fold_args(kafka, batch_id, mac), max_rows,
+                                                     cut)
+    return DataFrame(jdf, spark), lambda: cut.value() > 0
 
 
 def offset_span(kafka: DataFrame) -> int | None:

@@ -8,6 +8,7 @@ from confluent_kafka import Producer
 
 from kafka_audit.jobs.consume.transforms import fold_read_runs, parse_kafka_records, read_runs
 from kafka_audit.producers.instrumented import AuditedProducer
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.schemas.stamp import HEADER, build_stamp
 from kafka_audit.schemas.tables import column_names
 
@@ -67,13 +68,17 @@ def test_jvm_fold_equals_the_sql_definition(cluster, spark, settings):
     assert sum(r[cols.index("count")] for r in jvm) == df.count()
 
 
-def test_a_micro_batchs_offset_span_bounds_its_records_and_both_writes_agree(
+
+def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
         cluster, spark, settings, tmp_path):
     """``offset_span`` is each micro-batch's offsets as planned: at least its records (a
     transaction's marker takes an offset and holds none), together every offset of the
-    log; the one-job write it allows gives the rows the checkpointed write gives."""
+    log. The consume job's ways of writing a batch (``_write_fold``: bounded by its
+    offsets, collected with capped tasks, or cut and counted) write the rows that the
+    checkpoint-and-count write gives."""
     from pyspark.sql.types import LongType, StructField, StructType
 
+    from kafka_audit.jobs.consume.consume_job import _write_fold
     from kafka_audit.jobs.consume.transforms import offset_span
     from kafka_audit.jobs.sink import write_delta
     from kafka_audit.store import read_table
@@ -81,44 +86,59 @@ def test_a_micro_batchs_offset_span_bounds_its_records_and_both_writes_agree(
     topic = f"span-{time.time_ns()}"
     cluster.create_topic(topic, partitions=3, replication=3)
     conf = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 5}
-    a, b = AuditedProducer(conf, "pa", settings), AuditedProducer(conf, "pb", settings)
-    for i in range(1500):
-        (a if i % 3 else b).produce(topic, b"v %d" % i)
+    batches, hows = [], {"large": [], "small": []}
+    density = {"large": [None], "small": [None]}
+
+    def batch(df, batch_id):
+        span, records = offset_span(df), df.count()
+        counted = write_delta(fold_read_runs(df, batch_id), str(tmp_path / "counted"),
+                              "consumed", 10**6)
+        for name, limit in (("large", 10**6), ("small", 60)):  # driver_rows
+            hows[name].append(_write_fold(df, batch_id, None, str(tmp_path / name), limit,
+                                          f"b{batch_id}", density[name]))
+        batches.append((span, records, counted))
+
+    def read_all():  # the topic from where the last read ended, in steps of about 400
+        query = (spark.readStream.format("kafka")
+                 .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", topic)
+                 .option("startingOffsets", "earliest").option("includeHeaders", "true")
+                 .option("maxOffsetsPerTrigger", 400).load()
+                 .writeStream.foreachBatch(batch).trigger(availableNow=True)
+                 .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+        query.awaitTermination(240)
+        assert not query.isActive
+
+    a = AuditedProducer(conf, "pa", settings)
+    for i in range(900):  # one producer's runs, one partition: sparse rows
+        a.produce(topic, b"a %d" % i, partition=0)
+    a.flush(30)
+    read_all()
+    b = AuditedProducer(conf, "pb", settings)
+    for i in range(600):  # two producers, a record each in turn: a row a record
+        (p := a if i % 2 else b).produce(topic, b"ab %d" % i, partition=1)
+        wait_until(lambda p=p: p.poll(0.005) >= 0 and len(p) == 0, 30, "the write's report",
+                   every=0.001)
     a.close()
     b.close()
     tx = Producer({**conf, "transactional.id": topic})
     tx.init_transactions(30)
     tx.begin_transaction()
-    tx.produce(topic, b"tx", partition=0)
+    tx.produce(topic, b"tx", partition=1)
     tx.commit_transaction(30)
-    batches = []
+    read_all()
 
-    def batch(df, batch_id):
-        span, records = offset_span(df), df.count()
-        one_job = write_delta(fold_read_runs(df, batch_id), str(tmp_path / "one"), "consumed",
-                              10**6, at_most=span)
-        counted = write_delta(fold_read_runs(df, batch_id), str(tmp_path / "counted"),
-                              "consumed", 10**6)
-        batches.append((span, records, one_job, counted))
-
-    query = (spark.readStream.format("kafka")
-             .option("kafka.bootstrap.servers", cluster.bootstrap).option("subscribe", topic)
-             .option("startingOffsets", "earliest").option("includeHeaders", "true")
-             .option("maxOffsetsPerTrigger", 400).load()
-             .writeStream.foreachBatch(batch).trigger(availableNow=True)
-             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
-    query.awaitTermination(240)
-    assert not query.isActive
-    assert len(batches) >= 4, batches  # 1,502 offsets in steps of about 400
-    assert all(span >= records >= one_job == counted > 0
-               for span, records, one_job, counted in batches), batches
+    assert all(span >= records >= counted > 0 for span, records, counted in batches), batches
     assert sum(b[0] for b in batches) == 1502  # the writes, the transaction's record and marker
     assert sum(b[1] for b in batches) == 1501
+    assert set(hows["large"]) == {"bounded"}
+    assert hows["small"][0] == "capped" and "cut, counted" in hows["small"] and \
+        "counted" in hows["small"], hows
 
     def rows(name):
         return sorted(tuple(r.values()) for r in read_table(str(tmp_path / name), "consumed")
                       .drop_columns(["read_time"]).to_pylist())
 
-    assert rows("one") == rows("counted") and len(rows("one")) == sum(b[2] for b in batches)
+    assert rows("large") == rows("counted") == rows("small")
+    assert len(rows("counted")) == sum(b[2] for b in batches)
     plain = spark.createDataFrame([(1,)], StructType([StructField("x", LongType())]))
     assert offset_span(plain) is None  # not a micro-batch of the Kafka source
