@@ -106,6 +106,12 @@ def test_settings(home: Path, **more) -> Settings:
                                             # above the cluster's replica.lag.time.max.ms (4 s)
                                             "beyond_end_seconds": 15},
                                   "watch": {"metadata_log_dirs": meta},
+                                  # no consume warm-up: a service that starts with nothing
+                                  # to read waits for it (6-11 s of a core here) before its
+                                  # query starts, to speed a load's first micro-batch; a
+                                  # test's is a few thousand records. Its own test:
+                                  # tests/spark/test_fold_streams.py
+                                  "spark": {"warm_up": False},
                                   "api": {"port": free_port()}, **more})
 
 
