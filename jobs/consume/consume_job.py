@@ -45,6 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import pyarrow as pa
 
@@ -250,7 +251,7 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
     mac = stamp_mac(settings)  # the stamp key, read once a query: a stamp without its MAC
     # is forged (None: no key)
     first = [True]
-    density: list[float | None] = [None]  # the fold's rows per offset, last batch
+    history = FoldHistory()
 
     def write_batch(batch_df, batch_id: int) -> None:
         if halting is not None and halting.is_set():
@@ -265,8 +266,9 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
                             batch_id)
                 return
         try:
-            _write_fold(batch_df, batch_id, mac, table, settings.spark.driver_rows,
-                        _marker(app_id, batch_id), density)
+            how = _write_fold(batch_df, batch_id, mac, table, settings.spark.driver_rows,
+                              _marker(app_id, batch_id), history)
+            log.debug("consume batch %d written: %s", batch_id, how)
         except Exception as exc:
             raise _interruption(exc, halting) from None
         if on_commit is not None:
@@ -312,34 +314,46 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
     return writer.start()
 
 
+@dataclass
+class FoldHistory:
+    """What a consume query's micro-batches said of their runs (:func:`_write_fold`)."""
+    #: the fold's rows per offset, the last batch whose rows were all counted
+    density: float | None = None
+    #: a capped fold of this query was cut: none of its batches is capped again (a cut
+    #: costs a thrown-away job and a second read, and a batch sparse overall may be dense
+    #: in one partition, cut at every try)
+    cut: bool = False
+
+
 def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, marker: str,
-                density: list[float | None]) -> str:
+                history: FoldHistory) -> str:
     """Fold the micro-batch ``batch_df`` and append its rows to ``table`` in one commit;
     return how: ``bounded``, ``capped``, ``counted``, or ``cut, counted``.
 
     Its offsets (:func:`offset_span`) bound its rows: at ``driver_rows`` or under they go
     through the driver in one Spark job (``bounded``). Over it, a batch whose runs are
-    sparse (the last batch's rows per offset, ``density[0]``, say half of ``driver_rows``
-    or fewer: one producer's batches; or a query's first batch) is collected with each
-    task capped at its share of ``driver_rows``: one job too when it fits (``capped``),
-    and folded again through a checkpoint and a count when a task was cut (``cut,
-    counted``: producers interleave, a row a record). ``density[0]`` is kept up to date."""
+    sparse (the last batch's rows per offset say half of ``driver_rows`` or fewer: one
+    producer's batches; or a query's first batch) is collected with each task capped at
+    its share of ``driver_rows``: one job too when it fits (``capped``), and folded again
+    through a checkpoint and a count when a task was cut (``cut, counted``: producers
+    interleave, a row a record), with a read time of its own; after a cut the query's
+    larger batches go there at once (``counted``)."""
     span = offset_span(batch_df)
     how = "bounded" if span is not None and span <= driver_rows else "counted"
-    expected = None if span is None or density[0] is None else span * density[0]
-    if how == "counted" and span is not None and driver_rows > 0 and \
-            (expected is None or expected <= driver_rows / 2):
+    if how == "counted" and span is not None and driver_rows > 0 and not history.cut and \
+            (history.density is None or span * history.density <= driver_rows / 2):
         capped, cut = fold_read_runs_within(batch_df, batch_id, driver_rows, mac)
         collected = pa.table(capped.toArrow())
         if not cut():
             write_collected(collected, table, "consumed", user_metadata=marker)
-            density[0] = collected.num_rows / span
+            history.density = collected.num_rows / span
             return "capped"
-        how = "cut, counted"
+        del collected  # the driver holds one collect at a time
+        history.cut, how = True, "cut, counted"
     rows = write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed", driver_rows,
                        at_most=span, user_metadata=marker)
     if span:
-        density[0] = rows / span
+        history.density = rows / span
     return how
 
 

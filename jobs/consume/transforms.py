@@ -41,7 +41,8 @@ from kafka_audit.schemas.stamp import (
 from kafka_audit.schemas.systems import KAFKA
 from kafka_audit.schemas.tables import column_names
 
-__all__ = ["parse_kafka_records", "read_runs", "fold_read_runs"]
+__all__ = ["parse_kafka_records", "read_runs", "fold_read_runs", "fold_read_runs_within",
+           "offset_span"]
 
 
 def _uint(binary: Column, pos: int | Column, length: int | Column) -> Column:
@@ -188,7 +189,7 @@ def fold_read_runs_within(kafka: DataFrame, batch_id: int, max_rows: int,
     once the rows were computed, whether a task stopped early (they are then not all
     there: fold again without a cap)."""
     spark = kafka.sparkSession
-    cut = spark._jsc.sc().longAccumulator("kafka_audit_fold_cut")
+    cut = spark._jsc.sc().longAccumulator()  # nameless: not shown in every stage of the UI
     jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(*_fold_args(kafka, batch_id, mac), max_rows,
                                                      cut)
     return DataFrame(jdf, spark), lambda: cut.value() > 0

@@ -68,7 +68,6 @@ def test_jvm_fold_equals_the_sql_definition(cluster, spark, settings):
     assert sum(r[cols.index("count")] for r in jvm) == df.count()
 
 
-
 def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
         cluster, spark, settings, tmp_path):
     """``offset_span`` is each micro-batch's offsets as planned: at least its records (a
@@ -78,8 +77,8 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     checkpoint-and-count write gives."""
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from kafka_audit.jobs.consume.consume_job import _write_fold
-    from kafka_audit.jobs.consume.transforms import offset_span
+    from kafka_audit.jobs.consume.consume_job import FoldHistory, _write_fold
+    from kafka_audit.jobs.consume.transforms import fold_read_runs_within, offset_span
     from kafka_audit.jobs.sink import write_delta
     from kafka_audit.store import read_table
 
@@ -87,15 +86,18 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     cluster.create_topic(topic, partitions=3, replication=3)
     conf = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 5}
     batches, hows = [], {"large": [], "small": []}
-    density = {"large": [None], "small": [None]}
+    history = {"large": FoldHistory(), "small": FoldHistory()}
 
     def batch(df, batch_id):
         span, records = offset_span(df), df.count()
         counted = write_delta(fold_read_runs(df, batch_id), str(tmp_path / "counted"),
                               "consumed", 10**6)
+        capped, cut = fold_read_runs_within(df, batch_id, 60)  # tasks of 60 / partitions
+        held = capped.count()
+        assert held <= 60 and cut() == (held < counted), (held, counted, cut())
         for name, limit in (("large", 10**6), ("small", 60)):  # driver_rows
             hows[name].append(_write_fold(df, batch_id, None, str(tmp_path / name), limit,
-                                          f"b{batch_id}", density[name]))
+                                          f"b{batch_id}", history[name]))
         batches.append((span, records, counted))
 
     def read_all():  # the topic from where the last read ended, in steps of about 400
@@ -109,8 +111,8 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
         assert not query.isActive
 
     a = AuditedProducer(conf, "pa", settings)
-    for i in range(900):  # one producer's runs, one partition: sparse rows
-        a.produce(topic, b"a %d" % i, partition=0)
+    for i in range(900):  # one producer's runs, a run a partition: sparse rows
+        a.produce(topic, b"a %d" % i, partition=0 if i < 450 else 2)
     a.flush(30)
     read_all()
     b = AuditedProducer(conf, "pb", settings)
@@ -131,8 +133,9 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     assert sum(b[0] for b in batches) == 1502  # the writes, the transaction's record and marker
     assert sum(b[1] for b in batches) == 1501
     assert set(hows["large"]) == {"bounded"}
-    assert hows["small"][0] == "capped" and "cut, counted" in hows["small"] and \
-        "counted" in hows["small"], hows
+    # 900 sparse offsets over two partitions in three batches (each task under its 30),
+    # then 601 dense ones: cut once, then counted at once
+    assert hows["small"] == ["capped"] * 3 + ["cut, counted", "counted"], hows
 
     def rows(name):
         return sorted(tuple(r.values()) for r in read_table(str(tmp_path / name), "consumed")
