@@ -1,5 +1,7 @@
 """End to end on real parts: 3 KRaft brokers, Spark with the pinned jars, Delta tables."""
 
+import itertools
+
 import httpx
 import pyarrow.compute as pc
 from confluent_kafka import Producer
@@ -37,10 +39,17 @@ def test_healthy_run_confirms_every_ack(cluster, spark, settings, topic):
     assert {r["kind"] for r in f} == {"confirmed"}
     assert expand(f, "seq") == list(range(30000))  # every write confirmed exactly once
     assert_secondaries_match(settings, cluster.bootstrap, topic, p)
-    # the ledger holds every delivery report exactly once, as runs
+    # the ledger holds every delivery report exactly once, as runs: as few rows as the
+    # writes' own runs (consecutive seqs at consecutive offsets of a partition, from the
+    # producer's record) allow, and never one per run more than that (a buffer the ledger
+    # drains may end a run early). How long the runs are is the producer's batching, which
+    # a busy machine shortens (1,535 rows in a CI run, 600-1,400 alone)
     acks = read_table(settings.table_path("acks"), "acks").to_pylist()
     assert expand(acks, "seq") == list(range(30000))
-    assert len(acks) <= 30000 / 20, f"{len(acks)} ledger rows for 30000 acks"
+    record = sorted(p.record)
+    runs = 1 + sum(1 for (s0, _, p0, o0), (s1, _, p1, o1) in itertools.pairwise(record)
+                   if (s1, p1, o1) != (s0 + 1, p0, o0 + 1))
+    assert runs <= len(acks) <= 2 * runs, f"{len(acks)} ledger rows for {runs} runs"
     # the consumed table holds every record once, stamped, with a good checksum
     consumed = read_table(settings.table_path("consumed"), "consumed")
     mine = consumed.filter(pc.equal(consumed["topic"], topic)).to_pylist()
