@@ -32,9 +32,8 @@ from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.settings import Settings, get_settings
 
 __all__ = ["bench_settings", "Load", "kill_leader", "missing_from_log", "lost_over_rest",
-           "rss_by_process", "cpu_by_process", "cpu_cores", "processes", "process_tree",
-           "fresh_cluster",
-           "cluster_down", "say"]
+           "rss_by_process", "cpu_by_process", "cpu_seconds", "cpu_cores", "processes",
+           "process_tree", "fresh_cluster", "cluster_down", "say"]
 
 
 def say(msg: str) -> None:
@@ -331,12 +330,19 @@ def cpu_by_process(procs: dict[str, list[int]]) -> dict[str, dict[int, float]]:
     return {name: {p: _cpu_s(p) for p in pids} for name, pids in procs.items()}
 
 
+def cpu_seconds(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]]
+                ) -> dict[str, float]:
+    """CPU seconds each process used between two :func:`cpu_by_process` samples (a pid
+    absent before counts from its start)."""
+    return {name: sum(t - before.get(name, {}).get(p, 0.0) for p, t in pids.items())
+            for name, pids in after.items()}
+
+
 def cpu_cores(before: dict[str, dict[int, float]], after: dict[str, dict[int, float]],
               seconds: float) -> dict[str, float]:
     """Cores each process used between two :func:`cpu_by_process` samples ``seconds``
-    apart (a pid absent before counts from its start)."""
-    return {name: sum(t - before.get(name, {}).get(p, 0.0) for p, t in pids.items())
-            / seconds for name, pids in after.items()}
+    apart."""
+    return {name: used / seconds for name, used in cpu_seconds(before, after).items()}
 
 
 def _cpu_s(pid: int) -> float:

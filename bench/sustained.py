@@ -42,7 +42,14 @@ import urllib.request
 import uuid
 from pathlib import Path
 
-from steady import cluster_down, cpu_by_process, cpu_cores, fresh_cluster, process_tree, say
+from steady import (
+    cluster_down,
+    cpu_by_process,
+    cpu_seconds,
+    fresh_cluster,
+    process_tree,
+    say,
+)
 
 from kafka_audit.scenarios.cluster import LocalCluster, wait_until
 from kafka_audit.scenarios.harness import Component, settings_file
@@ -209,8 +216,7 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
             reader.batches(settings, batches)
             time.sleep(args.every)
         load_end = time.time() - t0
-        # cores over one second: the CPU seconds of each while the load ran
-        cpu = {k: round(v, 1) for k, v in cpu_cores(cpu0, cpu_by_process(procs), 1.0).items()}
+        cpu = {k: round(v, 1) for k, v in cpu_seconds(cpu0, cpu_by_process(procs)).items()}
         produced = producer.output()
         producer.stop()
         ends = log_ends(cluster, topic, parts)

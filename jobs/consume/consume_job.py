@@ -339,8 +339,9 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, mark
     interleave, a row a record), with a read time of its own; after a cut the query's
     larger batches go there at once (``counted``)."""
     span = offset_span(batch_df)
-    how = "bounded" if span is not None and span <= driver_rows else "counted"
-    if how == "counted" and span is not None and driver_rows > 0 and not history.cut and \
+    if span is not None and span <= driver_rows:
+        how = "bounded"
+    elif span is not None and driver_rows > 0 and not history.cut and \
             (history.density is None or span * history.density <= driver_rows / 2):
         capped, cut = fold_read_runs_within(batch_df, batch_id, driver_rows, mac)
         collected = pa.table(capped.toArrow())
@@ -350,6 +351,8 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, mark
             return "capped"
         del collected  # the driver holds one collect at a time
         history.cut, how = True, "cut, counted"
+    else:
+        how = "counted"
     rows = write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed", driver_rows,
                        at_most=span, user_metadata=marker)
     if span:

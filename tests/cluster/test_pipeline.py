@@ -43,7 +43,7 @@ def test_healthy_run_confirms_every_ack(cluster, spark, settings, topic):
     # writes' own runs (consecutive seqs at consecutive offsets of a partition, from the
     # producer's record) allow, and never one per run more than that (a buffer the ledger
     # drains may end a run early). How long the runs are is the producer's batching, which
-    # a busy machine shortens (1,535 rows in a CI run, 600-1,400 alone)
+    # a busy machine shortens (1,535 rows in a CI run, against the 1,500 once asked)
     acks = read_table(settings.table_path("acks"), "acks").to_pylist()
     assert expand(acks, "seq") == list(range(30000))
     record = sorted(p.record)
