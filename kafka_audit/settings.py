@@ -500,7 +500,9 @@ class WatchSettings(_Section):
                                     "broker's view of the partitions this often")
     blind_after_seconds: float = Field(
         3, gt=0, description="two successful polls further apart than this (an outage, a "
-        "paused process) leave a gap in cluster_events: what happened then was not seen")
+        "paused process) leave a gap in cluster_events: what happened then was not seen; "
+        "not while the KRaft metadata log is tailed, current at both polls (it hands over "
+        "the time between whole)")
     startup_timeout_seconds: float = Field(
         30, gt=0, description="a watcher that has never reached the cluster gives up after "
         "this long, with one line")

@@ -374,6 +374,11 @@ class FoldedTimeline:
     current. Its sources: :class:`MetadataTail` (the KRaft metadata log) and
     :class:`~kafka_audit.jobs.watcher.zookeeper.ZooKeeperTimeline`."""
 
+    #: whether the watcher's own stalls lose nothing of it: a log read by a process of its
+    #: own (the KRaft tail) hands over, after a stall, every record written meanwhile, at
+    #: its own time; a timeline the watcher's process keeps (ZooKeeper's) stalls with it
+    outlives_stalls = False
+
     def __init__(self, fold: MetadataFold) -> None:
         self.fold = fold
         self._lock = threading.Lock()
@@ -426,6 +431,8 @@ class MetadataTail(FoldedTimeline):
     """The Java tail (``jobs/watcher/MetadataTail.java``) of the nodes' metadata logs,
     folded as its lines arrive; fresh while its newest record is younger than
     ``stale_seconds`` and the tail alive."""
+
+    outlives_stalls = True
 
     def __init__(self, dirs: list[Path], fold: MetadataFold, stale_seconds: float) -> None:
         super().__init__(fold)

@@ -29,7 +29,11 @@ could not observe is a *gap*: a ``watcher_blind`` row (``event_time`` its
 start, ``until`` its end) written whenever two successful polls lie more than
 ``watch.blind_after_seconds`` apart, whatever the reason (an outage, a paused
 or restarted watcher: the last good poll of an earlier process is read from
-its status file). While polls fail, an open gap row (``until`` null) says the
+its status file), unless the KRaft metadata log was tailed, current, at both polls: its
+tail, a process of its own, hands over every record of the time between at its own
+time, so after a poll that took long (a broker frozen, a loaded machine) the leaders,
+ISRs and brokers of the time between are whole (only the polls' own samples, log ends and
+two-leader views, are sparser). While polls fail, an open gap row (``until`` null) says the
 watcher is blind now. A loss whose exposure falls in a gap names it in its
 cause. At start, a watcher that cannot reach the cluster within
 ``watch.startup_timeout_seconds`` stops with one line.
@@ -369,7 +373,11 @@ class ClusterWatcher:
         settings, and take over the partition events while the log is not current."""
         exact_rows, changes = (self.metadata.drain_with_muted() if self.metadata is not None
                                else ([], []))
+        # the timeline came whole through the time since the last poll: a log the watcher's
+        # stall does not stop, current then and now
+        whole = self.exact and self.metadata is not None and self.metadata.outlives_stalls
         self.exact = self.metadata is not None and self.metadata.fresh()
+        whole = whole and self.exact
         if exact_rows:  # written even if this poll fails: the files were read
             append_rows(self.table, "cluster_events", exact_rows)
             self.events_written += len(exact_rows)
@@ -461,8 +469,8 @@ class ClusterWatcher:
         self.broker_outages.update(self.known_brokers, self.brokers,
                                    self.answering or None, now)
         blind = self.settings.watch.blind_after_seconds
-        if self.last_ok is not None and (self._open_gap is not None
-                                         or (now - self.last_ok).total_seconds() > blind):
+        if self.last_ok is not None and (self._open_gap is not None or (
+                (now - self.last_ok).total_seconds() > blind and not whole)):
             rows.insert(0, self._gap(self.last_ok, now))
         rows = self._unwritten + rows
         if rows:

@@ -5,9 +5,9 @@
   alive, logs the outage once when it starts and once when it ends, records the gap in
   ``cluster_events``, and health says ``degraded`` during it and ``ok`` for the watcher
   after it.
-* An ``acks=1`` leader kill while the watcher is paused: the losses equal the ground
-  truth, and the cause of those acknowledged inside the gap names it (the fail-over
-  went unobserved); a later loss in the observed hand-over back does not.
+* An ``acks=1`` leader kill while a watcher on polls alone is paused: the losses equal
+  the ground truth, and the cause of those acknowledged inside the gap names it (the
+  fail-over went unobserved); a later loss in the observed hand-over back does not.
 """
 
 import signal
@@ -81,6 +81,10 @@ def test_the_watcher_rides_out_a_frozen_cluster(cluster, settings, topic):
 
 
 def test_a_loss_inside_a_watcher_gap_names_the_gap(cluster, spark, settings, topic):
+    # a watcher on polls alone (a remote cluster's): one tailing the metadata log reads
+    # the fail-over from it after the pause, at its time (tests/cluster/test_watcher_gaps.py)
+    settings = settings.model_copy(update={"watch": settings.watch.model_copy(
+        update={"metadata_log_dirs": []})})
     with Component(settings, "watch") as watcher:
         wait_until(lambda: watcher_ok(settings), 60, "the watcher's first poll")
 
