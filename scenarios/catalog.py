@@ -29,6 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kafka_audit.errors import ClusterError
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.faults import cut_port, isolate
 
@@ -48,9 +49,27 @@ class Context:
     seconds: float
     fault: Callable[..., None]
     progress: Callable[[str], None]
+    #: the scenario's watcher (``jobs/watcher/watcher.py``), running beside the faults; None
+    #: where none runs
+    watcher: object | None = None
 
     def leader(self, partition: int = 0) -> int:
         return self.cluster.leader_of(self.topic, partition)  # type: ignore[attr-defined]
+
+    def hold_until_two_leaders_seen(self, most: float, partition: int = 0) -> None:
+        """Keep the fault as it is until the watcher has seen two brokers each name
+        themselves leader of ``partition`` (two polls in a row: ``Watcher._split_brain``),
+        at most ``most`` seconds: a split brain shorter than the watcher's polls (a loaded
+        machine's poll takes seconds) is not seen, and the fault's length should not decide
+        whether it is. Not seen by then: said, and the scenario's judgement tells."""
+        if self.watcher is None:
+            return
+        key = (self.topic, partition)
+        try:
+            wait_until(lambda: key in self.watcher.two_leaders, most,  # type: ignore[attr-defined]
+                       "the watcher to see two leaders")
+        except ClusterError:
+            self.progress(f"the watcher saw no two leaders of {key} in {most:.0f} s")
 
     def heal_all(self) -> None:
         """Every node running, every ISR full, preferred leaders back."""
@@ -226,6 +245,8 @@ def _isolated(ctx: Context, node: int, hold: float) -> None:
                 "the quorum to elect another leader")
             ctx.fault("leader_elected", node=new, while_isolated=node)
         _pause(ctx, hold)  # the isolated node keeps serving its clients meanwhile
+        if led:
+            ctx.hold_until_two_leaders_seen(30)
     ctx.fault("node_healed", node=node)
 
 

@@ -170,7 +170,8 @@ def run_scenario(name: str, settings: Settings, cluster, spark, seed: int = 0,
                                 name=f"scenario-{name}-producer")
     producer.start()
     try:
-        ctx = Context(cluster, settings, topic, random.Random(seed), seconds, fault, progress)
+        ctx = Context(cluster, settings, topic, random.Random(seed), seconds, fault, progress,
+                      watcher)
         t0 = time.monotonic()
         s.schedule(ctx)
         holder["tail"] = True
