@@ -58,10 +58,11 @@ class Context:
 
     def hold_until_two_leaders_seen(self, most: float, partition: int = 0) -> None:
         """Keep the fault as it is until the watcher has seen two brokers each name
-        themselves leader of ``partition`` (two polls in a row: ``Watcher._split_brain``),
-        at most ``most`` seconds: a split brain shorter than the watcher's polls (a loaded
-        machine's poll takes seconds) is not seen, and the fault's length should not decide
-        whether it is. Not seen by then: said, and the scenario's judgement tells."""
+        themselves leader of ``partition`` (in two polls in a row:
+        ``ClusterWatcher._split_brain``), at most ``most`` seconds: a split brain shorter
+        than the watcher's polls (a loaded machine's poll takes seconds) is not seen, and
+        the fault's length should not decide whether it is. Not seen by then: said, and
+        the scenario's judgement tells."""
         if self.watcher is None:
             return
         key = (self.topic, partition)
