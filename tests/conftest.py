@@ -107,7 +107,7 @@ def test_settings(home: Path, **more) -> Settings:
                                             "beyond_end_seconds": 15},
                                   "watch": {"metadata_log_dirs": meta},
                                   # no consume warm-up: a service that starts with nothing
-                                  # to read waits for it (11.2-11.8 s in bench/sustained.py's
+                                  # to read waits for it (6.1-11.8 s in bench/sustained.py's
                                   # runs, its "warmed up in" log line) before its query
                                   # starts, to speed a load's first micro-batch; a test's is
                                   # a few thousand records. Its own test:

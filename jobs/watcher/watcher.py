@@ -373,11 +373,10 @@ class ClusterWatcher:
         settings, and take over the partition events while the log is not current."""
         exact_rows, changes = (self.metadata.drain_with_muted() if self.metadata is not None
                                else ([], []))
+        was_exact, self.exact = self.exact, self.metadata is not None and self.metadata.fresh()
         # the timeline came whole through the time since the last poll: a log the watcher's
         # stall does not stop, current then and now
-        whole = self.exact and self.metadata is not None and self.metadata.outlives_stalls
-        self.exact = self.metadata is not None and self.metadata.fresh()
-        whole = whole and self.exact
+        whole = was_exact and self.exact and self.metadata.outlives_stalls
         if exact_rows:  # written even if this poll fails: the files were read
             append_rows(self.table, "cluster_events", exact_rows)
             self.events_written += len(exact_rows)
