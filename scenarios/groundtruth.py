@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from kafka_audit.jobs.audit.reread import record_headers
 from kafka_audit.schemas.stamp import StampError, stamp_of_headers
 
-__all__ = ["scan_log", "full_read", "full_read_stamps", "acked_but_missing", "Written",
-           "written_by", "secondary_truth", "secondary_findings"]
+__all__ = ["end_offsets", "scan_log", "full_read", "full_read_stamps", "acked_but_missing",
+           "Written", "written_by", "secondary_truth", "secondary_findings"]
 
 
 Stamp = tuple[str, str, int]
@@ -28,6 +28,37 @@ def full_read_stamps(bootstrap: str, topic: str, timeout: float = 60
         if stamp is not None:
             found.setdefault(stamp, []).append(place)
     return found
+
+
+#: answers of a partition that has just changed leader: asked again until the deadline
+_SETTLING = frozenset({"OFFSET_NOT_AVAILABLE", "LEADER_NOT_AVAILABLE",
+                       "NOT_LEADER_FOR_PARTITION", "NOT_LEADER_OR_FOLLOWER", "_TIMED_OUT"})
+
+
+def end_offsets(consumer, topic: str, parts: list[int], within: float = 60) -> dict[int, int]:
+    """Each partition's high watermark, asked again while its leader has just changed.
+
+    A new leader answers OFFSET_NOT_AVAILABLE ("Leader high watermark is not caught up")
+    until its followers' fetches have moved its high watermark past the epoch's start: a
+    full read right after a leader kill met it in CI. Any other error, or one that
+    outlasts ``within`` seconds, is raised."""
+    import time
+
+    from confluent_kafka import KafkaException, TopicPartition
+
+    deadline = time.monotonic() + within
+    ends: dict[int, int] = {}
+    for p in parts:
+        while p not in ends:
+            try:
+                ends[p] = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+            except KafkaException as exc:
+                err = exc.args[0] if exc.args else None
+                name = err.name() if hasattr(err, "name") else ""
+                if name not in _SETTLING or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+    return ends
 
 
 def scan_log(bootstrap: str, topic: str, timeout: float = 60
@@ -48,7 +79,7 @@ def scan_log(bootstrap: str, topic: str, timeout: float = 60
     try:
         md = c.list_topics(topic, timeout=10)
         parts = sorted(md.topics[topic].partitions)
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1] for p in parts}
+        ends = end_offsets(c, topic, parts)
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         remaining = {p for p in parts if ends[p] > 0}
         positions = {p: -1 for p in parts}

@@ -10,6 +10,7 @@ import sys
 import time
 from dataclasses import dataclass
 
+from kafka_audit.scenarios.groundtruth import end_offsets
 from kafka_audit.schemas.stamp import Stamp, StampError, checksum_ok, stamp_of_headers
 from kafka_audit.store import read_table
 
@@ -38,8 +39,7 @@ def read_log(bootstrap: str, topic: str, timeout: float = 180, checksums: bool =
     c = Consumer(consumer_config(bootstrap, "native-check", **{"auto.offset.reset": "earliest"}))
     try:
         parts = sorted(c.list_topics(topic, timeout=10).topics[topic].partitions)
-        ends = {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
-                for p in parts}
+        ends = end_offsets(c, topic, parts)
         c.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in parts])
         out: dict[tuple[int, int], Record] = {}
         remaining = {p for p in parts if ends[p] > 0}
