@@ -25,7 +25,7 @@ import pyarrow as pa
 from kafka_audit.storage import spark_uri
 from kafka_audit.store import forget, write_arrow
 
-__all__ = ["write_delta", "write_collected", "delete_where", "release"]
+__all__ = ["write_delta", "write_spark", "write_collected", "delete_where", "release"]
 
 
 def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | None = None,
@@ -51,17 +51,23 @@ def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | 
         if rows <= max_driver_rows:
             write_collected(pa.table(df.toArrow()), path, table, mode, user_metadata)
         else:
-            writer = df.write.format("delta").mode(mode)
-            if user_metadata is not None:
-                writer = writer.option("userMetadata", user_metadata)
-            if mode == "overwrite":  # the declared columns, as the delta-rs path writes them
-                writer = writer.option("overwriteSchema", "true")
-            forget(path)
-            writer.save(spark_uri(path))
+            write_spark(df, path, mode, user_metadata)
         return rows
     finally:
         if checkpointed is not None:
             release(checkpointed)
+
+
+def write_spark(df, path: str, mode: str = "append", user_metadata: str | None = None) -> None:
+    """Write ``df`` with Spark's Delta writer in one commit, computing it once (its job is
+    the write), whatever its size; an empty append commits too."""
+    writer = df.write.format("delta").mode(mode)
+    if user_metadata is not None:
+        writer = writer.option("userMetadata", user_metadata)
+    if mode == "overwrite":  # the declared columns, as the delta-rs path writes them
+        writer = writer.option("overwriteSchema", "true")
+    forget(path)
+    writer.save(spark_uri(path))
 
 
 def write_collected(rows: pa.Table, path: str, table: str, mode: str = "append",

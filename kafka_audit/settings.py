@@ -442,9 +442,9 @@ class SparkSettings(_Section):
     max_offsets_per_trigger: int = Field(
         1_000_000, gt=0, description="most offsets one consume micro-batch takes when "
         "catching up: a backlog is read in steps of this many (the passes wait for it: "
-        "steady.backlog_pass_seconds), and the fold's rows of one batch (a row a record "
-        "when producers interleave) are held at once; each batch costs some fixed work, "
-        "about a second (bench/catchup.py)")
+        "steady.backlog_pass_seconds); a batch's rows are written as they are folded, "
+        "with no stored copy first (at most spark.driver_rows of them pass through the "
+        "driver); each batch costs some fixed work, about a second (bench/catchup.py)")
     driver_rows: int = Field(
         200_000, ge=0, description="Delta data of at most this many rows moves through the "
         "driver as Arrow and is committed with delta-rs (tens of ms, against about half a "

@@ -84,6 +84,16 @@ public final class ReadRuns {
     }
 
     /**
+     * The same, adding each row handed out to {@code handed}: a caller that writes the rows
+     * without collecting or counting them first (a dense micro-batch, straight into Spark's
+     * Delta writer) learns how many there were from it once the write's job has run.
+     */
+    public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
+                                    long readTimeMicros, byte[] key, LongAccumulator handed) {
+        return fold(kafka, consumed, batchId, readTimeMicros, key, Long.MAX_VALUE, null, handed);
+    }
+
+    /**
      * The same, each task stopping at {@code maxRows} divided among the tasks (no cap with
      * a null {@code truncated}): a task that had more rows adds one to {@code truncated}
      * and hands out no more, so the rows are not all there (the caller folds again without
@@ -93,6 +103,12 @@ public final class ReadRuns {
     public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
                                     long readTimeMicros, byte[] key, long maxRows,
                                     LongAccumulator truncated) {
+        return fold(kafka, consumed, batchId, readTimeMicros, key, maxRows, truncated, null);
+    }
+
+    static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
+                             long readTimeMicros, byte[] key, long maxRows,
+                             LongAccumulator truncated, LongAccumulator handed) {
         StructType in = kafka.schema();
         int[] idx = {in.fieldIndex("topic"), in.fieldIndex("partition"), in.fieldIndex("offset"),
                      in.fieldIndex("timestamp"), in.fieldIndex("value"), in.fieldIndex("headers")};
@@ -105,7 +121,27 @@ public final class ReadRuns {
             runs = rows.mapPartitions(
                 it -> capped(fold(it, idx, batchId, readTimeMicros, key), perTask, truncated));
         }
+        if (handed != null) {
+            runs = runs.mapPartitions(it -> counted(it, handed));
+        }
         return SparkSession.active().createDataFrame(runs, consumed);
+    }
+
+    /** {@code it}, adding one to {@code handed} for each element handed out. */
+    static <T> Iterator<T> counted(Iterator<T> it, LongAccumulator handed) {
+        return new Iterator<T>() {
+            @Override
+            public boolean hasNext() {
+                return it.hasNext();
+            }
+
+            @Override
+            public T next() {
+                T next = it.next();
+                handed.add(1);
+                return next;
+            }
+        };
     }
 
     /** {@code it}'s first {@code max} elements; one more counts once in {@code truncated}. */

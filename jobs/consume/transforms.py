@@ -182,6 +182,17 @@ def _fold_args(kafka: DataFrame, batch_id: int, mac: StampMac | None) -> tuple:
     return kafka._jdf, jschema, batch_id, micros, None if mac is None else bytearray(mac.key)
 
 
+def fold_read_runs_counted(kafka: DataFrame, batch_id: int, mac: StampMac | None = None
+                           ) -> tuple[DataFrame, Callable[[], int]]:
+    """:func:`fold_read_runs`, with a function that says, once the rows were computed (by
+    one job: a write), how many there were: a dense micro-batch goes straight into
+    Spark's Delta writer, without being stored and counted first."""
+    spark = kafka.sparkSession
+    handed = spark._jsc.sc().longAccumulator()  # nameless: not shown in every stage of the UI
+    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(*_fold_args(kafka, batch_id, mac), handed)
+    return DataFrame(jdf, spark), lambda: int(handed.value())
+
+
 def fold_read_runs_within(kafka: DataFrame, batch_id: int, max_rows: int,
                           mac: StampMac | None = None) -> tuple[DataFrame, Callable[[], bool]]:
     """:func:`fold_read_runs`, each task stopping at its share of ``max_rows`` rows, so that

@@ -73,8 +73,8 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     """``offset_span`` is each micro-batch's offsets as planned: at least its records (a
     transaction's marker takes an offset and holds none), together every offset of the
     log. The consume job's ways of writing a batch (``_write_fold``: bounded by its
-    offsets, collected with capped tasks, or cut and counted) write the rows that the
-    checkpoint-and-count write gives."""
+    offsets, collected with capped tasks, or cut and written through Spark) write the rows
+    that the checkpoint-and-count write gives."""
     from pyspark.sql.types import LongType, StructField, StructType
 
     from kafka_audit.jobs.consume.consume_job import FoldHistory, _write_fold
@@ -134,8 +134,11 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     assert sum(b[1] for b in batches) == 1501
     assert set(hows["large"]) == {"bounded"}
     # 900 sparse offsets over two partitions in three batches (each task under its 30),
-    # then 601 dense ones: cut once, then counted at once
-    assert hows["small"] == ["capped"] * 3 + ["cut, counted", "counted"], hows
+    # then 601 dense ones: cut once, then written straight through Spark at once, the
+    # fold's rows counted as they were written (the last batch's rows per offset)
+    assert hows["small"] == ["capped"] * 3 + ["cut, written", "written"], hows
+    span, _records, counted = batches[-1]
+    assert history["small"].density == counted / span
 
     def rows(name):
         return sorted(tuple(r.values()) for r in read_table(str(tmp_path / name), "consumed")
