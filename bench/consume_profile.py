@@ -1,4 +1,4 @@
-"""Where the consume job's time goes: the same streaming read of one topic, four ways.
+"""Where the consume job's time goes: the same streaming read of one topic, seven ways.
 
 Fills one RF=3 topic on the local cluster with the instrumented producer, then
 runs, in interleaved rounds with fresh checkpoints (the first round is a
@@ -9,7 +9,13 @@ warm-up), each as an ``availableNow`` stream with the consume job's batch size:
   Python callback and of handing the rows out);
 * ``fold``: ``foreachBatch`` folding them into read runs (``ReadRuns.java``),
   into ``noop``;
-* ``consume``: the consume job itself (fold plus the Delta append).
+* ``spark-write``: the fold written by Spark's Delta writer (the consume job's way for a
+  micro-batch over ``spark.driver_rows`` rows);
+* ``counted``: the same, stored (``localCheckpoint``) and counted first (that way's
+  path until 2026-12-02);
+* ``arrow-write``: the fold collected to the driver as Arrow and committed with delta-rs
+  (its way for a smaller one);
+* ``consume``: the consume job itself (its first micro-batch, so a capped fold first).
 
 Prints each one's wall time, the CPU seconds of the Spark JVM (local mode: the tasks
 run in it) and of this Python process (the ``foreachBatch`` callbacks, delta-rs's
@@ -18,7 +24,9 @@ topic is filled by N instrumented producers in turn, each sending batches of ``-
 records, so their runs interleave on every partition as in ``bench/catchup.py`` (the
 fold's worst case: a row every ``--batch`` records). Deletes its topic at the end. Run:
 ``.venv/bin/python bench/consume_profile.py [--messages 10000000] [--rounds 2]
-[--producers 20 --batch 5]``.
+[--producers 20 --batch 5] [--keep]``; ``--keep`` leaves the filled topic (its name is
+printed) and ``--topic NAME`` profiles such a kept one again without filling (a change
+to the JVM fold measured on the same records).
 """
 
 from __future__ import annotations
@@ -30,8 +38,11 @@ import tempfile
 import time
 from pathlib import Path
 
+import pyarrow as pa
+
 from kafka_audit.jobs.consume.consume_job import start_consume
 from kafka_audit.jobs.consume.transforms import fold_read_runs
+from kafka_audit.jobs.sink import write_collected, write_delta, write_spark
 from kafka_audit.jobs.spark import get_spark
 from kafka_audit.settings import Settings
 
@@ -51,16 +62,22 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--producers", type=int, default=1)
     ap.add_argument("--batch", type=int, default=10_000)
+    ap.add_argument("--keep", action="store_true", help="leave the filled topic")
+    ap.add_argument("--topic", help="profile this kept topic again (no fill)")
     args = ap.parse_args()
     base, cluster, topic = bench_topic("profile")
+    if args.topic:
+        drop_topic(cluster, topic)  # made by bench_topic: not the one profiled
+        topic = args.topic
     root = Path(tempfile.mkdtemp(prefix="kafka-audit-profile-"))
     settings = Settings(home=root / "fill", cluster=base.cluster.model_dump())
     spark = None
     try:
-        t = time.perf_counter()
-        fill(settings, topic, args.messages, args.producers, args.batch)
-        print(f"filled {topic}: {args.messages} in {time.perf_counter() - t:.1f}s",
-              flush=True)
+        if not args.topic:
+            t = time.perf_counter()
+            fill(settings, topic, args.messages, args.producers, args.batch)
+            print(f"filled {topic}: {args.messages} in {time.perf_counter() - t:.1f}s",
+                  flush=True)
         spark = get_spark(settings, "kafka-audit-profile")
         jvm = jvm_pid(spark)
 
@@ -77,10 +94,25 @@ def main() -> int:
         def fold(df, batch_id):
             fold_read_runs(df, batch_id).write.format("noop").mode("overwrite").save()
 
+        def spark_write(df, batch_id):  # the dense batch's way (consume_job._write_fold)
+            folded = fold_read_runs(df, batch_id)
+            write_spark(folded, str(root / f"spark-write-{time.time_ns()}"))
+
+        def counted_write(df, batch_id):  # the dense batch's way before: stored, counted
+            write_delta(fold_read_runs(df, batch_id), str(root / f"counted-{time.time_ns()}"),
+                        "consumed", settings.spark.driver_rows)
+
+        def arrow_write(df, batch_id):  # the same rows through the driver and delta-rs
+            rows = pa.table(fold_read_runs(df, batch_id).toArrow())
+            write_collected(rows, str(root / f"arrow-write-{time.time_ns()}"), "consumed")
+
         ways = {
             "bare": lambda work: stream(work),
             "count": lambda work: stream(work, count),
             "fold": lambda work: stream(work, fold),
+            "spark-write": lambda work: stream(work, spark_write),
+            "counted": lambda work: stream(work, counted_write),
+            "arrow-write": lambda work: stream(work, arrow_write),
             "consume": lambda work: start_consume(
                 spark, Settings(home=work, cluster=base.cluster.model_dump()), topic,
                 once=True),
@@ -94,13 +126,16 @@ def main() -> int:
                 jvm_s, py_s = _cpu_s(jvm) - cpu[0], time.process_time() - cpu[1]
                 batches = [p["durationMs"].get("addBatch", 0) for p in query.recentProgress]
                 label = "warm-up" if r == 0 else f"round {r}"
-                print(f"{label:<8} {name:<8} {took:6.1f}s  cpu jvm {jvm_s:6.1f}s python "
+                print(f"{label:<8} {name:<11} {took:6.1f}s  cpu jvm {jvm_s:6.1f}s python "
                       f"{py_s:5.1f}s  addBatch ms {batches}", flush=True)
     finally:
         if spark is not None:
             spark.stop()
         shutil.rmtree(root, ignore_errors=True)
-        drop_topic(cluster, topic)
+        if args.keep or args.topic:
+            print(f"kept {topic}", flush=True)
+        else:
+            drop_topic(cluster, topic)
     return 0
 
 
