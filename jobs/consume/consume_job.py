@@ -587,9 +587,12 @@ def stop_quietly(spark, query, halting: threading.Event | None = None,
     :class:`BatchInterrupted` (``halting`` set) that py4j does not log, the JVM's log of a
     query ending with an error, and of a task interrupted in its Arrow buffers, is silenced
     from here on, and this one line says what happened."""
+    # silenced first: a batch that begins once ``halting`` is set fails at once, and the JVM
+    # logged that failure with its stack while the call that silences it was on its way
+    # (CI, 2026-12-02: a 0.2 s trigger, a loaded machine)
+    _silence_jvm_loggers(spark, (_STREAMING_LOGGER,))
     if halting is not None:
         halting.set()
-    _silence_jvm_loggers(spark, (_STREAMING_LOGGER,))
     batch = None
     try:
         # without ``halting`` the next batch would begin meanwhile: one look, no wait
