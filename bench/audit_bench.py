@@ -70,11 +70,15 @@ def fill(settings: Settings, topic: str, n: int, producers: int = 1,
     return ps[0]
 
 
-def bench_topic(kind: str) -> tuple[Settings, LocalCluster, str]:
-    """The local cluster (started if need be) and a new RF=3, 3-partition topic."""
+def bench_topic(kind: str, existing: str | None = None
+                ) -> tuple[Settings, LocalCluster, str]:
+    """The local cluster (started if need be) and a new RF=3, 3-partition topic, or the
+    ``existing`` one (a topic an earlier run kept)."""
     base = get_settings()
     cluster = LocalCluster(base)
     cluster.up(print)
+    if existing:
+        return base, cluster, existing
     topic = f"bench-{kind}-{uuid.uuid4().hex[:6]}"
     cluster.create_topic(topic, partitions=3, replication=3)
     return base, cluster, topic

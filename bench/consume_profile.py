@@ -65,10 +65,7 @@ def main() -> int:
     ap.add_argument("--keep", action="store_true", help="leave the filled topic")
     ap.add_argument("--topic", help="profile this kept topic again (no fill)")
     args = ap.parse_args()
-    base, cluster, topic = bench_topic("profile")
-    if args.topic:
-        drop_topic(cluster, topic)  # made by bench_topic: not the one profiled
-        topic = args.topic
+    base, cluster, topic = bench_topic("profile", existing=args.topic)
     root = Path(tempfile.mkdtemp(prefix="kafka-audit-profile-"))
     settings = Settings(home=root / "fill", cluster=base.cluster.model_dump())
     spark = None

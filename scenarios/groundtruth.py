@@ -55,7 +55,7 @@ def end_offsets(consumer, topic: str, parts: list[int], within: float = 60) -> d
             except KafkaException as exc:
                 err = exc.args[0] if exc.args else None
                 name = err.name() if hasattr(err, "name") else ""
-                if name not in _SETTLING or time.monotonic() > deadline:
+                if name not in _SETTLING or time.monotonic() >= deadline:
                     raise
                 time.sleep(0.2)
     return ends

@@ -341,9 +341,10 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, mark
     larger batches go there at once (``written``), the fold's rows counted as they are
     written. Before, such a batch was stored (``localCheckpoint``) and counted first,
     then written: a million one-record runs took 13.1 s of the JVM's CPU that way against
-    10.6 s written at once (medians of three interleaved rounds,
-    ``bench/consume_profile.py --producers 20 --batch 1``). A batch whose offsets are not
-    known is counted first (``counted``)."""
+    10.6 s written at once (medians of three interleaved rounds, ``bench/consume_profile.py
+    --rounds 3 --topic T`` on a topic kept by ``--messages 1000000 --producers 20 --batch 1
+    --keep``; docs/benchmarks.md). A batch whose offsets are not known is counted first
+    (``counted``)."""
     span = offset_span(batch_df)
     if span is None or span <= driver_rows:
         rows = write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed",

@@ -6,21 +6,14 @@ import threading
 from kafka_audit.jobs.consume import consume_job
 
 
-class Recorder:
-    """What happened, in order: the loggers silenced, ``halting`` set, the query stopped."""
-
-    def __init__(self):
-        self.events = []
-
-
 def test_the_jvm_loggers_are_silenced_before_a_batch_is_refused(monkeypatch):
-    seen = Recorder()
+    seen = []  # what happened, in order: the loggers silenced, halting set, the query stopped
     monkeypatch.setattr(consume_job, "_silence_jvm_loggers",
-                        lambda spark, names: seen.events.append(("silenced", tuple(names))))
+                        lambda spark, names: seen.append(("silenced", tuple(names))))
 
     class Halting(threading.Event):
         def set(self):
-            seen.events.append(("halting",))
+            seen.append(("halting",))
             super().set()
 
     class Query:  # between micro-batches: nothing runs
@@ -29,11 +22,11 @@ def test_the_jvm_loggers_are_silenced_before_a_batch_is_refused(monkeypatch):
         lastProgress = {"batchId": 2}  # noqa: N815 - Spark's name
 
         def stop(self):
-            seen.events.append(("stopped",))
+            seen.append(("stopped",))
 
         def exception(self):
             return None
 
     consume_job.stop_quietly(None, Query(), Halting(), wait=0)
-    assert seen.events == [("silenced", (consume_job._STREAMING_LOGGER,)), ("halting",),
+    assert seen == [("silenced", (consume_job._STREAMING_LOGGER,)), ("halting",),
                            ("stopped",)]
