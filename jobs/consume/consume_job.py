@@ -266,10 +266,14 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
                 log.warning("consume batch %d was written before a restart: not again",
                             batch_id)
                 return
+        began = time.monotonic()
         try:
             how = _write_fold(batch_df, batch_id, mac, table, settings.spark.driver_rows,
                               _marker(app_id, batch_id), history)
-            log.debug("consume batch %d written: %s", batch_id, how)
+            # a batch over spark.driver_rows (a catch-up's) is rare and slow: say how
+            (log.debug if how in ("bounded", "counted") else log.info)(
+                "consume batch %d written (%s) in %.1f s", batch_id, how,
+                time.monotonic() - began)
         except Exception as exc:
             raise _interruption(exc, halting) from None
         if on_commit is not None:
@@ -345,6 +349,7 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, mark
     --rounds 3 --topic T`` on a topic kept by ``--messages 1000000 --producers 20 --batch 1
     --keep``; docs/benchmarks.md). A batch whose offsets are not known is counted first
     (``counted``)."""
+    began = time.monotonic()
     span = offset_span(batch_df)
     if span is None or span <= driver_rows:
         rows = write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed",
@@ -361,6 +366,8 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, mark
             history.density = collected.num_rows / span
             return "capped"
         del collected  # the driver holds one collect at a time
+        log.info("consume batch %d: a capped fold was cut after %.1f s; folded again into "
+                 "Spark's Delta writer", batch_id, time.monotonic() - began)
         history.cut, how = True, "cut, written"
     else:
         how = "written"
