@@ -1,4 +1,4 @@
-"""Where the consume job's time goes: the same streaming read of one topic, seven ways.
+"""Where the consume job's time goes: the same streaming read of one topic, eight ways.
 
 Fills one RF=3 topic on the local cluster with the instrumented producer, then
 runs, in interleaved rounds with fresh checkpoints (the first round is a
@@ -11,6 +11,8 @@ warm-up), each as an ``availableNow`` stream with the consume job's batch size:
   into ``noop``;
 * ``spark-write``: the fold written by Spark's Delta writer (the consume job's way for a
   micro-batch over ``spark.driver_rows`` rows);
+* ``spark-write-nostats``: the same with Delta's per-file column statistics off
+  (``spark.databricks.delta.stats.collect``), to weigh what they cost;
 * ``counted``: the same, stored (``localCheckpoint``) and counted first (that way's
   path until 2026-12-02);
 * ``arrow-write``: the fold collected to the driver as Arrow and committed with delta-rs
@@ -26,7 +28,7 @@ fold's worst case: a row every ``--batch`` records). Deletes its topic at the en
 ``.venv/bin/python bench/consume_profile.py [--messages 10000000] [--rounds 2]
 [--producers 20 --batch 5] [--keep]``; ``--keep`` leaves the filled topic (its name is
 printed) and ``--topic NAME`` profiles such a kept one again without filling (a change
-to the JVM fold measured on the same records).
+to the JVM fold measured on the same records); ``--ways bare,spark-write`` runs only those.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ def main() -> int:
     ap.add_argument("--batch", type=int, default=10_000)
     ap.add_argument("--keep", action="store_true", help="leave the filled topic")
     ap.add_argument("--topic", help="profile this kept topic again (no fill)")
+    ap.add_argument("--ways", help="comma-separated: only these ways (default: all)")
     args = ap.parse_args()
     base, cluster, topic = bench_topic("profile", existing=args.topic)
     root = Path(tempfile.mkdtemp(prefix="kafka-audit-profile-"))
@@ -95,6 +98,13 @@ def main() -> int:
             folded = fold_read_runs(df, batch_id)
             write_spark(folded, str(root / f"spark-write-{time.time_ns()}"))
 
+        def spark_write_nostats(df, batch_id):  # the same, no per-file column statistics
+            spark.conf.set("spark.databricks.delta.stats.collect", "false")
+            try:
+                spark_write(df, batch_id)
+            finally:
+                spark.conf.unset("spark.databricks.delta.stats.collect")
+
         def counted_write(df, batch_id):  # the dense batch's way before: stored, counted
             write_delta(fold_read_runs(df, batch_id), str(root / f"counted-{time.time_ns()}"),
                         "consumed", settings.spark.driver_rows)
@@ -108,12 +118,18 @@ def main() -> int:
             "count": lambda work: stream(work, count),
             "fold": lambda work: stream(work, fold),
             "spark-write": lambda work: stream(work, spark_write),
+            "spark-write-nostats": lambda work: stream(work, spark_write_nostats),
             "counted": lambda work: stream(work, counted_write),
             "arrow-write": lambda work: stream(work, arrow_write),
             "consume": lambda work: start_consume(
                 spark, Settings(home=work, cluster=base.cluster.model_dump()), topic,
                 once=True),
         }
+        if args.ways:
+            chosen = args.ways.split(",")
+            if unknown := set(chosen) - set(ways):
+                ap.error(f"unknown ways {sorted(unknown)}; known: {sorted(ways)}")
+            ways = {name: ways[name] for name in chosen}
         for r in range(args.rounds + 1):
             for name, run in ways.items():
                 t, cpu = time.perf_counter(), (_cpu_s(jvm), time.process_time())
