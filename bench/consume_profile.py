@@ -1,4 +1,4 @@
-"""Where the consume job's time goes: the same streaming read of one topic, eight ways.
+"""Where the consume job's time goes: the same streaming read of one topic, nine ways.
 
 Fills one RF=3 topic on the local cluster with the instrumented producer, then
 runs, in interleaved rounds with fresh checkpoints (the first round is a
@@ -10,14 +10,17 @@ warm-up), each as an ``availableNow`` stream with the consume job's batch size:
 * ``fold``: ``foreachBatch`` folding them into read runs (``ReadRuns.java``),
   into ``noop``;
 * ``spark-write``: the fold written by Spark's Delta writer (the consume job's way for a
-  micro-batch over ``spark.driver_rows`` rows);
+  micro-batch over ``spark.stream_rows`` offsets; until 2026-12-02 over
+  ``spark.driver_rows``);
 * ``spark-write-nostats``: the same with Delta's per-file column statistics off
   (``spark.databricks.delta.stats.collect``), to weigh what they cost;
 * ``counted``: the same, stored (``localCheckpoint``) and counted first (that way's
   path until 2026-12-02);
 * ``arrow-write``: the fold collected to the driver as Arrow and committed with delta-rs
-  (its way for a smaller one);
-* ``consume``: the consume job itself (its first micro-batch, so a capped fold first).
+  (its way for a micro-batch of at most ``spark.driver_rows`` offsets);
+* ``stream-write``: the fold handed from the tasks to delta-rs as Arrow, a record batch
+  at a time, in one commit (its way for one up to ``spark.stream_rows``);
+* ``consume``: the consume job itself.
 
 Prints each one's wall time, the CPU seconds of the Spark JVM (local mode: the tasks
 run in it) and of this Python process (the ``foreachBatch`` callbacks, delta-rs's
@@ -44,7 +47,7 @@ import pyarrow as pa
 
 from kafka_audit.jobs.consume.consume_job import start_consume
 from kafka_audit.jobs.consume.transforms import fold_read_runs
-from kafka_audit.jobs.sink import write_collected, write_delta, write_spark
+from kafka_audit.jobs.sink import write_collected, write_delta, write_spark, write_stream
 from kafka_audit.jobs.spark import get_spark
 from kafka_audit.settings import Settings
 
@@ -113,6 +116,10 @@ def main() -> int:
             rows = pa.table(fold_read_runs(df, batch_id).toArrow())
             write_collected(rows, str(root / f"arrow-write-{time.time_ns()}"), "consumed")
 
+        def stream_write(df, batch_id):  # the same rows handed to delta-rs as tasks end
+            write_stream(fold_read_runs(df, batch_id), str(root / f"stream-{time.time_ns()}"),
+                         "consumed")
+
         ways = {
             "bare": lambda work: stream(work),
             "count": lambda work: stream(work, count),
@@ -121,6 +128,7 @@ def main() -> int:
             "spark-write-nostats": lambda work: stream(work, spark_write_nostats),
             "counted": lambda work: stream(work, counted_write),
             "arrow-write": lambda work: stream(work, arrow_write),
+            "stream-write": lambda work: stream(work, stream_write),
             "consume": lambda work: start_consume(
                 spark, Settings(home=work, cluster=base.cluster.model_dump()), topic,
                 once=True),

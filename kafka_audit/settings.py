@@ -443,12 +443,20 @@ class SparkSettings(_Section):
         1_000_000, gt=0, description="most offsets one consume micro-batch takes when "
         "catching up: a backlog is read in steps of this many (the passes wait for it: "
         "steady.backlog_pass_seconds); a batch's rows are written as they are folded, "
-        "with no stored copy first (at most spark.driver_rows of them pass through the "
-        "driver); each batch costs some fixed work, about a second (bench/catchup.py)")
+        "with no stored copy first (streamed to delta-rs up to spark.stream_rows); each "
+        "batch costs some fixed work, about a second (bench/catchup.py)")
     driver_rows: int = Field(
         200_000, ge=0, description="Delta data of at most this many rows moves through the "
         "driver as Arrow and is committed with delta-rs (tens of ms, against about half a "
-        "second for Spark's Delta writer); more goes through Spark. 0: always Spark")
+        "second for Spark's Delta writer); more goes through Spark (a consume micro-batch: "
+        "spark.stream_rows). 0: always Spark")
+    stream_rows: int = Field(
+        2_000_000, ge=0, description="a consume micro-batch of more than spark.driver_rows "
+        "offsets and at most this many is handed from Spark's tasks to delta-rs as Arrow, "
+        "a record batch at a time as the tasks end, and committed with delta-rs: the "
+        "driver's Python holds a record batch, its JVM the tasks' results not yet handed "
+        "(about 200 bytes a row at a row a record: under spark.driver.maxResultSize, 1 GiB "
+        "by default); a larger one goes through Spark's Delta writer")
 
 
 class AuditSettings(_Section):

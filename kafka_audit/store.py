@@ -31,7 +31,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -54,7 +54,8 @@ if TYPE_CHECKING:
 
 __all__ = ["table_exists", "check_table", "read_table", "append_rows",
            "append_once",
-           "append_arrow_once", "write_arrow", "transaction_version", "commit_metadata",
+           "append_arrow_once", "write_arrow", "write_arrow_stream", "transaction_version",
+           "commit_metadata",
            "STAGED", "stage_segment", "staged_segments", "commit_staged", "StagedCommit",
            "segment_notes",
            "files_added_since", "CommitNotes", "data_changes_since", "appends_by_commit",
@@ -607,6 +608,44 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
     _write(path, table, _dt(path) if table_exists(path) else None, [data], mode,
            CommitProperties(custom_metadata={"userMetadata": user_metadata}
                             if user_metadata is not None else None))
+
+
+def write_arrow_stream(path: str, table: str, batches: Callable[[], Iterable[pa.RecordBatch]],
+                       user_metadata: str | None = None) -> int:
+    """One delta-rs append of the record batches ``batches()`` yields (the declared
+    ``table``'s columns), each written as it comes: this process holds one at a time, not
+    the whole. Returns the rows written. A commit refused by a concurrent one
+    (:func:`_past_removals`) calls ``batches()`` again: the files of the refused try are
+    named in no commit (a vacuum removes them)."""
+    from deltalake import CommitProperties, write_deltalake
+
+    properties = CommitProperties(custom_metadata={"userMetadata": user_metadata}
+                                  if user_metadata is not None else None)
+    target = _dt(path) if table_exists(path) else None
+
+    def attempt(again: bool) -> int:
+        forget(path)
+        into = _dt(path) if again else target
+        schema = arrow_schema(table) if into is None else pa.schema(into.schema().to_arrow())
+        written = 0
+
+        def conformed() -> Iterator[pa.RecordBatch]:
+            nonlocal written
+            for batch in batches():
+                part = _filled(pa.Table.from_batches([batch]), schema)
+                written += part.num_rows
+                yield from part.to_batches()
+
+        write_deltalake(path if into is None else into,
+                        pa.RecordBatchReader.from_batches(schema, conformed()), mode="append",
+                        storage_options=delta_options(path) if into is None else None,
+                        configuration=_new_table() if into is None else None,
+                        commit_properties=properties)
+        return written
+
+    if target is None:
+        return attempt(False)
+    return _past_removals(path, attempt)
 
 
 def _filled(part: pa.Table, schema: pa.Schema) -> pa.Table:

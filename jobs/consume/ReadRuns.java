@@ -38,7 +38,6 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.unsafe.Platform;
 import org.apache.spark.unsafe.array.ByteArrayMethods;
 import org.apache.spark.unsafe.types.UTF8String;
-import org.apache.spark.util.LongAccumulator;
 
 /**
  * The consume job's fast path: Kafka source rows to read runs in one pass per task.
@@ -80,98 +79,12 @@ public final class ReadRuns {
     /** The same, verifying stamps' MACs under {@code key} (the stamp key; null: none). */
     public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
                                     long readTimeMicros, byte[] key) {
-        return fold(kafka, consumed, batchId, readTimeMicros, key, Long.MAX_VALUE, null);
-    }
-
-    /**
-     * The same, adding each row handed out to {@code handed}: a caller that writes the rows
-     * without collecting or counting them first (a dense micro-batch, straight into Spark's
-     * Delta writer) learns how many there were from it once the write's job has run.
-     */
-    public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
-                                    long readTimeMicros, byte[] key, LongAccumulator handed) {
-        return fold(kafka, consumed, batchId, readTimeMicros, key, Long.MAX_VALUE, null, handed);
-    }
-
-    /**
-     * The same, each task stopping at {@code maxRows} divided among the tasks (no cap with
-     * a null {@code truncated}): a task that had more rows adds one to {@code truncated}
-     * and hands out no more, so the rows are not all there (the caller folds again without
-     * a cap). At most {@code maxRows} rows reach a caller that collects them, however
-     * dense the runs.
-     */
-    public static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
-                                    long readTimeMicros, byte[] key, long maxRows,
-                                    LongAccumulator truncated) {
-        return fold(kafka, consumed, batchId, readTimeMicros, key, maxRows, truncated, null);
-    }
-
-    static Dataset<Row> fold(Dataset<Row> kafka, StructType consumed, long batchId,
-                             long readTimeMicros, byte[] key, long maxRows,
-                             LongAccumulator truncated, LongAccumulator handed) {
         StructType in = kafka.schema();
         int[] idx = {in.fieldIndex("topic"), in.fieldIndex("partition"), in.fieldIndex("offset"),
                      in.fieldIndex("timestamp"), in.fieldIndex("value"), in.fieldIndex("headers")};
-        JavaRDD<InternalRow> rows = sourceRows(kafka).toJavaRDD();
-        JavaRDD<Row> runs;
-        if (truncated == null) {
-            runs = rows.mapPartitions(it -> fold(it, idx, batchId, readTimeMicros, key));
-        } else {
-            long perTask = maxRows / Math.max(1, rows.getNumPartitions());
-            runs = rows.mapPartitions(
-                it -> capped(fold(it, idx, batchId, readTimeMicros, key), perTask, truncated));
-        }
-        if (handed != null) {
-            runs = runs.mapPartitions(it -> counted(it, handed));
-        }
+        JavaRDD<Row> runs = sourceRows(kafka).toJavaRDD()
+            .mapPartitions(it -> fold(it, idx, batchId, readTimeMicros, key));
         return SparkSession.active().createDataFrame(runs, consumed);
-    }
-
-    /** {@code it}, adding one to {@code handed} for each element handed out. */
-    static <T> Iterator<T> counted(Iterator<T> it, LongAccumulator handed) {
-        return new Iterator<T>() {
-            @Override
-            public boolean hasNext() {
-                return it.hasNext();
-            }
-
-            @Override
-            public T next() {
-                T next = it.next();
-                handed.add(1);
-                return next;
-            }
-        };
-    }
-
-    /** {@code it}'s first {@code max} elements; one more counts once in {@code truncated}. */
-    static <T> Iterator<T> capped(Iterator<T> it, long max, LongAccumulator truncated) {
-        return new Iterator<T>() {
-            long handed;
-            boolean cut;
-
-            @Override
-            public boolean hasNext() {
-                if (cut || !it.hasNext()) {
-                    return false;
-                }
-                if (handed < max) {
-                    return true;
-                }
-                cut = true;
-                truncated.add(1);
-                return false;
-            }
-
-            @Override
-            public T next() {
-                if (!hasNext()) {
-                    throw new NoSuchElementException();
-                }
-                handed++;
-                return it.next();
-            }
-        };
     }
 
     /**

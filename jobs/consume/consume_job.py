@@ -45,17 +45,9 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
-import pyarrow as pa
-
-from kafka_audit.jobs.consume.transforms import (
-    fold_read_runs,
-    fold_read_runs_counted,
-    fold_read_runs_within,
-    offset_span,
-)
-from kafka_audit.jobs.sink import write_collected, write_delta, write_spark
+from kafka_audit.jobs.consume.transforms import fold_read_runs, offset_span
+from kafka_audit.jobs.sink import write_delta, write_spark, write_stream
 from kafka_audit.jobs.spark import raise_if_jvm_died
 from kafka_audit.profile import spark_kafka_options, topic_pattern
 from kafka_audit.schemas.systems import kafka_topics
@@ -252,7 +244,6 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
     mac = stamp_mac(settings)  # the stamp key, read once a query: a stamp without its MAC
     # is forged (None: no key)
     first = [True]
-    history = FoldHistory()
 
     def write_batch(batch_df, batch_id: int) -> None:
         if halting is not None and halting.is_set():
@@ -269,7 +260,7 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
         began = time.monotonic()
         try:
             how = _write_fold(batch_df, batch_id, mac, table, settings.spark.driver_rows,
-                              _marker(app_id, batch_id), history)
+                              settings.spark.stream_rows, _marker(app_id, batch_id))
             # a batch over spark.driver_rows (a catch-up's) is rare and slow: say how
             (log.debug if how in ("bounded", "counted") else log.info)(
                 "consume batch %d written (%s) in %.1f s", batch_id, how,
@@ -319,62 +310,32 @@ def start_consume(spark, settings: Settings, pattern: str | None = None, once: b
     return writer.start()
 
 
-@dataclass
-class FoldHistory:
-    """What a consume query's micro-batches said of their runs (:func:`_write_fold`)."""
-    #: the fold's rows per offset, the last batch whose rows were all counted
-    density: float | None = None
-    #: a capped fold of this query was cut: none of its batches is capped again (a cut
-    #: costs a thrown-away job and a second read, and a batch sparse overall may be dense
-    #: in one partition, cut at every try)
-    cut: bool = False
-
-
-def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, marker: str,
-                history: FoldHistory) -> str:
+def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, stream_rows: int,
+                marker: str) -> str:
     """Fold the micro-batch ``batch_df`` and append its rows to ``table`` in one commit;
-    return how: ``bounded``, ``capped``, ``written``, ``cut, written`` or ``counted``.
+    return how: ``bounded``, ``streamed``, ``written`` or ``counted``.
 
-    Its offsets (:func:`offset_span`) bound its rows: at ``driver_rows`` or under they go
-    through the driver in one Spark job (``bounded``). Over it, a batch whose runs are
-    sparse (the last batch's rows per offset say half of ``driver_rows`` or fewer: one
-    producer's batches; or a query's first batch) is collected with each task capped at
-    its share of ``driver_rows``: one job too when it fits (``capped``), and folded again
-    straight into Spark's Delta writer when a task was cut (``cut, written``: producers
-    interleave, a row a record), with a read time of its own; after a cut the query's
-    larger batches go there at once (``written``), the fold's rows counted as they are
-    written. Before, such a batch was stored (``localCheckpoint``) and counted first,
-    then written: a million one-record runs took 13.1 s of the JVM's CPU that way against
-    10.6 s written at once (medians of three interleaved rounds, ``bench/consume_profile.py
-    --rounds 3 --topic T`` on a topic kept by ``--messages 1000000 --producers 20 --batch 1
-    --keep``; docs/benchmarks.md). A batch whose offsets are not known is counted first
-    (``counted``)."""
-    began = time.monotonic()
+    Its offsets (:func:`offset_span`) bound its rows: at ``driver_rows`` or under they are
+    collected to the driver in one Spark job and committed with delta-rs (``bounded``); up
+    to ``stream_rows`` (a catch-up's batches: producers interleave, a row a record) they
+    are handed from the tasks to delta-rs a record batch at a time as the tasks end
+    (``streamed``: :func:`~kafka_audit.jobs.sink.write_stream`), so the driver's Python never
+    holds the whole; over it they go through Spark's Delta writer (``written``). Streamed,
+    a million one-record runs cost the JVM and this process FIXME s of CPU against FIXME s
+    through Spark's writer, whose first write of a JVM (its snapshot of the table, then
+    the commit's checksum) took 28 s of a catch-up's first batch
+    (``bench/consume_profile.py``, docs/benchmarks.md). A batch whose offsets are not
+    known is counted first (``counted``)."""
     span = offset_span(batch_df)
+    folded = fold_read_runs(batch_df, batch_id, mac)
     if span is None or span <= driver_rows:
-        rows = write_delta(fold_read_runs(batch_df, batch_id, mac), table, "consumed",
-                           driver_rows, at_most=span, user_metadata=marker)
-        if span:
-            history.density = rows / span
+        write_delta(folded, table, "consumed", driver_rows, at_most=span, user_metadata=marker)
         return "counted" if span is None else "bounded"
-    if driver_rows > 0 and not history.cut and \
-            (history.density is None or span * history.density <= driver_rows / 2):
-        capped, cut = fold_read_runs_within(batch_df, batch_id, driver_rows, mac)
-        collected = pa.table(capped.toArrow())
-        if not cut():
-            write_collected(collected, table, "consumed", user_metadata=marker)
-            history.density = collected.num_rows / span
-            return "capped"
-        del collected  # the driver holds one collect at a time
-        log.info("consume batch %d: a capped fold was cut after %.1f s; folded again into "
-                 "Spark's Delta writer", batch_id, time.monotonic() - began)
-        history.cut, how = True, "cut, written"
-    else:
-        how = "written"
-    folded, handed = fold_read_runs_counted(batch_df, batch_id, mac)
+    if span <= stream_rows:
+        write_stream(folded, table, "consumed", user_metadata=marker)
+        return "streamed"
     write_spark(folded, table, user_metadata=marker)
-    history.density = handed() / span
-    return how
+    return "written"
 
 
 def run_consume(spark, settings: Settings, pattern: str | None = None, once: bool = False,

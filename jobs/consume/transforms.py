@@ -21,8 +21,6 @@ holds both equal to ``schemas/stamp.py``'s rule on a corpus of stamps.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -41,8 +39,7 @@ from kafka_audit.schemas.stamp import (
 from kafka_audit.schemas.systems import KAFKA
 from kafka_audit.schemas.tables import column_names
 
-__all__ = ["parse_kafka_records", "read_runs", "fold_read_runs", "fold_read_runs_within",
-           "offset_span"]
+__all__ = ["parse_kafka_records", "read_runs", "fold_read_runs", "offset_span"]
 
 
 def _uint(binary: Column, pos: int | Column, length: int | Column) -> Column:
@@ -180,30 +177,6 @@ def _fold_args(kafka: DataFrame, batch_id: int, mac: StampMac | None) -> tuple:
     jschema = spark._jsparkSession.parseDataType(spark_schema("consumed").json())
     micros = int(datetime.now(UTC).timestamp() * 1_000_000)
     return kafka._jdf, jschema, batch_id, micros, None if mac is None else bytearray(mac.key)
-
-
-def fold_read_runs_counted(kafka: DataFrame, batch_id: int, mac: StampMac | None = None
-                           ) -> tuple[DataFrame, Callable[[], int]]:
-    """:func:`fold_read_runs`, with a function that says, once the rows were computed (by
-    one job: a write), how many there were: a dense micro-batch goes straight into
-    Spark's Delta writer, without being stored and counted first."""
-    spark = kafka.sparkSession
-    handed = spark._jsc.sc().longAccumulator()  # nameless: not shown in every stage of the UI
-    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(*_fold_args(kafka, batch_id, mac), handed)
-    return DataFrame(jdf, spark), lambda: int(handed.value())
-
-
-def fold_read_runs_within(kafka: DataFrame, batch_id: int, max_rows: int,
-                          mac: StampMac | None = None) -> tuple[DataFrame, Callable[[], bool]]:
-    """:func:`fold_read_runs`, each task stopping at its share of ``max_rows`` rows, so that
-    collecting them never holds more however dense the runs; with a function that says,
-    once the rows were computed, whether a task stopped early (they are then not all
-    there: fold again without a cap)."""
-    spark = kafka.sparkSession
-    cut = spark._jsc.sc().longAccumulator()  # nameless: not shown in every stage of the UI
-    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(*_fold_args(kafka, batch_id, mac), max_rows,
-                                                     cut)
-    return DataFrame(jdf, spark), lambda: cut.value() > 0
 
 
 def offset_span(kafka: DataFrame) -> int | None:

@@ -73,31 +73,29 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     """``offset_span`` is each micro-batch's offsets as planned: at least its records (a
     transaction's marker takes an offset and holds none), together every offset of the
     log. The consume job's ways of writing a batch (``_write_fold``: bounded by its
-    offsets, collected with capped tasks, or cut and written through Spark) write the rows
-    that the checkpoint-and-count write gives."""
+    offsets and collected, streamed from the tasks to delta-rs, or written through Spark)
+    write the rows that the checkpoint-and-count write gives."""
     from pyspark.sql.types import LongType, StructField, StructType
 
-    from kafka_audit.jobs.consume.consume_job import FoldHistory, _write_fold
-    from kafka_audit.jobs.consume.transforms import fold_read_runs_within, offset_span
+    from kafka_audit.jobs.consume.consume_job import _write_fold
+    from kafka_audit.jobs.consume.transforms import offset_span
     from kafka_audit.jobs.sink import write_delta
     from kafka_audit.store import read_table
 
     topic = f"span-{time.time_ns()}"
     cluster.create_topic(topic, partitions=3, replication=3)
     conf = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 5}
-    batches, hows = [], {"large": [], "small": []}
-    history = {"large": FoldHistory(), "small": FoldHistory()}
+    #: spark.driver_rows and spark.stream_rows of each way
+    ways = {"large": (10**6, 10**7), "small": (60, 10**6), "spark": (60, 60)}
+    batches, hows = [], {name: [] for name in ways}
 
     def batch(df, batch_id):
         span, records = offset_span(df), df.count()
         counted = write_delta(fold_read_runs(df, batch_id), str(tmp_path / "counted"),
                               "consumed", 10**6)
-        capped, cut = fold_read_runs_within(df, batch_id, 60)  # tasks of 60 / partitions
-        held = capped.count()
-        assert held <= 60 and cut() == (held < counted), (held, counted, cut())
-        for name, limit in (("large", 10**6), ("small", 60)):  # driver_rows
-            hows[name].append(_write_fold(df, batch_id, None, str(tmp_path / name), limit,
-                                          f"b{batch_id}", history[name]))
+        for name, (driver_rows, stream_rows) in ways.items():
+            hows[name].append(_write_fold(df, batch_id, None, str(tmp_path / name),
+                                          driver_rows, stream_rows, f"b{batch_id}"))
         batches.append((span, records, counted))
 
     def read_all():  # the topic from where the last read ended, in steps of about 400
@@ -132,19 +130,16 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     assert all(span >= records >= counted > 0 for span, records, counted in batches), batches
     assert sum(b[0] for b in batches) == 1502  # the writes, the transaction's record and marker
     assert sum(b[1] for b in batches) == 1501
-    assert set(hows["large"]) == {"bounded"}
-    # 900 sparse offsets over two partitions in three batches (each task under its 30),
-    # then 601 dense ones: cut once, then written straight through Spark at once, the
-    # fold's rows counted as they were written (the last batch's rows per offset)
-    assert hows["small"] == ["capped"] * 3 + ["cut, written", "written"], hows
-    span, _records, counted = batches[-1]
-    assert history["small"].density == counted / span
+    # five batches of about 300-400 offsets: 900 sparse ones, then 601 dense ones
+    assert len(batches) == 5 and min(b[0] for b in batches) > 60, batches
+    assert hows == {"large": ["bounded"] * 5, "small": ["streamed"] * 5,
+                    "spark": ["written"] * 5}, hows
 
     def rows(name):
         return sorted(tuple(r.values()) for r in read_table(str(tmp_path / name), "consumed")
                       .drop_columns(["read_time"]).to_pylist())
 
-    assert rows("large") == rows("counted") == rows("small")
+    assert rows("large") == rows("counted") == rows("small") == rows("spark")
     assert len(rows("counted")) == sum(b[2] for b in batches)
     plain = spark.createDataFrame([(1,)], StructType([StructField("x", LongType())]))
     assert offset_span(plain) is None  # not a micro-batch of the Kafka source

@@ -8,7 +8,7 @@ from deltalake import DeltaTable
 
 from kafka_audit.jobs.audit.hot_state import consumed_row
 from kafka_audit.jobs.core.model import ReadRun
-from kafka_audit.jobs.sink import write_delta
+from kafka_audit.jobs.sink import write_delta, write_stream
 from kafka_audit.schemas.tables import column_names, spark_schema
 from kafka_audit.store import read_table
 
@@ -52,3 +52,44 @@ def test_driver_and_spark_writes_give_the_same_table(spark, tmp_path):
         write_delta(frame(spark, 200, 2), path, "consumed", limit, mode="overwrite")
         assert [r["offset"] for r in rows_of(path)] == [200, 210, 200, 210]
         assert spark.read.format("delta").load(path).count() == 4
+
+
+def test_a_streamed_write_gives_the_table_a_collected_one_gives(spark, tmp_path):
+    """``write_stream``: the rows handed from the tasks as they end, in one commit with its
+    mark, appended to a table either writer made; the same rows as the collected write."""
+    streamed, collected = str(tmp_path / "streamed"), str(tmp_path / "collected")
+    spark.conf.set("spark.sql.execution.arrow.maxRecordsPerBatch", "7")  # batches of a task
+    try:
+        for path, mark in ((streamed, "0"), (collected, "0")):
+            write_delta(frame(spark, 0, 5), path, "consumed", 0, user_metadata=mark)
+        many = frame(spark, 1000, 40).repartition(3)  # 80 rows in three tasks
+        assert write_stream(many, streamed, "consumed", user_metadata="1") == 80
+        write_delta(many, collected, "consumed", 1000, user_metadata="1")
+    finally:
+        spark.conf.unset("spark.sql.execution.arrow.maxRecordsPerBatch")
+    assert rows_of(streamed) == rows_of(collected) and len(rows_of(streamed)) == 90
+    assert marks(streamed) == ["0", "1"]
+    assert write_stream(frame(spark, 0, 0), str(tmp_path / "new"), "consumed") == 0
+    assert rows_of(str(tmp_path / "new")) == []  # an empty append to a new table makes it
+
+
+def test_a_job_that_fails_midway_commits_none_of_its_rows(spark, tmp_path):
+    """A task that fails after others handed their rows: the stream raises the job's error
+    before it ends, and the table stays as it was (no part taken for the whole)."""
+    from pyspark.sql import functions as F
+
+    path = str(tmp_path / "t")
+    write_delta(frame(spark, 0, 2), path, "consumed", 1000)
+    version = DeltaTable(path).version()
+    rows = frame(spark, 1000, 30).repartition(3)
+    failing = rows.withColumn("offset", F.when(
+        (F.spark_partition_id() == 2) & (F.col("offset") >= 0),
+        F.raise_error(F.lit("a task failed"))).otherwise(F.col("offset")))
+    try:
+        write_stream(failing, path, "consumed")
+    except Exception as exc:  # noqa: BLE001 - what matters is that it was raised
+        assert "a task failed" in str(exc), exc
+    else:
+        raise AssertionError("a failed job's stream ended as if whole")
+    assert DeltaTable(path).version() == version
+    assert len(rows_of(path)) == 4
