@@ -320,11 +320,11 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, stre
     to ``stream_rows`` (a catch-up's batches: producers interleave, a row a record) they
     are handed from the tasks to delta-rs a record batch at a time as the tasks end
     (``streamed``: :func:`~kafka_audit.jobs.sink.write_stream`), so the driver's Python never
-    holds the whole; over it they go through Spark's Delta writer (``written``). Streamed,
-    a million one-record runs cost the JVM and this process FIXME s of CPU against FIXME s
-    through Spark's writer, whose first write of a JVM (its snapshot of the table, then
-    the commit's checksum) took 28 s of a catch-up's first batch
-    (``bench/consume_profile.py``, docs/benchmarks.md). A batch whose offsets are not
+    holds the whole; over it they go through Spark's Delta writer (``written``). Through
+    Spark's writer a catch-up read at 0.43x a bare read, its first batch after the restart
+    69 s (28 s of it Delta's snapshot of the table before the write and its jobs after the
+    commit), the next ones 13-17 s; streamed 0.78x (``bench/catchup.py``, docs/benchmarks.md:
+    a cold write through delta-rs pays none of that). A batch whose offsets are not
     known is counted first (``counted``)."""
     span = offset_span(batch_df)
     folded = fold_read_runs(batch_df, batch_id, mac)
