@@ -10,7 +10,7 @@ millions of records), so those are collected as Arrow and committed with
 delta-rs, in tens of milliseconds. An output over ``spark.driver_rows`` rows (runs as many as
 records: no batching, interleaved producers) goes through Spark's writer, so the
 driver never holds more than that; a consume micro-batch up to ``spark.stream_rows``
-offsets is streamed to delta-rs instead (:func:`write_stream`), a record batch at a time.
+offsets is streamed to delta-rs instead (:func:`write_stream`), record batches as they come.
 
 Both paths write one commit, with the same ``userMetadata``, into tables of the
 declared schema; the tables stay readable and writable by both engines. On an
@@ -21,6 +21,7 @@ commit to one table at once.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pyarrow as pa
@@ -29,7 +30,7 @@ from kafka_audit.storage import spark_uri
 from kafka_audit.store import forget, write_arrow, write_arrow_stream
 
 __all__ = ["write_delta", "write_spark", "write_stream", "write_collected", "delete_where",
-           "release", "arrow_batches"]
+           "release", "ArrowBatches"]
 
 
 def write_delta(df, path: str, table: str, max_driver_rows: int, *, rows: int | None = None,
@@ -76,40 +77,64 @@ def write_spark(df, path: str, mode: str = "append", user_metadata: str | None =
 
 def write_stream(df, path: str, table: str, user_metadata: str | None = None) -> int:
     """Append ``df`` (columns of the declared ``table``) with delta-rs in one commit, its
-    rows handed from Spark's tasks as they end (:func:`arrow_batches`) and written as they
-    come: the driver's Python holds a record batch at a time, its JVM the results of the
-    tasks not yet handed (the whole, at worst: up to ``spark.driver.maxResultSize``, 1 GiB
-    by default). Returns the rows written; an empty append commits too. A commit refused
-    by a concurrent one computes ``df`` again."""
-    return write_arrow_stream(path, table, lambda: arrow_batches(df), user_metadata)
+    rows handed from Spark's tasks as they end (:class:`ArrowBatches`) and written as they
+    come: the driver's Python holds what delta-rs has not written yet (a few record
+    batches and the Parquet file it fills), never the whole; its JVM the results of the
+    tasks not yet handed (up to ``spark.driver.maxResultSize``, 1 GiB by default).
+    Returns the rows written; an empty append commits too. A commit refused by a
+    concurrent one computes ``df`` again."""
+    return write_arrow_stream(path, table, lambda: ArrowBatches(df), user_metadata)
 
 
-def arrow_batches(df) -> Iterator[pa.RecordBatch]:
+class ArrowBatches:
     """The rows of ``df`` as Arrow record batches (``spark.sql.execution.arrow.
     maxRecordsPerBatch`` rows each), handed over as Spark's tasks end, in no set order,
     none kept here (``DataFrame.toArrow`` holds them all first). The JVM serves them as
-    for ``toArrow`` (pyspark's ``_collect_as_arrow``, pinned with pyspark). A failed job
-    raises its error before the batches end: a reader of them never takes a part for
-    the whole."""
-    from pyspark.errors.exceptions.captured import unwrap_spark_exception
-    from pyspark.sql.pandas.serializers import ArrowCollectSerializer
-    from pyspark.traceback_utils import SCCallSiteSync
-    from pyspark.util import _create_local_socket
+    for ``toArrow`` (pyspark's ``_collect_as_arrow``, pinned with pyspark).
 
-    with SCCallSiteSync(df._sc):
-        port, secret, server = df._jdf.collectAsArrowToPython()
-    sock = _create_local_socket((port, secret))
-    try:
+    The job starts here, in the caller's thread, with its properties (a streaming query's
+    micro-batch: the query's stop cancels it), whichever thread then reads the batches
+    (delta-rs reads them on one of its own). A failed job raises its error before the
+    batches end: a reader of them never takes a part for the whole. :meth:`close` before
+    the end cancels the job; Spark hands each task's batches over on its scheduler's
+    thread, which waits while the reader is behind (a reader that never reads again stalls
+    the driver's jobs until it is closed)."""
+
+    def __init__(self, df) -> None:
+        from pyspark.traceback_utils import SCCallSiteSync
+        from pyspark.util import _create_local_socket
+
+        self._sc = df.sparkSession.sparkContext
+        self._tag = f"kafka-audit-stream-{uuid.uuid4().hex}"
+        self._sc.addJobTag(self._tag)  # the serving thread made now takes the thread's tags
+        try:
+            with SCCallSiteSync(self._sc):
+                port, secret, self._server = df._jdf.collectAsArrowToPython()
+        finally:
+            self._sc.removeJobTag(self._tag)
+        self._sock = _create_local_socket((port, secret))
+        self._ended = False
+
+    def __iter__(self) -> Iterator[pa.RecordBatch]:
+        from pyspark.errors.exceptions.captured import unwrap_spark_exception
+        from pyspark.sql.pandas.serializers import ArrowCollectSerializer
+
         # the JVM's error, if the job failed, is raised here (as the stream's last item)
-        for item in ArrowCollectSerializer().load_stream(sock):
+        for item in ArrowCollectSerializer().load_stream(self._sock):
             if isinstance(item, pa.RecordBatch):  # not the last item: the batches' order
                 yield item
-    except BaseException:
-        sock.close()  # a reader that stopped: the JVM's next write fails, never blocks
-        raise
-    sock.close()
-    with unwrap_spark_exception():
-        server.getResult()  # raises what the serving thread met, if anything
+        self._ended = True
+        self._sock.close()
+        with unwrap_spark_exception():
+            self._server.getResult()  # raises what the serving thread met, if anything
+
+    def close(self) -> None:
+        """Stop reading: the job, if still running, is cancelled, and the JVM's next write
+        to the closed socket fails rather than waits."""
+        if not self._ended:
+            self._ended = True
+            self._sc.cancelJobsWithTag(self._tag)
+            self._sock.close()
 
 
 def write_collected(rows: pa.Table, path: str, table: str, mode: str = "append",

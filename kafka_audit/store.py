@@ -613,8 +613,10 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
 def write_arrow_stream(path: str, table: str, batches: Callable[[], Iterable[pa.RecordBatch]],
                        user_metadata: str | None = None) -> int:
     """One delta-rs append of the record batches ``batches()`` yields (the declared
-    ``table``'s columns), each written as it comes: this process holds one at a time, not
-    the whole. Returns the rows written. A commit refused by a concurrent one
+    ``table``'s columns), each written as it comes, so this process never holds the whole.
+    ``batches()`` is called here, in the caller's thread (delta-rs reads the batches on
+    one of its own), and what it returns is closed after the write if it can be.
+    Returns the rows written. A commit refused by a concurrent one
     (:func:`_past_removals`) calls ``batches()`` again: the files of the refused try are
     named in no commit (a vacuum removes them)."""
     from deltalake import CommitProperties, write_deltalake
@@ -627,20 +629,25 @@ def write_arrow_stream(path: str, table: str, batches: Callable[[], Iterable[pa.
         forget(path)
         into = _dt(path) if again else target
         schema = arrow_schema(table) if into is None else pa.schema(into.schema().to_arrow())
-        written = 0
+        source, written = batches(), 0
 
         def conformed() -> Iterator[pa.RecordBatch]:
             nonlocal written
-            for batch in batches():
+            for batch in source:
                 part = _filled(pa.Table.from_batches([batch]), schema)
                 written += part.num_rows
                 yield from part.to_batches()
 
-        write_deltalake(path if into is None else into,
-                        pa.RecordBatchReader.from_batches(schema, conformed()), mode="append",
-                        storage_options=delta_options(path) if into is None else None,
-                        configuration=_new_table() if into is None else None,
-                        commit_properties=properties)
+        try:
+            write_deltalake(path if into is None else into,
+                            pa.RecordBatchReader.from_batches(schema, conformed()),
+                            mode="append",
+                            storage_options=delta_options(path) if into is None else None,
+                            configuration=_new_table() if into is None else None,
+                            commit_properties=properties)
+        finally:
+            if hasattr(source, "close"):
+                source.close()  # a write that failed midway: its source stops too
         return written
 
     if target is None:

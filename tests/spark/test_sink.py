@@ -8,9 +8,10 @@ from deltalake import DeltaTable
 
 from kafka_audit.jobs.audit.hot_state import consumed_row
 from kafka_audit.jobs.core.model import ReadRun
-from kafka_audit.jobs.sink import write_delta, write_stream
+from kafka_audit.jobs.sink import ArrowBatches, write_delta, write_stream
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.schemas.tables import column_names, spark_schema
-from kafka_audit.store import read_table
+from kafka_audit.store import read_table, write_arrow_stream
 
 
 def frame(spark, first: int, n: int):
@@ -85,11 +86,39 @@ def test_a_job_that_fails_midway_commits_none_of_its_rows(spark, tmp_path):
     failing = rows.withColumn("offset", F.when(
         (F.spark_partition_id() == 2) & (F.col("offset") >= 0),
         F.raise_error(F.lit("a task failed"))).otherwise(F.col("offset")))
+    handed = []
+
+    def counted():  # write_stream's source, each batch it hands over counted
+        for batch in ArrowBatches(failing):
+            handed.append(batch.num_rows)
+            yield batch
+
     try:
-        write_stream(failing, path, "consumed")
+        write_arrow_stream(path, "consumed", counted)
     except Exception as exc:  # noqa: BLE001 - what matters is that it was raised
         assert "a task failed" in str(exc), exc
     else:
         raise AssertionError("a failed job's stream ended as if whole")
+    assert sum(handed) > 0, "no task handed its rows before the failure: not midway"
     assert DeltaTable(path).version() == version
     assert len(rows_of(path)) == 4
+
+
+def test_a_stream_closed_before_its_end_cancels_its_job(spark, tmp_path):
+    """A reader that stops (delta-rs failing midway) closes the batches: their job, begun
+    when they were made, is cancelled rather than left running for no one."""
+    from pyspark.sql.functions import udf
+
+    @udf("long")
+    def slow(x):  # a task that would run for ten minutes
+        import time
+
+        time.sleep(600)
+        return x
+
+    tracker = spark.sparkContext.statusTracker()
+    # one job (no shuffle: a shuffle's stage runs as a job of its own first)
+    batches = ArrowBatches(frame(spark, 0, 30).withColumn("offset", slow("offset")))
+    wait_until(lambda: tracker.getActiveStageIds(), 60, "the job's tasks to start")
+    batches.close()
+    wait_until(lambda: not tracker.getActiveJobsIds(), 60, "the job to be cancelled")
