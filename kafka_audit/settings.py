@@ -449,15 +449,17 @@ class SparkSettings(_Section):
         200_000, ge=0, description="Delta data of at most this many rows moves through the "
         "driver as Arrow and is committed with delta-rs (tens of ms, against about half a "
         "second for Spark's Delta writer); more goes through Spark (a consume micro-batch: "
-        "spark.stream_rows). 0: always Spark")
+        "spark.stream_rows). 0: always Spark (a consume micro-batch: streamed up to "
+        "spark.stream_rows)")
     stream_rows: int = Field(
         2_000_000, ge=0, description="a consume micro-batch of more than spark.driver_rows "
         "offsets and at most this many is handed from Spark's tasks to delta-rs as Arrow, "
-        "a record batch at a time as the tasks end, and committed with delta-rs: the "
-        "driver's Python holds a record batch, its JVM the tasks' results not yet handed "
+        "as the tasks end, and committed with delta-rs: the driver's Python holds what "
+        "delta-rs has not written yet (a few record batches and the file it fills), its "
+        "JVM the tasks' results not yet handed "
         "(149 bytes a row as Arrow in a catch-up's table, a row a record: well under "
-        "spark.driver.maxResultSize, 1 GiB by default); a larger one goes through Spark's "
-        "Delta writer")
+        "spark.driver.maxResultSize, 1 GiB by default; a batch that outgrows it is written "
+        "through Spark); a larger one goes through Spark's Delta writer")
 
 
 class AuditSettings(_Section):

@@ -10,9 +10,9 @@
 * sink: ``<warehouse>/consumed`` (Delta), one row per run of records
   (:func:`~kafka_audit.jobs.consume.transforms.fold_read_runs`: one pass per task on the
   JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch``
-  (from the driver with delta-rs when the batch's runs are few, as they are for
-  batched producers: in one Spark job when its offsets bound them or its tasks' capped
-  folds hold them all, else checkpointed and counted first: :func:`_write_fold`);
+  (with delta-rs: collected to the driver in one Spark job when the batch's offsets
+  are few, else streamed from the tasks as they end; over ``spark.stream_rows``
+  offsets with Spark's Delta writer: :func:`_write_fold`);
   each commit names its query and batch in Delta's ``userMetadata``;
 * exactly once: Spark re-runs a micro-batch only when the process died after its
   sink ran and before the checkpoint recorded it, so only the first batch a run
@@ -320,7 +320,8 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, stre
     to ``stream_rows`` (a catch-up's batches: producers interleave, a row a record) they
     are handed from the tasks to delta-rs a record batch at a time as the tasks end
     (``streamed``: :func:`~kafka_audit.jobs.sink.write_stream`), so the driver's Python never
-    holds the whole; over it they go through Spark's Delta writer (``written``). Through
+    holds the whole; over it, or when the streamed tasks' results outgrow
+    ``spark.driver.maxResultSize``, they go through Spark's Delta writer (``written``). Through
     Spark's writer a catch-up read at 0.43x a bare read, its first batch after the restart
     69 s (28 s of it Delta's snapshot of the table before the write and its jobs after the
     commit), the next ones 13-17 s; streamed 0.78x (``bench/catchup.py``, docs/benchmarks.md:
@@ -332,8 +333,17 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, stre
         write_delta(folded, table, "consumed", driver_rows, at_most=span, user_metadata=marker)
         return "counted" if span is None else "bounded"
     if span <= stream_rows:
-        write_stream(folded, table, "consumed", user_metadata=marker)
-        return "streamed"
+        try:
+            write_stream(folded, table, "consumed", user_metadata=marker)
+            return "streamed"
+        except Exception as exc:
+            # the tasks' results over spark.driver.maxResultSize (ids far longer than a
+            # catch-up's): Spark's writer, which hands nothing to the driver, every time
+            if "maxResultSize" not in str(exc):
+                raise
+            log.warning("consume batch %d: its rows outgrow spark.driver.maxResultSize "
+                        "when streamed (spark.stream_rows %d); written through Spark",
+                        batch_id, stream_rows)
     write_spark(folded, table, user_metadata=marker)
     return "written"
 

@@ -100,7 +100,7 @@ def test_foreign_and_malformed_records_are_counted_not_fatal(cluster, spark, set
 def test_consume_restart_reads_nothing_twice(spark, settings, topic):
     # through Spark's Delta writer (the other tests' batches are few runs: delta-rs)
     settings = settings.model_copy(update={"spark": settings.spark.model_copy(
-        update={"driver_rows": 0})})
+        update={"driver_rows": 0, "stream_rows": 0})})
     run_load(settings, LoadSpec(topic=topic, rate=0, count=200, acks="all"))
     start_consume(spark, settings, once=True).awaitTermination()
     run_load(settings, LoadSpec(topic=topic, rate=0, count=100, acks="all", producer_id="b"))
