@@ -18,8 +18,8 @@ warm-up), each as an ``availableNow`` stream with the consume job's batch size:
   path until 2026-12-02);
 * ``arrow-write``: the fold collected to the driver as Arrow and committed with delta-rs
   (its way for a micro-batch of at most ``spark.driver_rows`` offsets);
-* ``stream-write``: the fold handed from the tasks to delta-rs as Arrow, a record batch
-  at a time, in one commit (its way for one up to ``spark.stream_rows``);
+* ``stream-write``: the fold handed from the tasks to delta-rs as Arrow record batches
+  as the tasks end, in one commit (its way for one up to ``spark.stream_rows``);
 * ``consume``: the consume job itself.
 
 Prints each one's wall time, the CPU seconds of the Spark JVM (local mode: the tasks

@@ -603,11 +603,28 @@ def write_arrow(path: str, table: str, data: pa.Table, mode: str = "append",
     Written in the table's own schema when it has one (nullability, order: Spark creates
     its columns nullable, the declaration may not); the table's log is read once a write.
     """
+    _write(path, table, _dt(path) if table_exists(path) else None, [data], mode,
+           _marked(user_metadata))
+
+
+def _marked(user_metadata: str | None):
+    """A delta-rs commit's properties carrying ``user_metadata`` as Delta's
+    ``userMetadata`` (what Spark's writer option of that name writes)."""
     from deltalake import CommitProperties
 
-    _write(path, table, _dt(path) if table_exists(path) else None, [data], mode,
-           CommitProperties(custom_metadata={"userMetadata": user_metadata}
-                            if user_metadata is not None else None))
+    return CommitProperties(custom_metadata={"userMetadata": user_metadata}
+                            if user_metadata is not None else None)
+
+
+def _deltalake_write(path: str, into, data, mode: str, properties) -> None:
+    """delta-rs's write of ``data`` into ``into`` (the table at ``path``, loaded; None:
+    create it, with the options and properties new tables get)."""
+    from deltalake import write_deltalake
+
+    write_deltalake(path if into is None else into, data, mode=mode,
+                    storage_options=delta_options(path) if into is None else None,
+                    configuration=_new_table() if into is None else None,
+                    commit_properties=properties)
 
 
 def write_arrow_stream(path: str, table: str, batches: Callable[[], Iterable[pa.RecordBatch]],
@@ -619,10 +636,7 @@ def write_arrow_stream(path: str, table: str, batches: Callable[[], Iterable[pa.
     Returns the rows written. A commit refused by a concurrent one
     (:func:`_past_removals`) calls ``batches()`` again: the files of the refused try are
     named in no commit (a vacuum removes them)."""
-    from deltalake import CommitProperties, write_deltalake
-
-    properties = CommitProperties(custom_metadata={"userMetadata": user_metadata}
-                                  if user_metadata is not None else None)
+    properties = _marked(user_metadata)
     target = _dt(path) if table_exists(path) else None
 
     def attempt(again: bool) -> int:
@@ -639,12 +653,8 @@ def write_arrow_stream(path: str, table: str, batches: Callable[[], Iterable[pa.
                 yield from part.to_batches()
 
         try:
-            write_deltalake(path if into is None else into,
-                            pa.RecordBatchReader.from_batches(schema, conformed()),
-                            mode="append",
-                            storage_options=delta_options(path) if into is None else None,
-                            configuration=_new_table() if into is None else None,
-                            commit_properties=properties)
+            _deltalake_write(path, into, pa.RecordBatchReader.from_batches(schema, conformed()),
+                             "append", properties)
         finally:
             if hasattr(source, "close"):
                 source.close()  # a write that failed midway: its source stops too
@@ -669,18 +679,12 @@ def _write(path: str, table: str, target, parts: list[pa.Table], mode: str,
            properties) -> pa.Table:
     """One delta-rs commit of ``parts`` into ``target`` (the table at ``path``, loaded;
     None: create it), each in the table's own schema; returns what was written."""
-    from deltalake import write_deltalake
-
     schema = arrow_schema(table) if target is None else pa.schema(target.schema().to_arrow())
     data = pa.concat_tables([_filled(p, schema) for p in parts])
 
     def attempt(again: bool) -> pa.Table:
         forget(path)
-        into = _dt(path) if again else target
-        write_deltalake(path if into is None else into, data, mode=mode,
-                        storage_options=delta_options(path) if into is None else None,
-                        configuration=_new_table() if into is None else None,
-                        commit_properties=properties)
+        _deltalake_write(path, _dt(path) if again else target, data, mode, properties)
         return data
 
     if target is None or mode != "append":

@@ -318,7 +318,7 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, stre
     Its offsets (:func:`offset_span`) bound its rows: at ``driver_rows`` or under they are
     collected to the driver in one Spark job and committed with delta-rs (``bounded``); up
     to ``stream_rows`` (a catch-up's batches: producers interleave, a row a record) they
-    are handed from the tasks to delta-rs a record batch at a time as the tasks end
+    are handed from the tasks to delta-rs as Arrow record batches as the tasks end
     (``streamed``: :func:`~kafka_audit.jobs.sink.write_stream`), so the driver's Python never
     holds the whole; over it, or when the streamed tasks' results outgrow
     ``spark.driver.maxResultSize``, they go through Spark's Delta writer (``written``). Through
