@@ -72,16 +72,17 @@ def conf(bootstrap: str) -> dict:
             "logger": client_logger()}
 
 
-def cpu_seconds() -> float:
+def usage() -> tuple[float, int]:
+    """The process's CPU seconds (every thread) and minor page faults so far, from one
+    ``getrusage``. Each minor fault is a fresh page the kernel zeroes (``clear_page``:
+    11-24% of a round's samples at 1 KiB, perf, 2026-12-03), a share that follows how far
+    the producer runs ahead of the brokers (bench/README.md)."""
     r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+    return r.ru_utime + r.ru_stime, r.ru_minflt
 
 
-def minor_faults() -> int:
-    """The process's minor page faults so far: each is a fresh page the kernel zeroes
-    (``clear_page``: 11-24% of a round's samples at 1 KiB, perf, 2026-12-03), a share
-    that follows how far the producer runs ahead of the brokers (bench/README.md)."""
-    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+def cpu_seconds() -> float:
+    return usage()[0]
 
 
 def header_interceptor(home: Path, ack: bool = False) -> Path:
@@ -159,7 +160,7 @@ def one_round(variant: str, bootstrap: str, topic: str, n: int, size: int, home:
     plugin = load_plugin() if variant in ("plugin", "plugin-nosync", "audited") else None
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     stamp_len = 19 + len("bench") + len(run_id)
-    t0, c0, f0 = time.perf_counter(), cpu_seconds(), minor_faults()
+    t0, (c0, f0) = time.perf_counter(), usage()
     if variant in ("audited", "python"):
         p = AuditedProducer(conf(bootstrap), "bench", settings, run_id=run_id,
                             native=variant == "audited")
@@ -189,11 +190,11 @@ def one_round(variant: str, bootstrap: str, topic: str, n: int, size: int, home:
         p.close()
         if left or errors[0]:
             raise RuntimeError(f"{variant}: {left} undelivered, {errors[0]} errors")
-        cpu, wall = cpu_seconds() - c0, time.perf_counter() - t0
+        (c1, f1), wall = usage(), time.perf_counter() - t0
         shutil.rmtree(spool, ignore_errors=True)
-        return {"cpu": cpu, "wall": wall, "faults": minor_faults() - f0}
-    return {"cpu": cpu_seconds() - c0, "wall": time.perf_counter() - t0,
-            "faults": minor_faults() - f0, **extra}
+        return {"cpu": c1 - c0, "wall": wall, "faults": f1 - f0}
+    (c1, f1), wall = usage(), time.perf_counter() - t0
+    return {"cpu": c1 - c0, "wall": wall, "faults": f1 - f0, **extra}
 
 
 def run_round(variant: str, bootstrap: str, topic: str, n: int, size: int, home: Path) -> dict:
