@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
 from kafka_audit.errors import NotSettled
-from kafka_audit.jobs.audit.audit_pass import AuditSummary, Warm, run_audit_pass
+from kafka_audit.jobs.audit.audit_pass import AuditSummary, PassStop, Warm, run_audit_pass
 from kafka_audit.jobs.audit.lookups import ClusterLookups
 from kafka_audit.jobs.spark import raise_if_jvm_died
 from kafka_audit.jobs.upkeep.maintenance import Upkeep
@@ -82,6 +82,12 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
     if settings.steady.backlog_pass_seconds == 0:
         behind = None  # passes never wait for the reading
+    passes = PassStop(stop, spark)
+    ended = threading.Event()
+    if not one_shot:
+        passes.tag()  # this thread's Spark jobs: the passes'
+        threading.Thread(target=_cancel_at_stop, args=(passes, ended),
+                         name="kafka-audit-pass-stop", daemon=True).start()
     try:
         if behind is not None:  # a restart after an outage: the backlog's reading first
             hold = time.monotonic() + settings.steady.backlog_pass_seconds
@@ -92,10 +98,14 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
                 wake.clear()  # commits from now on wake the next pass
             try:
                 summary = run_audit_pass(spark, settings, lookups=lookups, warm=warm,
-                                         quality=one_shot)
+                                         quality=one_shot, stop=passes)
             except Exception as exc:
                 if one_shot:
                     raise
+                if passes.interrupted(exc):
+                    log.info("audit: stopped; a pass was interrupted before it wrote anything "
+                             "(it is judged again at the next start)")
+                    return
                 raise_if_jvm_died(spark, exc)  # the service starts the loop on a new JVM
                 stop.wait(outage.failed(exc))
                 continue
@@ -115,9 +125,22 @@ def run_audit_loop(spark, settings: Settings, once: bool = False,
             _wait(settings, stop, wake, _due(summary), sum(summary.seconds.values()),
                   behind)
     finally:
+        ended.set()
         if upkeep is not None:
             upkeep.close()
         lookups.close_reader()
+
+
+def _cancel_at_stop(passes: PassStop, ended: threading.Event) -> None:
+    """Once the loop's stop is set, cancel the running pass's Spark jobs (again every half
+    second: a job the pass starts after one cancel, before its next check), until the
+    loop ends or the pass writes."""
+    while not ended.is_set():
+        if not passes.stop.wait(0.5):
+            continue
+        if not passes.cancel():
+            return  # the pass writes: it runs to its end
+        ended.wait(0.5)
 
 
 def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | None,

@@ -33,14 +33,19 @@
   misses none. The re-reads of a pass that died are never taken in (later passes
   skip every re-read commit): the redone pass re-reads for itself;
 * Spark's memory: the judged rows are a ``localCheckpoint``, released when the pass
-  ends (:func:`~kafka_audit.jobs.sink.release`).
+  ends (:func:`~kafka_audit.jobs.sink.release`);
+* stop: a pass run with a :class:`PassStop` ends when its ``stop`` is set, at its next
+  phase (or partition judged on the driver), its Spark jobs cancelled, until it writes its
+  first row; from then on it runs to its end.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
@@ -86,7 +91,7 @@ from kafka_audit.store import (
 )
 
 __all__ = ["AuditSummary", "run_audit_pass", "audit_config", "Warm", "EventLog",
-           "judge_on_driver", "widen"]
+           "judge_on_driver", "widen", "PassStop", "PassInterrupted"]
 
 log = logging.getLogger(__name__)
 REREAD_APP = "kafka_audit_reread"
@@ -142,6 +147,69 @@ _READ_AS_HOT = {"kind": "'read'", "topic": "topic", "partition": "`partition`",
                 "count": "`count`",
                 "offset": "`offset`", "read_time": "read_time", "source": "source",
                 "status": "status", "leader_epoch": "leader_epoch"}
+
+
+class PassInterrupted(Exception):  # noqa: N818 - named for what happened, not "Error"
+    """A pass stopped before its first write (the service is stopping): nothing of it was
+    written, and the next start judges the same rows."""
+
+
+class PassStop:
+    """When a pass stops for the service's stop (``stop`` set): at its next phase, or next
+    partition judged on the driver (:meth:`check`), and its running Spark jobs, started
+    from the thread that carries :data:`TAG` (:meth:`tag`), cancelled (:meth:`cancel`), as
+    long as it has written nothing (:meth:`writes`). Once it writes it runs to its end: its
+    writes are safe to cut (a killed pass is redone), but a pass cut between its findings
+    and its commit point costs the next start a delete of those findings. Without it, a
+    stop during a long judgement (95 s for a catch-up's, bench/catchup.py) outlived the
+    service's ``stop_timeout_seconds``: the service then stopped Spark under the pass and
+    exited with 1, logging the pass's failure and Spark's."""
+
+    TAG = "kafka-audit-pass"
+
+    def __init__(self, stop: threading.Event, spark=None) -> None:
+        self.stop = stop
+        self._sc = None if spark is None else spark.sparkContext
+        self._lock = threading.Lock()
+        self._writing = False
+        self.cancelled = False  # Spark jobs of a pass were cancelled
+
+    def tag(self) -> None:
+        """Tag the Spark jobs the calling thread starts from now on (one thread: pyspark
+        pins a Python thread to a JVM thread, whose properties the tag is)."""
+        if self._sc is not None:
+            self._sc.addJobTag(self.TAG)
+
+    def begin(self) -> None:
+        """A pass begins: nothing written yet."""
+        with self._lock:
+            self._writing = False
+        self.check()
+
+    def check(self) -> None:
+        """Raise :class:`PassInterrupted` if the stop is set and the pass wrote nothing."""
+        if self.stop.is_set() and not self._writing:
+            raise PassInterrupted("interrupted before it wrote anything")
+
+    def writes(self) -> None:
+        """The pass is about to write (:meth:`check` first): it runs to its end now."""
+        with self._lock:
+            self.check()
+            self._writing = True
+
+    def cancel(self) -> bool:
+        """Cancel the tagged Spark jobs running now, unless the pass writes; whether it did."""
+        with self._lock:
+            if self._writing:
+                return False
+            self.cancelled = True
+        if self._sc is not None:
+            self._sc.cancelJobsWithTag(self.TAG)
+        return True
+
+    def interrupted(self, exc: BaseException) -> bool:
+        """Whether ``exc``, raised by a pass, is this stop's doing."""
+        return self.stop.is_set() and (isinstance(exc, PassInterrupted) or self.cancelled)
 
 
 @dataclass(frozen=True)
@@ -401,7 +469,7 @@ def _died_after(path: str, committed: int) -> bool:
 
 def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
                    lookups: ClusterLookups | None = None, warm: Warm | None = None,
-                   quality: bool = True) -> AuditSummary:
+                   quality: bool = True, stop: PassStop | None = None) -> AuditSummary:
     """One pass; ``lookups`` defaults to asking the audited cluster and ``warm`` to a fresh
     :class:`Warm` (a caller that runs passes in a loop passes one of each to all of them).
     ``quality``: also check the new acks with great-expectations, in a thread beside the
@@ -411,17 +479,20 @@ def run_audit_pass(spark, settings: Settings, now: datetime | None = None,
     collect of what the driver needs from it (verdict totals, row counts, re-reads,
     status) and two Delta appends (findings, then the state as the commit point), each
     committed from the driver with delta-rs when small. The partitions to look
-    up are read on the driver; the suspects' second judgement runs on the driver."""
+    up are read on the driver; the suspects' second judgement runs on the driver.
+    ``stop``: when the pass may end early (:class:`PassStop`)."""
+    stop = stop or PassStop(threading.Event())
+    stop.begin()
     for table in _INPUTS:
         check_table(settings.table_path(table), table)
     now = now or datetime.now(UTC)
     lookups = lookups or ClusterLookups(settings)
     warm = warm or Warm()
     if not quality:
-        return _judge_and_commit(spark, settings, now, lookups, warm)
+        return _judge_and_commit(spark, settings, now, lookups, warm, stop)
     with ThreadPoolExecutor(1, thread_name_prefix="kafka-audit-dq") as pool:
         dq = pool.submit(quality_check, settings)  # delta-rs + pandas, no Spark
-        summary = _judge_and_commit(spark, settings, now, lookups, warm)
+        summary = _judge_and_commit(spark, settings, now, lookups, warm, stop)
         t = time.perf_counter()
         failures = dq.result()
         summary.seconds["quality wait"] = round(time.perf_counter() - t, 3)
@@ -451,20 +522,20 @@ def _status_of(r, aware) -> dict:
 
 
 def _judge_and_commit(spark, settings: Settings, now: datetime, lookups: ClusterLookups,
-                      warm: Warm) -> AuditSummary:
+                      warm: Warm, stop: PassStop) -> AuditSummary:
     # the pass's own tables loaded once each (on an object store a load is a listing and a
     # checkpoint read): audit_hot is asked three times before the judge, findings once
     with one_snapshot_each():
-        return _judge_and_commit_once(spark, settings, now, lookups, warm)
+        return _judge_and_commit_once(spark, settings, now, lookups, warm, stop)
 
 
 def _judge_and_commit_once(spark, settings: Settings, now: datetime, lookups: ClusterLookups,
-                           warm: Warm) -> AuditSummary:
+                           warm: Warm, stop: PassStop) -> AuditSummary:
     from pyspark.sql import functions as F
 
     paths = {t: settings.table_path(t) for t in
              ("findings", "audit_hot", "consumed", "partition_state")}
-    clock = _PhaseClock()
+    clock = _PhaseClock(stop.check)
     progress = committed_progress(settings)
     pass_id = progress.pass_id + 1
     if _died_after(paths["findings"], progress.pass_id):
@@ -480,6 +551,7 @@ def _judge_and_commit_once(spark, settings: Settings, now: datetime, lookups: Cl
         judge = _Spark(spark, settings, progress, sources)
     if judge.empty:
         return AuditSummary(now, progress.pass_id, {}, 0, 0, 0, 0, 0)
+    judge.check = stop.check
     clock.mark("prepare")
     keys = _partitions(settings, progress, judge.new, judge.state, now)
     cfg = audit_config(settings, *lookups.policies({t for t, _ in keys}))
@@ -490,7 +562,7 @@ def _judge_and_commit_once(spark, settings: Settings, now: datetime, lookups: Cl
     gaps = _unrecorded(sources)
     try:
         return _commit(judge, settings, now, lookups, warm, clock, pass_id, versions, cfg,
-                       log_ends, paths, gaps)
+                       log_ends, paths, gaps, stop)
     finally:
         judge.release()
 
@@ -537,10 +609,11 @@ def _write_unrecorded(gaps: list[Finding], path: str, pass_id: int, detected: da
 
 def _commit(judge: _Backend, settings: Settings, now: datetime, lookups: ClusterLookups,
             warm: Warm, clock: _PhaseClock, pass_id: int, versions: dict, cfg, log_ends,
-            paths: dict, gaps: list[Finding]) -> AuditSummary:
+            paths: dict, gaps: list[Finding], stop: PassStop) -> AuditSummary:
     # what the driver needs: verdict totals, rows by use, re-read requests, status
     judged, requests = judge.collect()
     clock.mark("judge")
+    stop.writes()  # the last moment the pass may stop: from here on it runs to its end
     # 1. findings of this pass (detected: when they are written, on the pass's clock)
     judge.write_findings(judge.first, settings, paths["findings"], pass_id,
                          now + timedelta(seconds=clock.elapsed), judged.rows.get("finding", 0))
@@ -652,6 +725,8 @@ class _Backend:
     #: the committed state's rows when read on the driver (None: Spark scans them)
     state: pa.Table | None = None
     first: object  # the rows of the first judgement
+    #: called between partitions judged on the driver: raises to stop the pass
+    check: Callable[[], None] = staticmethod(lambda: None)
 
     def judge(self, events, now, cfg, log_ends) -> None: ...
     def collect(self) -> tuple[_Judged, list[Reread]]: ...
@@ -682,7 +757,8 @@ class _Driver(_Backend):
 
     def judge(self, events, now, cfg, log_ends) -> None:
         t, self.rows = self.rows, None
-        self.out = self.first = judge_on_driver(t, arrow_step_fn(events, now, cfg, log_ends))
+        self.out = self.first = judge_on_driver(t, arrow_step_fn(events, now, cfg, log_ends),
+                                                self.check)
 
     def collect(self):
         counts, rows, status = _summed(self.out)
@@ -729,11 +805,16 @@ class _Driver(_Backend):
         self.out = self.first = self.state = None
 
 
-def judge_on_driver(t: pa.Table, step) -> pa.Table:
+def judge_on_driver(t: pa.Table, step, between: Callable[[], None] = lambda: None
+                    ) -> pa.Table:
     """``step`` (:func:`~kafka_audit.jobs.audit.hot_state.arrow_step_fn`) over each partition's
-    rows of ``t`` (:func:`step_arrow_schema`), its outputs as one table."""
+    rows of ``t`` (:func:`step_arrow_schema`), its outputs as one table; ``between()`` before
+    each partition (it may raise to stop)."""
     t = t.take(pc.sort_indices(t, [("topic", "ascending"), ("partition", "ascending")]))
-    outs = [step(key, rows) for key, rows in partition_slices(t)]
+    outs = []
+    for key, rows in partition_slices(t):
+        between()
+        outs.append(step(key, rows))
     return pa.concat_tables(outs) if outs else step_arrow_schema().empty_table()
 
 
@@ -855,9 +936,13 @@ class _Spark(_Backend):
 
 
 class _PhaseClock:
-    def __init__(self) -> None:
+    """The seconds of each phase of a pass; ``check()`` at the end of each (it may raise to
+    stop the pass)."""
+
+    def __init__(self, check: Callable[[], None] = lambda: None) -> None:
         self.seconds: dict[str, float] = {}
         self._t = self._start = time.perf_counter()
+        self._check = check
 
     @property
     def elapsed(self) -> float:
@@ -867,3 +952,4 @@ class _PhaseClock:
         t = time.perf_counter()
         self.seconds[phase] = round(t - self._t, 3)
         self._t = t
+        self._check()

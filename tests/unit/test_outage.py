@@ -3,6 +3,7 @@ doubling wait, status files that tell the truth, loops that do not die of an err
 
 import logging
 import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
@@ -147,3 +148,61 @@ def test_the_service_restarts_a_component_that_ran_well_after_the_first_wait(tmp
     waits = [r.getMessage().split(" in ")[1].split("s ")[0] for r in caplog.records
              if "will be restarted in" in r.getMessage()]
     assert waits == ["0.1", "0.2", "0.4", "0.8", "0.1"], waits
+
+
+def test_a_pass_stops_before_its_writes_and_runs_to_its_end_after():
+    from kafka_audit.jobs.audit.audit_pass import PassInterrupted, PassStop
+
+    stop = threading.Event()
+    passes = PassStop(stop)
+    passes.begin()
+    passes.check()  # not stopping: nothing raised
+    stop.set()
+    with pytest.raises(PassInterrupted):
+        passes.check()
+    with pytest.raises(PassInterrupted):  # the stop came first: it writes nothing
+        passes.writes()
+    assert passes.cancel() and passes.interrupted(RuntimeError("a cancelled Spark job"))
+
+    running = PassStop(threading.Event())
+    running.begin()
+    running.writes()
+    running.stop.set()
+    running.check()  # it writes: it runs to its end
+    assert not running.cancel() and not running.cancelled
+    assert not running.interrupted(RuntimeError("the warehouse is unreachable"))
+    with pytest.raises(PassInterrupted):
+        running.begin()  # the next pass begins: it stops at once
+
+
+def test_the_audit_loop_ends_a_pass_at_the_stop_in_one_line(tmp_path, monkeypatch, caplog):
+    """A stop during a pass's judgement ends the loop at the pass's next check, without
+    the outage's warning and back-off that outlived the service's stop budget."""
+    settings = Settings(home=tmp_path, outage={"retry_seconds": 60},
+                        audit={"interval_seconds": 0.01})
+    stop, judging, checks = threading.Event(), threading.Event(), []
+
+    def run_pass(spark, s, lookups=None, stop=None, **_):
+        stop.begin()
+        judging.set()
+        while True:  # a long judgement, one partition after another
+            checks.append(1)
+            stop.check()
+            time.sleep(0.01)
+
+    monkeypatch.setattr(audit_job, "run_audit_pass", run_pass)
+    monkeypatch.setattr(audit_job, "ClusterLookups", lambda s: _Lookups())
+    loop = threading.Thread(target=audit_job.run_audit_loop, args=(None, settings),
+                            kwargs={"report": lambda s: None, "stop": stop})
+    with caplog.at_level(logging.INFO, logger=audit_job.log.name):
+        loop.start()
+        assert judging.wait(10)
+        stop.set()
+        loop.join(10)
+        assert not loop.is_alive()  # not waiting out a 60 s back-off
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages == ["audit: stopped; a pass was interrupted before it wrote anything "
+                        "(it is judged again at the next start)"]
+    assert checks  # it was judging when stopped
+    assert read_statuses(tmp_path).get("audit") is None or \
+        read_statuses(tmp_path)["audit"].failing_since is None
