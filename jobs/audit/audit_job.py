@@ -138,8 +138,12 @@ def _cancel_at_stop(passes: PassStop, ended: threading.Event) -> None:
     while not ended.is_set():
         if not passes.stop.wait(0.5):
             continue
-        if not passes.cancel():
-            return  # the pass writes: it runs to its end
+        try:
+            if not passes.cancel():
+                return  # the pass writes: it runs to its end
+        except Exception as exc:  # noqa: BLE001 - Spark stopped meanwhile: nothing to cancel
+            log.debug("audit: cancelling the pass's jobs: %s", exc)
+            return
         ended.wait(0.5)
 
 

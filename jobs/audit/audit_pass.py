@@ -47,6 +47,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, fields, replace
 from datetime import UTC, datetime, timedelta
 
@@ -158,20 +159,23 @@ class PassStop:
     """When a pass stops for the service's stop (``stop`` set): at its next phase, or next
     partition judged on the driver (:meth:`check`), and its running Spark jobs, started
     from the thread that carries :data:`TAG` (:meth:`tag`), cancelled (:meth:`cancel`), as
-    long as it has written nothing (:meth:`writes`). Once it writes it runs to its end: its
-    writes are safe to cut (a killed pass is redone), but a pass cut between its findings
-    and its commit point costs the next start a delete of those findings. Without it, a
-    stop during a long judgement (95 s for a catch-up's, bench/catchup.py) outlived the
-    service's ``stop_timeout_seconds``: the service then stopped Spark under the pass and
-    exited with 1, logging the pass's failure and Spark's."""
+    long as it has written nothing (:meth:`writes`; a write before the judgement runs
+    :meth:`shielded`). Once it writes it runs to its end: its writes are safe to cut (a
+    killed pass is redone), but a pass cut between its findings and its commit point costs
+    the next start a delete of those findings. Without it, a stop during a long judgement
+    (95 s for a catch-up's, bench/catchup.py) outlived the service's
+    ``stop_timeout_seconds``: the service then stopped Spark under the pass and exited
+    with 1, logging the pass's failure and Spark's."""
 
     TAG = "kafka-audit-pass"
 
     def __init__(self, stop: threading.Event, spark=None) -> None:
         self.stop = stop
         self._sc = None if spark is None else spark.sparkContext
+        # held while jobs are cancelled, and by what must not be: a write begun
         self._lock = threading.Lock()
         self._writing = False
+        self._shielded = False
         self.cancelled = False  # Spark jobs of a pass were cancelled
 
     def tag(self) -> None:
@@ -197,19 +201,49 @@ class PassStop:
             self.check()
             self._writing = True
 
-    def cancel(self) -> bool:
-        """Cancel the tagged Spark jobs running now, unless the pass writes; whether it did."""
+    @contextmanager
+    def shielded(self):
+        """A write before the judgement (the findings of a pass that died), never cancelled:
+        :meth:`check` first, and again after it."""
         with self._lock:
+            self.check()
+            self._shielded = True
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._shielded = False
+        self.check()
+
+    def cancel(self) -> bool:
+        """Cancel the tagged Spark jobs running now, unless the pass writes (or runs a
+        shielded write: nothing cancelled this time); whether the pass may still be
+        cancelled (False: it writes, and runs to its end)."""
+        with self._lock:  # a write cannot begin meanwhile
             if self._writing:
                 return False
+            if self._shielded:
+                return True
             self.cancelled = True
-        if self._sc is not None:
-            self._sc.cancelJobsWithTag(self.TAG)
+            if self._sc is not None:
+                self._sc.cancelJobsWithTag(self.TAG)
         return True
 
     def interrupted(self, exc: BaseException) -> bool:
-        """Whether ``exc``, raised by a pass, is this stop's doing."""
-        return self.stop.is_set() and (isinstance(exc, PassInterrupted) or self.cancelled)
+        """Whether ``exc``, raised by a pass, is this stop's doing: a :class:`PassInterrupted`,
+        or a Spark job's cancellation once jobs were cancelled (any other error is what it
+        is)."""
+        if not self.stop.is_set():
+            return False
+        if isinstance(exc, PassInterrupted):
+            return True
+        if not self.cancelled:
+            return False
+        try:
+            text = str(exc)  # a Py4JJavaError asks the JVM for the Java exception's text
+        except Exception:  # noqa: BLE001 - the JVM does not answer: not known to be ours
+            return False
+        return "cancel" in text.lower()
 
 
 @dataclass(frozen=True)
@@ -539,7 +573,8 @@ def _judge_and_commit_once(spark, settings: Settings, now: datetime, lookups: Cl
     progress = committed_progress(settings)
     pass_id = progress.pass_id + 1
     if _died_after(paths["findings"], progress.pass_id):
-        delete_where(spark, paths["findings"], F.col("pass_id") >= pass_id)
+        with stop.shielded():  # a write: never cut by the stop's cancel
+            delete_where(spark, paths["findings"], F.col("pass_id") >= pass_id)
 
     sources = _sources(settings, progress)
     versions = {t: src.version for t, src in sources.items()}

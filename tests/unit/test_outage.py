@@ -163,6 +163,16 @@ def test_a_pass_stops_before_its_writes_and_runs_to_its_end_after():
     with pytest.raises(PassInterrupted):  # the stop came first: it writes nothing
         passes.writes()
     assert passes.cancel() and passes.interrupted(RuntimeError("a cancelled Spark job"))
+    assert not passes.interrupted(OSError("the warehouse is unreachable"))  # what it is
+
+    shielding = PassStop(threading.Event())
+    shielding.begin()
+    with pytest.raises(PassInterrupted):  # raised after the shielded write, not in it
+        with shielding.shielded():  # a dead pass's findings deleted: never cancelled
+            shielding.stop.set()
+            assert shielding.cancel() and not shielding.cancelled  # still cancellable after
+            done = True
+    assert done
 
     running = PassStop(threading.Event())
     running.begin()
