@@ -55,7 +55,8 @@ def test_a_killed_node_is_seen_down_and_rejoins(rabbit):
     assert not amqp_answers(rabbit, 2)
     rabbit.start(2)
     wait_until(rabbit.clustered, 120, "node 2 back in the cluster")
-    assert amqp_answers(rabbit, 2)
+    # its listener opens once its applications are up: seen running comes first
+    wait_until(lambda: amqp_answers(rabbit, 2), 60, "node 2 to serve its clients again")
 
 
 def test_a_node_cut_off_pauses_under_pause_minority_and_rejoins(rabbit):
@@ -68,4 +69,6 @@ def test_a_node_cut_off_pauses_under_pause_minority_and_rejoins(rabbit):
         assert amqp_answers(rabbit, 1) and amqp_answers(rabbit, 2)
         assert rabbit.pid(3) is not None  # paused, not stopped: its VM runs
     wait_until(rabbit.clustered, 120, "node 3 back in the cluster once the cut heals")
-    assert amqp_answers(rabbit, 3)
+    # a paused node restarts its applications after the heal: the others see it running
+    # before its listener opens (CI, 2026-12-03: not yet answering at that instant)
+    wait_until(lambda: amqp_answers(rabbit, 3), 60, "node 3 to serve its clients again")
