@@ -346,9 +346,17 @@ def cpu_cores(before: dict[str, dict[int, float]], after: dict[str, dict[int, fl
 
 
 def _cpu_s(pid: int) -> float:
+    return stat_cpu_s(f"/proc/{pid}/stat")[1]
+
+
+def stat_cpu_s(path: str) -> tuple[str, float]:
+    """The name and CPU seconds (user and system) of a ``/proc/<pid>/stat`` or
+    ``/proc/<pid>/task/<tid>/stat`` file; ("", 0.0) when it is gone."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        with open(path) as f:
+            text = f.read()
+        name, rest = text[text.index("(") + 1:].rsplit(")", 1)
+        fields = rest.split()
+        return name, (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
     except (OSError, ValueError, IndexError):
-        return 0.0
+        return "", 0.0

@@ -92,17 +92,20 @@ def test_a_pass_stopped_in_its_judgement_writes_nothing_and_is_judged_again(
     passes = PassStop(stop, spark)
     real_step_fn = audit_pass.step_fn
 
+    judging = tmp_path / "judging"  # made by the judgement's Python worker as it begins
+
     def slow_step_fn(*args):  # a judgement longer than a catch-up's: 120 s a partition
         step = real_step_fn(*args)
 
         def slow(key, pdf):
+            judging.touch()
             time.sleep(120)
             return step(key, pdf)
 
         return slow
 
     def stop_while_judging() -> None:
-        wait_until(lambda: _active_jobs(spark) > 0 or ended.is_set(), 120,
+        wait_until(lambda: judging.exists() or ended.is_set(), 120,
                    "the judgement's job to run")
         stop.set()
         _cancel_at_stop(passes, ended)
