@@ -13,6 +13,12 @@ interleaved rounds over the same data, each with fresh checkpoints and tables:
 A first round of each is a warm-up and not counted. Prints the median
 messages/s of each, the ratio audit/bare (target >= 0.8),
 the ack ledger's rows per message (target <= 0.01) and the consumed table's.
+Beside the wall rates, each path's CPU: the Spark driver JVM's (local mode: the
+tasks run in it; ``/proc/<pid>/stat``) and this Python process's (delta-rs, the
+audit pass), per message, and the median of the rounds' own CPU ratios bare/audit:
+wall rates swing 30-40% between rounds on a shared 2-core machine, CPU per message
+of the process under test far less (FIELD-NOTES), so the CPU ratio is the steady
+measure of what the audit path costs beyond a bare read.
 
 Run: ``bash dev.sh bench-audit [--messages 1000000] [--rounds 3]``.
 """
@@ -35,6 +41,9 @@ from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.scenarios.cluster import LocalCluster
 from kafka_audit.settings import Settings, get_settings
 from kafka_audit.store import read_table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from steady import _cpu_s  # noqa: E402 - shared
 
 
 def fill(settings: Settings, topic: str, n: int, producers: int = 1,
@@ -109,6 +118,19 @@ def bare_read(spark, settings: Settings, topic: str, work: Path) -> float:
     return time.perf_counter() - t
 
 
+def jvm_pid(spark) -> int:
+    """The Spark driver JVM's pid (pyspark's gateway process execs java)."""
+    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
+
+
+def cpu_of(jvm: int, run, *args):
+    """``run(*args)``'s result and the CPU seconds the driver JVM and this process spent
+    in it."""
+    before = _cpu_s(jvm) + time.process_time()
+    out = run(*args)
+    return out, _cpu_s(jvm) + time.process_time() - before
+
+
 def audit_path(spark, settings: Settings, topic: str, n: int) -> tuple[float, dict]:
     t = time.perf_counter()
     start_consume(spark, settings, topic, once=True).awaitTermination()
@@ -136,7 +158,9 @@ def main() -> int:
     print(f"filled {topic}: {args.messages} messages in {time.perf_counter() - t:.1f}s; "
           f"ledger {p.ledger.rows_written} rows for {p.ledger.reports_written} reports")
     spark = get_spark(fill_settings, "kafka-audit-bench")
+    jvm = jvm_pid(spark)
     times: dict[str, list[float]] = {"bare": [], "audit": []}
+    cpus: dict[str, list[float]] = {"bare": [], "audit": []}
     phases = []
     consumed_rows = 0
     try:
@@ -147,14 +171,18 @@ def main() -> int:
         audit_path(spark, warm, topic, args.messages)
         for r in range(args.rounds):
             work = root / f"round{r}"
-            times["bare"].append(bare_read(spark, fill_settings, topic, work))
+            took, cpu = cpu_of(jvm, bare_read, spark, fill_settings, topic, work)
+            times["bare"].append(took)
+            cpus["bare"].append(cpu)
             s = Settings(home=work, **cfg)
             shutil.copytree(fill_settings.table_path("acks"), s.table_path("acks"))
-            dt, ph = audit_path(spark, s, topic, args.messages)
+            (dt, ph), cpu = cpu_of(jvm, audit_path, spark, s, topic, args.messages)
             times["audit"].append(dt)
+            cpus["audit"].append(cpu)
             phases.append(ph)
             consumed_rows = read_table(s.table_path("consumed"), "consumed").num_rows
-            print(f"round {r + 1}: bare {times['bare'][-1]:.1f}s, audit {dt:.1f}s "
+            print(f"round {r + 1}: bare {times['bare'][-1]:.1f}s cpu {cpus['bare'][-1]:.1f}s, "
+                  f"audit {dt:.1f}s cpu {cpu:.1f}s "
                   f"({', '.join(f'{k} {v:.1f}s' for k, v in ph.items())})", flush=True)
     finally:
         spark.stop()
@@ -167,6 +195,15 @@ def main() -> int:
     print(f"bare Spark Kafka read -> noop : {bare:10,.0f} msg/s")
     print(f"consume + audit               : {audit:10,.0f} msg/s")
     print(f"ratio audit/bare              : {audit / bare:10.2f}   (target >= 0.8)")
+    wall = [b / a for b, a in zip(times["bare"], times["audit"], strict=True)]
+    cpu = [b / a for b, a in zip(cpus["bare"], cpus["audit"], strict=True)]
+    print(f"the rounds' wall ratios       : {' '.join(f'{x:.2f}' for x in wall)}"
+          f"   (median {statistics.median(wall):.2f})")
+    for path in ("bare", "audit"):
+        print(f"CPU per message, {path:<13}: "
+              f"{statistics.median(cpus[path]) / n * 1e6:10.2f} µs (JVM + Python, median)")
+    print(f"the rounds' CPU ratios        : {' '.join(f'{x:.2f}' for x in cpu)}"
+          f"   (median {statistics.median(cpu):.2f}, bare/audit)")
     print(f"ack ledger rows per message   : {p.ledger.rows_written / n:10.4f}   (target <= 0.01)")
     print(f"consumed rows per message     : {consumed_rows / n:10.4f}")
     return 0

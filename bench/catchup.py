@@ -40,7 +40,8 @@ import time
 import uuid
 from pathlib import Path
 
-from steady import cluster_down, fresh_cluster, processes, rss_by_process, say
+from audit_bench import jvm_pid
+from steady import _cpu_s, cluster_down, fresh_cluster, process_tree, processes, rss_by_process, say
 from sustained import committed_offsets, log_ends, planned_end, summary
 
 from kafka_audit.scenarios.cluster import wait_until
@@ -57,10 +58,11 @@ def bare_range(settings: Settings, topic: str, start: dict[int, int], end: dict[
     from kafka_audit.jobs.spark import get_spark
 
     spark = get_spark(settings, "kafka-audit-bench-bare")
+    jvm = jvm_pid(spark)
     # a first small read: the JVM's warm-up, as the service's is (not timed)
     few = {p: min(end[p], o + 1000) for p, o in start.items()}
     for lo, hi, timed in ((start, few, False), (start, end, True)):
-        t = time.perf_counter()
+        t, cpu = time.perf_counter(), _cpu_s(jvm) + time.process_time()
         (spark.read.format("kafka")
          .option("kafka.bootstrap.servers", settings.cluster.bootstrap)
          .option("subscribe", topic).option("includeHeaders", "true")
@@ -69,6 +71,10 @@ def bare_range(settings: Settings, topic: str, start: dict[int, int], end: dict[
          .load().write.format("noop").mode("overwrite").save())
         if timed:
             print(f"bare seconds {time.perf_counter() - t:.3f}", flush=True)
+            # its CPU (the JVM's and this process's): the timed read's, and the whole
+            # process's since its start (the JVM started in it)
+            whole = _cpu_s(jvm) + time.process_time()
+            print(f"bare cpu {whole - cpu:.2f} whole {whole:.2f}", flush=True)
 
 
 def first_batch_after(checkpoint: Path, since: float) -> tuple[int, float]:
@@ -160,17 +166,37 @@ class Producers:
 
 
 def peak_rss(service: Component, cluster, seconds: float | None, until=None,
-             every: float = 2.0) -> dict[str, float]:
+             every: float = 2.0, cpu_log: list | None = None) -> dict[str, float]:
     """The highest RSS (MB) of the service's Python process and its Spark driver JVM,
-    sampled every ``every`` seconds for ``seconds`` or until ``until()`` holds."""
+    sampled every ``every`` seconds for ``seconds`` or until ``until()`` holds; with
+    ``cpu_log``, each sample's time (epoch seconds) and the CPU seconds the service's
+    processes (its tree: Python, API, driver JVM, Python workers) have used are appended
+    to it, a last sample once ``until()`` holds."""
     peak = {"service": 0.0, "driver": 0.0}
     end = time.monotonic() + seconds if seconds is not None else None
-    while (end is None or time.monotonic() < end) and not (until and until()):
+    while True:
+        done = (end is not None and time.monotonic() >= end) or bool(until and until())
+        if cpu_log is not None:
+            tree = process_tree(service.proc.pid)
+            cpu_log.append((time.time(), sum(_cpu_s(p) for pids in tree.values()
+                                              for p in pids)))
+        if done:
+            return peak
         rss = rss_by_process(processes(service.proc.pid, cluster, os.getpid()))
         peak["service"] = max(peak["service"], rss.get("kafka-audit run (Python)", 0.0))
         peak["driver"] = max(peak["driver"], rss.get("spark driver (JVM)", 0.0))
         time.sleep(every)
-    return peak
+
+
+def cpu_at(cpu_log: list, when: float) -> float:
+    """The service's CPU seconds at ``when`` (epoch seconds), interpolated between the
+    :func:`peak_rss` samples around it (the first or last one outside them)."""
+    before = [s for s in cpu_log if s[0] <= when]
+    after = [s for s in cpu_log if s[0] > when]
+    if not before or not after:
+        return (before or after)[-1 if before else 0][1]
+    (t0, c0), (t1, c1) = before[-1], after[0]
+    return c0 + (c1 - c0) * (when - t0) / (t1 - t0)
 
 
 def main() -> None:
@@ -226,7 +252,8 @@ def main() -> None:
             _b, done = committed_offsets(checkpoint, topic)
             return all(done.get(p, 0) >= end for p, end in restart.items())
 
-        catch = peak_rss(service, cluster, None, until=caught_up)
+        cpu_log: list = []
+        catch = peak_rss(service, cluster, None, until=caught_up, cpu_log=cpu_log)
         took = time.monotonic() - t0
         # the start-up (Python, the Spark driver, the tables) until the first micro-batch
         # was planned: its offsets file's time; the reading is what follows
@@ -255,6 +282,13 @@ def main() -> None:
         bare_whole = time.monotonic() - t_bare  # its process: start-up and warm-up too
         bare_s = float(next(line.split()[-1] for line in bare_log.read_text().splitlines()
                             if line.startswith("bare seconds")))
+        bare_cpu, bare_cpu_whole = (float(x) for x in next(
+            line.split()[2::2] for line in bare_log.read_text().splitlines()
+            if line.startswith("bare cpu")))
+        # the service's CPU: the reading's (from the first batch planned on), and the whole
+        # catch-up's (its processes started at t0)
+        service_cpu_whole = cpu_log[-1][1]
+        service_cpu_reading = service_cpu_whole - cpu_at(cpu_log, planned_at)
         service = Component(settings, "run")  # to judge what is left
         producers.stop()
         total = sum(log_ends(cluster, topic, PARTITIONS).values())
@@ -280,6 +314,13 @@ def main() -> None:
             "reading_rate": round(read / reading),
             "bare_seconds": bare_s, "bare_rate": round(backlog / bare_s),
             "bare_whole_seconds": round(bare_whole, 1),
+            "cpu_us_per_record": {
+                "reading": round(service_cpu_reading / read * 1e6, 2),
+                "bare": round(bare_cpu / backlog * 1e6, 2),
+                "catch_up_whole": round(service_cpu_whole / backlog * 1e6, 2),
+                "bare_whole": round(bare_cpu_whole / backlog * 1e6, 2)},
+            "cpu_ratio": round(bare_cpu / backlog / (service_cpu_reading / read), 3),
+            "cpu_ratio_whole": round(bare_cpu_whole / service_cpu_whole, 3),
             "ratio": round(read / reading / (backlog / bare_s), 3),
             "ratio_whole": round(bare_whole / took, 3),
             "steady_rss": steady, "catch_up_rss": catch,
@@ -308,6 +349,11 @@ def main() -> None:
     print(f"with the start-up on both sides: {result['catch_up_seconds']}s against the bare "
           f"read's process {result['bare_whole_seconds']}s (its JVM and warm-up read too): "
           f"ratio {result['ratio_whole']}")
+    cpu = result["cpu_us_per_record"]
+    print(f"CPU per record: reading {cpu['reading']} µs (the service's processes) against "
+          f"the bare read's {cpu['bare']} µs: ratio {result['cpu_ratio']}; whole processes "
+          f"{cpu['catch_up_whole']} against {cpu['bare_whole']} µs: ratio "
+          f"{result['cpu_ratio_whole']}")
     for k in ("service", "driver"):
         print(f"peak RSS {k}: steady {result['steady_rss'][k]:.0f} MB, catching up "
               f"{result['catch_up_rss'][k]:.0f} MB: {result['rss_ratio'][k]}x (goal <= 1.5)")

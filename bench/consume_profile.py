@@ -52,13 +52,8 @@ from kafka_audit.jobs.spark import get_spark
 from kafka_audit.settings import Settings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from audit_bench import bare_source, bench_topic, drop_topic, fill  # noqa: E402 - shared
+from audit_bench import bare_source, bench_topic, drop_topic, fill, jvm_pid  # noqa: E402
 from steady import _cpu_s  # noqa: E402 - shared
-
-
-def jvm_pid(spark) -> int:
-    """The Spark driver JVM's pid (pyspark's gateway process execs java)."""
-    return int(spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid())
 
 
 def main() -> int:
