@@ -19,7 +19,9 @@ On a freshly wiped local cluster, one topic of 3 partitions (RF 3):
    sink, a process of its own with the same Spark settings, while the producers still
    write: timed after its JVM's start and a small warm-up read (goal: the reading's rate
    >= 0.8x its rate), and as a whole process (its start-up and warm-up too: the second
-   ratio, against the catch-up's whole time); then the service started again;
+   ratio, against the catch-up's whole time); both ratios again by CPU per record (the
+   service's process tree, sampled with its RSS, against the bare read's JVM and Python:
+   wall rates swing here, CPU far less); then the service started again;
 6. the producers stop (idempotent: a retry writes nothing twice); once ``/v1/summary``
    holds every delivery report and has nothing pending, each must have exactly one
    verdict, every acknowledged write ``confirmed`` (no fault was injected).
