@@ -43,7 +43,7 @@ import uuid
 from pathlib import Path
 
 from audit_bench import jvm_pid
-from steady import _cpu_s, cluster_down, fresh_cluster, process_tree, processes, rss_by_process, say
+from steady import _cpu_s, cluster_down, fresh_cluster, process_tree, rss_by_process, say
 from sustained import committed_offsets, log_ends, planned_end, summary
 
 from kafka_audit.scenarios.cluster import wait_until
@@ -167,8 +167,8 @@ class Producers:
         return self.proc.poll() is None
 
 
-def peak_rss(service: Component, cluster, seconds: float | None, until=None,
-             every: float = 2.0, cpu_log: list | None = None) -> dict[str, float]:
+def peak_rss(service: Component, seconds: float | None, until=None, every: float = 2.0,
+             cpu_log: list | None = None) -> dict[str, float]:
     """The highest RSS (MB) of the service's Python process and its Spark driver JVM,
     sampled every ``every`` seconds for ``seconds`` or until ``until()`` holds; with
     ``cpu_log``, each sample's time (epoch seconds) and the CPU seconds the service's
@@ -178,13 +178,13 @@ def peak_rss(service: Component, cluster, seconds: float | None, until=None,
     end = time.monotonic() + seconds if seconds is not None else None
     while True:
         done = (end is not None and time.monotonic() >= end) or bool(until and until())
+        tree = process_tree(service.proc.pid)  # one walk a sample, for both figures
         if cpu_log is not None:
-            tree = process_tree(service.proc.pid)
             cpu_log.append((time.time(), sum(_cpu_s(p) for pids in tree.values()
                                               for p in pids)))
         if done:
             return peak
-        rss = rss_by_process(processes(service.proc.pid, cluster, os.getpid()))
+        rss = rss_by_process(tree)
         peak["service"] = max(peak["service"], rss.get("kafka-audit run (Python)", 0.0))
         peak["driver"] = max(peak["driver"], rss.get("spark driver (JVM)", 0.0))
         time.sleep(every)
@@ -193,11 +193,10 @@ def peak_rss(service: Component, cluster, seconds: float | None, until=None,
 def cpu_at(cpu_log: list, when: float) -> float:
     """The service's CPU seconds at ``when`` (epoch seconds), interpolated between the
     :func:`peak_rss` samples around it (the first or last one outside them)."""
-    before = [s for s in cpu_log if s[0] <= when]
-    after = [s for s in cpu_log if s[0] > when]
-    if not before or not after:
-        return (before or after)[-1 if before else 0][1]
-    (t0, c0), (t1, c1) = before[-1], after[0]
+    after = next((i for i, (t, _c) in enumerate(cpu_log) if t > when), len(cpu_log))
+    if after in (0, len(cpu_log)):
+        return cpu_log[min(after, len(cpu_log) - 1)][1]
+    (t0, c0), (t1, c1) = cpu_log[after - 1], cpu_log[after]
     return c0 + (c1 - c0) * (when - t0) / (t1 - t0)
 
 
@@ -237,7 +236,7 @@ def main() -> None:
                    600, "the first confirmed writes over REST", every=1)
         say(f"steady state for {args.steady:g} min")
         time.sleep(args.steady * 30)
-        steady = peak_rss(service, cluster, args.steady * 30)
+        steady = peak_rss(service, args.steady * 30)
         service.stop(120)
         _batch, stopped_at = committed_offsets(checkpoint, topic)
         say(f"service stopped (steady RSS {steady}); outage of {args.outage:g} min")
@@ -255,7 +254,7 @@ def main() -> None:
             return all(done.get(p, 0) >= end for p, end in restart.items())
 
         cpu_log: list = []
-        catch = peak_rss(service, cluster, None, until=caught_up, cpu_log=cpu_log)
+        catch = peak_rss(service, None, until=caught_up, cpu_log=cpu_log)
         took = time.monotonic() - t0
         # the start-up (Python, the Spark driver, the tables) until the first micro-batch
         # was planned: its offsets file's time; the reading is what follows
@@ -282,11 +281,11 @@ def main() -> None:
                             json.dumps(stopped_at), json.dumps(restart)],
                            env=env, stdout=log, stderr=subprocess.STDOUT, check=True)
         bare_whole = time.monotonic() - t_bare  # its process: start-up and warm-up too
-        bare_s = float(next(line.split()[-1] for line in bare_log.read_text().splitlines()
+        lines = bare_log.read_text().splitlines()
+        bare_s = float(next(line.split()[-1] for line in lines
                             if line.startswith("bare seconds")))
         bare_cpu, bare_cpu_whole = (float(x) for x in next(
-            line.split()[2::2] for line in bare_log.read_text().splitlines()
-            if line.startswith("bare cpu")))
+            line.split()[2::2] for line in lines if line.startswith("bare cpu")))
         # the service's CPU: the reading's (from the first batch planned on), and the whole
         # catch-up's (its processes started at t0)
         service_cpu_whole = cpu_log[-1][1]
