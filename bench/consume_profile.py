@@ -1,4 +1,4 @@
-"""Where the consume job's time goes: the same streaming read of one topic, nine ways.
+"""Where the consume job's time goes: the same streaming read of one topic, ten ways.
 
 Fills one RF=3 topic on the local cluster with the instrumented producer, then
 runs, in interleaved rounds with fresh checkpoints (the first round is a
@@ -9,6 +9,9 @@ warm-up), each as an ``availableNow`` stream with the consume job's batch size:
   Python callback and of handing the rows out);
 * ``fold``: ``foreachBatch`` folding them into read runs (``ReadRuns.java``),
   into ``noop``;
+* ``fold-source``: the same folded from the batch's offset ranges, the Kafka client's
+  records read with the source's consumers (``ReadRuns.foldSource``: the consume job's
+  way), into ``noop``;
 * ``spark-write``: the fold written by Spark's Delta writer (the consume job's way for a
   micro-batch over ``spark.stream_rows`` offsets; until 2026-12-02 over
   ``spark.driver_rows``);
@@ -92,6 +95,10 @@ def main() -> int:
         def fold(df, batch_id):
             fold_read_runs(df, batch_id).write.format("noop").mode("overwrite").save()
 
+        def fold_source(df, batch_id):
+            fold_read_runs(df, batch_id, source=True).write.format("noop").mode("overwrite") \
+                .save()
+
         def spark_write(df, batch_id):  # the dense batch's way (consume_job._write_fold)
             folded = fold_read_runs(df, batch_id)
             write_spark(folded, str(root / f"spark-write-{time.time_ns()}"))
@@ -119,6 +126,7 @@ def main() -> int:
             "bare": lambda work: stream(work),
             "count": lambda work: stream(work, count),
             "fold": lambda work: stream(work, fold),
+            "fold-source": lambda work: stream(work, fold_source),
             "spark-write": lambda work: stream(work, spark_write),
             "spark-write-nostats": lambda work: stream(work, spark_write_nostats),
             "counted": lambda work: stream(work, counted_write),

@@ -9,7 +9,9 @@
   audit, not an error);
 * sink: ``<warehouse>/consumed`` (Delta), one row per run of records
   (:func:`~kafka_audit.jobs.consume.transforms.fold_read_runs`: one pass per task on the
-  JVM, equal to the SQL definition in ``read_runs``), appended in ``foreachBatch``
+  JVM, equal to the SQL definition in ``read_runs``; each task reads its micro-batch's
+  offset ranges with the source's consumers and folds the Kafka client's records, never
+  the rows the source would make of them), appended in ``foreachBatch``
   (with delta-rs: collected to the driver in one Spark job when the batch's offsets
   are few, else streamed from the tasks as they end; over ``spark.stream_rows``
   offsets with Spark's Delta writer: :func:`_write_fold`);
@@ -328,7 +330,7 @@ def _write_fold(batch_df, batch_id: int, mac, table: str, driver_rows: int, stre
     a cold write through delta-rs pays none of that). A batch whose offsets are not
     known is counted first (``counted``)."""
     span = offset_span(batch_df)
-    folded = fold_read_runs(batch_df, batch_id, mac)
+    folded = fold_read_runs(batch_df, batch_id, mac, source=True)
     if span is None or span <= driver_rows:
         write_delta(folded, table, "consumed", driver_rows, at_most=span, user_metadata=marker)
         return "counted" if span is None else "bounded"

@@ -153,17 +153,22 @@ def read_runs(records: DataFrame) -> DataFrame:
             .select(*column_names("consumed")))
 
 
-def fold_read_runs(kafka: DataFrame, batch_id: int, mac: StampMac | None = None
-                   ) -> DataFrame:
+def fold_read_runs(kafka: DataFrame, batch_id: int, mac: StampMac | None = None,
+                   source: bool = False) -> DataFrame:
     """Kafka source rows (with ``includeHeaders``) to ``consumed`` rows, on the JVM in one pass.
 
     Same rows as ``read_runs(parse_kafka_records(kafka, batch_id, mac))`` but for runs that
     a task edge splits in two; ``read_time`` is the time of this call. ``mac``: the stamp
-    key's (its key goes to the tasks: ``javax.crypto.Mac`` there).
+    key's (its key goes to the tasks: ``javax.crypto.Mac`` there). ``source``: ``kafka`` is
+    the Kafka source's own micro-batch, unchanged (the consume job's ``foreachBatch``): the
+    tasks then read its offset ranges with the source's consumers and fold the client's
+    records, without the rows the source would make of them (``ReadRuns.foldSource``: the
+    same rows, less CPU a record; a plan that is not such a read is folded from its rows).
     """
     spark = kafka.sparkSession
-    jdf = spark._jvm.kafka_audit.spark.ReadRuns.fold(*_fold_args(kafka, batch_id, mac))
-    return DataFrame(jdf, spark)
+    fold = spark._jvm.kafka_audit.spark.ReadRuns.foldSource if source \
+        else spark._jvm.kafka_audit.spark.ReadRuns.fold
+    return DataFrame(fold(*_fold_args(kafka, batch_id, mac)), spark)
 
 
 def _fold_args(kafka: DataFrame, batch_id: int, mac: StampMac | None) -> tuple:

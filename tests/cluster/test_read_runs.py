@@ -6,14 +6,19 @@ import zlib
 
 from confluent_kafka import Producer
 
-from kafka_audit.jobs.consume.transforms import fold_read_runs, parse_kafka_records, read_runs
+from kafka_audit.jobs.consume.transforms import (
+    fold_read_runs,
+    offset_span,
+    parse_kafka_records,
+    read_runs,
+)
 from kafka_audit.producers.instrumented import AuditedProducer
 from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.schemas.stamp import HEADER, build_stamp
 from kafka_audit.schemas.tables import column_names
 
 
-def test_jvm_fold_equals_the_sql_definition(cluster, spark, settings):
+def test_jvm_fold_equals_the_sql_definition(cluster, spark, settings, tmp_path):
     topic = f"runs-{time.time_ns()}"
     cluster.create_topic(topic, partitions=2, replication=3)
     conf = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 5}
@@ -60,6 +65,25 @@ def test_jvm_fold_equals_the_sql_definition(cluster, spark, settings):
 
     jvm, sql = rows(fold_read_runs(df, 7)), rows(read_runs(parse_kafka_records(df, 7)))
     assert jvm == sql
+    # the consume job's way, on a micro-batch of the same records: the source's offset
+    # ranges read with its consumers and the client's records folded. (A batch read is
+    # Spark's V1 Kafka relation: not such a plan, folded from its rows.)
+    assert offset_span(df) is None
+    folded = {}
+
+    def batch(micro, batch_id):
+        assert offset_span(micro) is not None  # its offset ranges are known
+        folded["source"] = rows(fold_read_runs(micro, 7, source=True))
+        folded["rows"] = rows(fold_read_runs(micro, 7))
+
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", cluster.bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("includeHeaders", "true").load()
+             .writeStream.foreachBatch(batch).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    query.awaitTermination(240)
+    assert not query.isActive
+    assert folded["source"] == folded["rows"] == jvm
     cols = [c for c in column_names("consumed") if c != "read_time"]
     kinds = {(r[cols.index("stamped")], r[cols.index("stamp_error")],
               r[cols.index("checksum_ok")]) for r in jvm}
@@ -78,7 +102,6 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     from pyspark.sql.types import LongType, StructField, StructType
 
     from kafka_audit.jobs.consume.consume_job import _write_fold
-    from kafka_audit.jobs.consume.transforms import offset_span
     from kafka_audit.jobs.sink import write_delta
     from kafka_audit.store import read_table
 
@@ -143,3 +166,45 @@ def test_each_way_of_writing_a_micro_batch_gives_the_rows_a_count_gives(
     assert len(rows("counted")) == sum(b[2] for b in batches)
     plain = spark.createDataFrame([(1,)], StructType([StructField("x", LongType())]))
     assert offset_span(plain) is None  # not a micro-batch of the Kafka source
+
+
+def test_a_micro_batch_read_from_its_offset_ranges_reports_its_records(
+        cluster, spark, settings, tmp_path):
+    """The consume job folds a micro-batch from the offset ranges its source planned (the
+    source's rows are never made): every record comes out in one run once, and the query's
+    progress still says how many records each batch read (``numInputRows``: the consume
+    log's lines and the backlog's reading count them)."""
+    topic = f"source-{time.time_ns()}"
+    cluster.create_topic(topic, partitions=2, replication=3)
+    conf = {"bootstrap.servers": cluster.bootstrap, "linger.ms": 5}
+    a = AuditedProducer(conf, "pa", settings)
+    b = AuditedProducer(conf, "pb", settings)
+    for i in range(300):
+        a.produce(topic, b"a %d" % i, partition=i % 2)
+        if i % 3 == 0:
+            b.produce(topic, b"b %d" % i, partition=0)
+    a.close()
+    b.close()
+    tx = Producer({**conf, "transactional.id": topic})  # a record and its marker: a gap
+    tx.init_transactions(30)
+    tx.begin_transaction()
+    tx.produce(topic, b"tx", partition=1)
+    tx.commit_transaction(30)
+    folded = []
+
+    def batch(df, batch_id):
+        folded.extend(fold_read_runs(df, batch_id, source=True).collect())
+
+    query = (spark.readStream.format("kafka").option("kafka.bootstrap.servers", cluster.bootstrap)
+             .option("subscribe", topic).option("startingOffsets", "earliest")
+             .option("includeHeaders", "true").option("maxOffsetsPerTrigger", 150).load()
+             .writeStream.foreachBatch(batch).trigger(availableNow=True)
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).start())
+    query.awaitTermination(240)
+    assert not query.isActive
+    records = 300 + 100 + 1
+    offsets = [(r["partition"], r["offset"] + k) for r in folded for k in range(r["count"])]
+    assert len(offsets) == len(set(offsets)) == records
+    assert {r["producer_id"] for r in folded if r["stamped"]} == {"pa", "pb"}
+    read = [p.numInputRows for p in query.recentProgress if p.numInputRows]
+    assert len(read) >= 3 and sum(read) == records, read  # read in steps, each counted

@@ -15,6 +15,7 @@ from pyspark.sql import types as T
 
 from kafka_audit.jobs.consume.transforms import fold_read_runs, parse_kafka_records, read_runs
 from kafka_audit.schemas.stamp import ForgedStamp, StampError, checksum_ok, stamp_of_headers
+from kafka_audit.schemas.tables import column_names
 
 from ..support.stamp_corpus import (
     BAD,
@@ -137,4 +138,38 @@ def test_both_spark_paths_follow_the_stamp_rule(spark, reads):
         got = [r.asDict() for r in fold_read_runs(frame, 7, mac).collect()]
         problems += _diff(f"fold_read_runs over {rows}s", _per_offset(got), want, corpus)
         assert sum(r["count"] for r in got) == len(corpus)
+    # the consume job's tasks fold the Kafka client's records (ReadRuns.foldSource)
+    got = _fold_records(spark, corpus, mac)
+    problems += _diff("ReadRuns.foldRecords", _per_offset(got), want, corpus)
+    assert sum(r["count"] for r in got) == len(corpus)
+    assert {r["kafka_timestamp"] for r in got} == {T_MS}  # as the source's column: ms
     assert not problems, "\n".join(problems)
+
+
+T_MS = 1_795_856_400_123  # a record's timestamp (ms), 2026-11-28T09:00:00.123Z
+
+
+def _fold_records(spark, corpus, mac) -> list[dict]:
+    """The corpus as the Kafka client hands it out (``ConsumerRecord``s, one per entry at
+    consecutive offsets) folded as the consume job's tasks fold them; its rows as dicts
+    (``kafka_timestamp`` in ms)."""
+    jvm = spark._jvm
+    records = jvm.java.util.ArrayList()
+    for i, case in enumerate(corpus):
+        headers = jvm.org.apache.kafka.common.header.internals.RecordHeaders()
+        for key, value in _as_java_reads(case.headers) or []:
+            headers.add(key, value)
+        records.add(jvm.org.apache.kafka.clients.consumer.ConsumerRecord(
+            "stamp-rule", 0, FIRST + i, T_MS,
+            jvm.org.apache.kafka.common.record.TimestampType.CREATE_TIME, -1, -1, None,
+            case.value, headers, jvm.java.util.Optional.empty()))
+    key = None if mac is None else bytearray(mac.key)
+    runs = jvm.kafka_audit.spark.ReadRuns.foldRecords(records.iterator(), 7, 1_000_000, key)
+    names = column_names("consumed")
+    out = []
+    while runs.hasNext():
+        row = runs.next()
+        r = {name: row.get(i) for i, name in enumerate(names)}
+        r["kafka_timestamp"] = r["kafka_timestamp"].getTime()
+        out.append(r)
+    return out
