@@ -64,9 +64,9 @@ import scala.reflect.ClassTag$;
  * <p>The consume job's micro-batches are folded by {@link #foldSource}: each task reads the
  * offset ranges Spark's Kafka source planned with the source's own pooled consumers, and folds
  * the Kafka client's records where they lie, so the source's conversion of every record to a
- * row (its headers to an array of rows, then a copy) is never made: 0.78-0.84x the CPU of a
- * bare Spark read of the same records into {@code noop} (docs/benchmarks.md). {@link #fold}
- * folds any frame of the source's columns from its rows.
+ * row (its headers to an array of rows, then a copy) is never made: the fold then takes less
+ * CPU a record than a bare Spark read of the same records into {@code noop}
+ * (docs/benchmarks.md). {@link #fold} folds any frame of the source's columns from its rows.
  *
  * <p>Same result as {@code parse_kafka_records} + {@code read_runs} in
  * {@code jobs/consume/transforms.py} (the readable definition; a test holds the two equal), without
