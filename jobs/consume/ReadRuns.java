@@ -428,20 +428,22 @@ public final class ReadRuns {
         void seeMac(InternalRow h) {
             nMacs++;
             if (h.isNullAt(1)) {
-                mBase = null;
-                return;
-            }
-            if (h instanceof UnsafeRow u) {
+                seeMac((byte[]) null);
+            } else if (h instanceof UnsafeRow u) {
                 long offsetAndSize = u.getLong(1);
                 mBase = u.getBaseObject();
                 mOff = u.getBaseOffset() + (offsetAndSize >> 32);
                 mLen = (int) offsetAndSize;
             } else {
-                byte[] b = h.getBinary(1);
-                mBase = b;
-                mOff = Platform.BYTE_ARRAY_OFFSET;
-                mLen = b.length;
+                seeMac(h.getBinary(1));
             }
+        }
+
+        /** A kaudit-mac header's value as an array (null: a null value); not counted. */
+        void seeMac(byte[] value) {
+            mBase = value;
+            mOff = Platform.BYTE_ARRAY_OFFSET;
+            mLen = value == null ? 0 : value.length;
         }
 
         /** Whether the record's one kaudit-mac header holds the MAC of its {@code n}-byte stamp
@@ -625,11 +627,7 @@ public final class ReadRuns {
             timestampMicros = record.timestamp() * 1000L;
             nMacs = 0;
             int n = findStamp(record.headers());
-            byte[] value = record.value();
-            vNull = value == null;
-            vBase = value;
-            vOff = Platform.BYTE_ARRAY_OFFSET;
-            vLen = vNull ? 0 : value.length;
+            valueOf(record.value());
             stamp(n);
         }
 
@@ -649,10 +647,7 @@ public final class ReadRuns {
                     found = v.length;
                 } else if (mac != null && MAC_HEADER.equals(k)) {
                     nMacs++;
-                    byte[] v = h.value();
-                    mBase = v;
-                    mOff = Platform.BYTE_ARRAY_OFFSET;
-                    mLen = v == null ? 0 : v.length;
+                    seeMac(h.value());
                 }
             }
             return found;
@@ -666,21 +661,25 @@ public final class ReadRuns {
 
         /** Point the value's view at binary field {@code field} of {@code row}. */
         void valueOf(InternalRow row, int field) {
-            vNull = row.isNullAt(field);
-            if (vNull) {
-                vBase = null;
-                vLen = 0;
+            if (row.isNullAt(field)) {
+                valueOf((byte[]) null);
             } else if (row instanceof UnsafeRow u) {
                 long offsetAndSize = u.getLong(field);
+                vNull = false;
                 vBase = u.getBaseObject();
                 vOff = u.getBaseOffset() + (offsetAndSize >> 32);
                 vLen = (int) offsetAndSize;
             } else {
-                byte[] b = row.getBinary(field);
-                vBase = b;
-                vOff = Platform.BYTE_ARRAY_OFFSET;
-                vLen = b.length;
+                valueOf(row.getBinary(field));
             }
+        }
+
+        /** Point the value's view at an array (null: a null value). */
+        void valueOf(byte[] value) {
+            vNull = value == null;
+            vBase = value;
+            vOff = Platform.BYTE_ARRAY_OFFSET;
+            vLen = vNull ? 0 : value.length;
         }
 
         /** The stamp rule over the record's stamp ({@code n}: its length, or {@link #NONE}
