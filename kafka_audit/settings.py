@@ -431,10 +431,12 @@ class SparkSettings(_Section):
                                          "a look reads only the ledger's new files); a new "
                                          "one restarts the stream between two micro-batches")
     warm_up: bool = Field(True, description="a service that starts with no audited topic "
-                          "yet folds a few thousand made-up records while it waits, so that "
-                          "the JVM's first real micro-batch (a new topic's, with its backlog "
-                          "growing meanwhile) is not also its slowest (bench/sustained.py); "
-                          "with topics to read, their first batch is the warm-up")
+                          "yet folds a few thousand made-up records while it waits (decoded "
+                          "as the Kafka client decodes a fetch, in the one micro-batch of a "
+                          "query of their own), so that the JVM's first real micro-batch (a "
+                          "new topic's, with its backlog growing meanwhile) is not also its "
+                          "slowest (bench/sustained.py); with topics to read, their first "
+                          "batch is the warm-up")
     log_level: str = Field("ERROR", description="Spark's log level (WARN with --verbose)")
     properties: dict[str, str] = Field(
         default_factory=dict, description="further Spark properties (spark.executor.memory, "

@@ -12,6 +12,7 @@ import java.util.Arrays;
 import java.util.Iterator;
 import java.util.List;
 import java.util.NoSuchElementException;
+import java.util.Optional;
 import java.util.function.Consumer;
 import java.util.zip.CRC32;
 
@@ -20,8 +21,17 @@ import javax.crypto.ShortBufferException;
 import javax.crypto.spec.SecretKeySpec;
 
 import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.common.compress.Compression;
 import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.header.Headers;
+import org.apache.kafka.common.header.internals.RecordHeader;
+import org.apache.kafka.common.header.internals.RecordHeaders;
+import org.apache.kafka.common.record.MemoryRecords;
+import org.apache.kafka.common.record.MemoryRecordsBuilder;
+import org.apache.kafka.common.record.Record;
+import org.apache.kafka.common.record.RecordBatch;
+import org.apache.kafka.common.record.TimestampType;
+import org.apache.kafka.common.utils.Utils;
 import org.apache.spark.Partition;
 import org.apache.spark.TaskContext;
 import org.apache.spark.api.java.JavaRDD;
@@ -111,6 +121,72 @@ public final class ReadRuns {
         JavaRDD<Row> runs = sourceRows(kafka).toJavaRDD()
             .mapPartitions(it -> fold(it, idx, batchId, readTimeMicros, key));
         return SparkSession.active().createDataFrame(runs, consumed);
+    }
+
+    /**
+     * Warm-up only: fold made-up rows of the Kafka source's columns ({@code kafka}; each task's
+     * rows grouped by partition, in offset order) as {@link #foldSource} folds what the Kafka
+     * client reads: each partition's rows become one record batch, read back with the
+     * client's own record and header decoding, then folded from its {@link ConsumerRecord}s.
+     * The JIT so compiles the code a new topic's first micro-batch runs before there is a
+     * topic to read (what the fold of rows warms is not it: the JIT compiles for the types
+     * it has seen).
+     */
+    public static Dataset<Row> warmUp(Dataset<Row> kafka, StructType consumed, long batchId,
+                                      long readTimeMicros, byte[] key) {
+        JavaRDD<Row> runs = kafka.toJavaRDD()
+            .mapPartitions(it -> foldRecords(clientRecords(it), batchId, readTimeMicros, key));
+        return SparkSession.active().createDataFrame(runs, consumed);
+    }
+
+    /** {@link #warmUp}'s rows as the Kafka client hands them out, a partition at a time. */
+    static Iterator<ConsumerRecord<byte[], byte[]>> clientRecords(Iterator<Row> rows) {
+        List<ConsumerRecord<byte[], byte[]>> out = new ArrayList<>();
+        MemoryRecordsBuilder batch = null;
+        String topic = null;
+        int partition = -1;
+        while (rows.hasNext()) {
+            Row row = rows.next();
+            String t = row.getAs("topic");
+            int p = row.<Integer>getAs("partition");
+            if (batch != null && (p != partition || !t.equals(topic))) {
+                readBack(batch.build(), topic, partition, out);
+                batch = null;
+            }
+            if (batch == null) {
+                topic = t;
+                partition = p;
+                batch = MemoryRecords.builder(ByteBuffer.allocate(1 << 16), Compression.NONE,
+                                              TimestampType.CREATE_TIME, row.<Long>getAs("offset"));
+            }
+            List<Row> hs = row.getList(row.fieldIndex("headers"));
+            Header[] headers = new Header[hs == null ? 0 : hs.size()];
+            for (int i = 0; i < headers.length; i++) {
+                headers[i] = new RecordHeader(hs.get(i).getString(0), (byte[]) hs.get(i).get(1));
+            }
+            batch.appendWithOffset(row.<Long>getAs("offset"),
+                                   row.<Timestamp>getAs("timestamp").getTime(),
+                                   (byte[]) row.getAs("key"), (byte[]) row.getAs("value"), headers);
+        }
+        if (batch != null) {
+            readBack(batch.build(), topic, partition, out);
+        }
+        return out.iterator();
+    }
+
+    static void readBack(MemoryRecords records, String topic, int partition,
+                         List<ConsumerRecord<byte[], byte[]>> out) {
+        for (RecordBatch batch : records.batches()) {
+            batch.ensureValid();  // the client checks each batch's CRC (check.crcs)
+            for (Record r : batch) {
+                byte[] k = r.hasKey() ? Utils.toArray(r.key()) : null;
+                byte[] v = r.hasValue() ? Utils.toArray(r.value()) : null;
+                out.add(new ConsumerRecord<>(topic, partition, r.offset(), r.timestamp(),
+                                             batch.timestampType(), k == null ? -1 : k.length,
+                                             v == null ? -1 : v.length, k, v,
+                                             new RecordHeaders(r.headers()), Optional.empty()));
+            }
+        }
     }
 
     /**

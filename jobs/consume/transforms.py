@@ -213,28 +213,39 @@ def kafka_source_schema():
 WARM_UP_RECORDS = 5000
 
 
-def warm_up_fold(spark, mac: StampMac | None = None) -> int:
-    """Run the consume path's work on made-up records, to throw away: the fold, its
-    local checkpoint, the Arrow hand-over. A fresh JVM did the first micro-batch of a
-    new topic 2x slower than the next (13 s against 3.5 s for 280,000 records, idle,
-    timed once with a throw-away script around ``start_consume(once=True)``, not kept;
-    28 s while a 40,000 msg/s load shared the two cores: the first ``bench/sustained.py``
-    run's checkpoint times); after this (8 s idle) it was 6.8 s. Run only while there
-    is nothing to read: beside ``bench/catchup.py``'s twenty producers it took 80 s (the
-    service's log line), all of it a delay before real work.
-    Returns the rows the fold gave (the tests check them)."""
+def warm_up_records(spark) -> DataFrame:
+    """The warm-up's made-up records, as the Kafka source's rows: ``WARM_UP_RECORDS`` of
+    them on three partitions, seven producers taking turns on each (every record a run of
+    its own), sorted by partition and offset (each task's rows are written and read back as
+    the client's record batches of a partition: ``ReadRuns.warmUp``)."""
     from datetime import UTC, datetime
 
     from kafka_audit.schemas.stamp import HEADER, build_stamp, checksum_of
 
     now = datetime.now(UTC)
+    now = now.replace(microsecond=now.microsecond // 1000 * 1000)  # Kafka's: milliseconds
     value = b"w" * 100
     stamp_sum = checksum_of(value)
-    rows = [(None, value, "_kafka_audit_warm_up", o % 3, o // 3, now, 0,
-             [(HEADER, build_stamp(f"warm-{o % 7}", "warm", o, stamp_sum))])
-            for o in range(WARM_UP_RECORDS)]
-    folded = fold_read_runs(spark.createDataFrame(rows, kafka_source_schema()).repartition(3), -1,
-                            mac).localCheckpoint(eager=True)
+    rows = sorted(((None, value, "_kafka_audit_warm_up", o % 3, o // 3, now, 0,
+                    [(HEADER, build_stamp(f"warm-{o % 7}", "warm", o, stamp_sum))])
+                   for o in range(WARM_UP_RECORDS)), key=lambda r: (r[3], r[4]))
+    return spark.createDataFrame(rows, kafka_source_schema())
+
+
+def warm_up_fold(spark, mac: StampMac | None = None) -> int:
+    """Run the consume path's work on made-up records (:func:`warm_up_records`), to throw
+    away: the Kafka client's decoding of record batches, the fold of its records, its local
+    checkpoint, the Arrow hand-over. A fresh JVM did the first micro-batch of a
+    new topic 2x slower than the next (13 s against 3.5 s for 280,000 records, idle,
+    timed once with a throw-away script around ``start_consume(once=True)``, not kept;
+    28 s while a 40,000 msg/s load shared the two cores: the first ``bench/sustained.py``
+    run's checkpoint times); after a fold of rows (8 s idle) it was 6.8 s. Run only while
+    there is nothing to read: beside ``bench/catchup.py``'s twenty producers it took 80 s
+    (the service's log line), all of it a delay before real work.
+    Returns the rows the fold gave (the tests check them)."""
+    kafka = warm_up_records(spark)
+    folded = DataFrame(spark._jvm.kafka_audit.spark.ReadRuns.warmUp(*_fold_args(kafka, -1, mac)),
+                       spark).localCheckpoint(eager=True)
     try:
         return folded.toArrow().num_rows
     finally:

@@ -71,3 +71,42 @@ def test_the_warm_up_folds_its_made_up_records_one_run_each(spark):
     from kafka_audit.jobs.consume.transforms import WARM_UP_RECORDS, warm_up_fold
 
     assert warm_up_fold(spark) == WARM_UP_RECORDS
+
+
+@pytest.mark.parametrize("key", [None, b"k" * 32], ids=["no stamp key", "stamp key"])
+def test_the_warm_up_reads_its_records_back_as_the_kafka_client_does(spark, key):
+    """The warm-up writes its records as the client's record batches and folds what the
+    Kafka client decodes of them (``ReadRuns.warmUp``): the same rows as the fold of the
+    same records as the source's rows. A read-back that lost, reordered or changed a
+    record, a header or a timestamp would give other rows."""
+    from pyspark.sql import DataFrame
+
+    from kafka_audit.jobs.consume.transforms import WARM_UP_RECORDS, _fold_args, warm_up_records
+
+    kafka = warm_up_records(spark)
+    args = _fold_args(kafka, 3, None)[:-1] + (None if key is None else bytearray(key),)
+    folds = spark._jvm.kafka_audit.spark.ReadRuns
+
+    def rows(jdf):
+        return sorted((r.asDict() for r in DataFrame(jdf, spark).collect()),
+                      key=lambda r: (r["partition"], r["offset"]))
+
+    read_back = rows(folds.warmUp(*args))
+    assert sum(r["count"] for r in read_back) == WARM_UP_RECORDS
+    if key is None:  # each record a run of its own
+        assert len(read_back) == WARM_UP_RECORDS
+    else:  # every stamp lacks its MAC: forged records, sharing runs
+        assert all(r["stamp_error"] for r in read_back) and len(read_back) < 10
+    assert read_back == rows(folds.fold(*args))
+
+
+def test_the_warm_up_runs_its_work_as_one_micro_batch_and_leaves_no_file(spark, settings):
+    """The consume job's warm-up runs in the ``foreachBatch`` function of a query of one
+    micro-batch (``_one_batch``), as the consume query's batches run; its input and
+    checkpoint are removed after."""
+    from kafka_audit.jobs.consume.consume_job import _one_batch
+
+    seen = []
+    _one_batch(spark, settings, lambda batch, batch_id: seen.append((batch_id, batch.count())))
+    assert seen == [(0, 1)]
+    assert not list(settings.home_dir.glob("warm-up-*"))
