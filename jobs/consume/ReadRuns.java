@@ -145,10 +145,17 @@ public final class ReadRuns {
         MemoryRecordsBuilder batch = null;
         String topic = null;
         int partition = -1;
+        int[] at = null;  // key, value, topic, partition, offset, timestamp, headers
         while (rows.hasNext()) {
             Row row = rows.next();
-            String t = row.getAs("topic");
-            int p = row.<Integer>getAs("partition");
+            if (at == null) {
+                at = Arrays.stream(new String[] {"key", "value", "topic", "partition", "offset",
+                                                 "timestamp", "headers"})
+                    .mapToInt(row::fieldIndex).toArray();
+            }
+            String t = row.getString(at[2]);
+            int p = row.getInt(at[3]);
+            long offset = row.getLong(at[4]);
             if (batch != null && (p != partition || !t.equals(topic))) {
                 readBack(batch.build(), topic, partition, out);
                 batch = null;
@@ -157,16 +164,15 @@ public final class ReadRuns {
                 topic = t;
                 partition = p;
                 batch = MemoryRecords.builder(ByteBuffer.allocate(1 << 16), Compression.NONE,
-                                              TimestampType.CREATE_TIME, row.<Long>getAs("offset"));
+                                              TimestampType.CREATE_TIME, offset);
             }
-            List<Row> hs = row.getList(row.fieldIndex("headers"));
+            List<Row> hs = row.getList(at[6]);
             Header[] headers = new Header[hs == null ? 0 : hs.size()];
             for (int i = 0; i < headers.length; i++) {
                 headers[i] = new RecordHeader(hs.get(i).getString(0), (byte[]) hs.get(i).get(1));
             }
-            batch.appendWithOffset(row.<Long>getAs("offset"),
-                                   row.<Timestamp>getAs("timestamp").getTime(),
-                                   (byte[]) row.getAs("key"), (byte[]) row.getAs("value"), headers);
+            batch.appendWithOffset(offset, row.getTimestamp(at[5]).getTime(),
+                                   (byte[]) row.get(at[0]), (byte[]) row.get(at[1]), headers);
         }
         if (batch != null) {
             readBack(batch.build(), topic, partition, out);

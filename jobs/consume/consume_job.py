@@ -481,8 +481,10 @@ def _warm_up(spark, settings: Settings) -> None:
     own (:func:`_one_batch`), once a JVM; never fatal: the first batch is only slower
     without it. Of a new topic's first micro-batch beside a 40,000 msg/s load, Java Flight
     Recorder showed the JIT compiling the fold of the client's records and the client's
-    record decoding, which a fold of rows never ran, and 1.5-2.7 s passed in the batch
-    before its function was called in Python (the first call of a ``foreachBatch``)."""
+    record decoding, which a fold of rows never ran; and about 1.5 s passed between the
+    batch's start in Spark (its ``addBatch``, in Spark's event log) and the first line of
+    its Python function (a temporary log line, once): the first call of a ``foreachBatch``
+    (docs/benchmarks.md, the sustained rows of 2026-12-04)."""
     from kafka_audit.jobs.consume.transforms import warm_up_fold
     from kafka_audit.stamp_key import stamp_mac
 
@@ -491,8 +493,8 @@ def _warm_up(spark, settings: Settings) -> None:
         return
     _warmed.add(jvm)
     t = time.monotonic()
-    mac = stamp_mac(settings)
     try:
+        mac = stamp_mac(settings)
         _one_batch(spark, settings, lambda batch, _id: warm_up_fold(batch.sparkSession, mac))
     except Exception as exc:  # noqa: BLE001 - a warm-up only
         log.warning("consume: the warm-up failed (the first micro-batch is slower): %s",

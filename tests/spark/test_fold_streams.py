@@ -82,9 +82,10 @@ def test_the_warm_up_reads_its_records_back_as_the_kafka_client_does(spark, key)
     from pyspark.sql import DataFrame
 
     from kafka_audit.jobs.consume.transforms import WARM_UP_RECORDS, _fold_args, warm_up_records
+    from kafka_audit.schemas.stamp import StampMac
 
     kafka = warm_up_records(spark)
-    args = _fold_args(kafka, 3, None)[:-1] + (None if key is None else bytearray(key),)
+    args = _fold_args(kafka, 3, None if key is None else StampMac(key))
     folds = spark._jvm.kafka_audit.spark.ReadRuns
 
     def rows(jdf):
