@@ -164,7 +164,7 @@ def _wait(settings: Settings, stop: threading.Event, wake: threading.Event | Non
     backlog's first batches took a core and the interpreter from the reading, which the
     catch-up after an outage waited for (bench/catchup.py). The pass starts as soon as the
     consume thread has seen the progress of the batch that ended the backlog (it looks
-    every 2 s)."""
+    every ``spark.topic_refresh_seconds``, 2 s at most)."""
     start = time.monotonic()
     end = start + settings.audit.interval_seconds
     if due is not None and due - end < pass_seconds:

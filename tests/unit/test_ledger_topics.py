@@ -118,3 +118,54 @@ def test_a_query_started_again_after_an_error_leaves_what_is_left_unknown(tmp_pa
         update={"retry_seconds": 0.01})})
     run_consume(object(), settings, pattern="^t$", stop=stop, backlog=backlog)
     assert seen == [(None, False), (None, False)]
+
+
+def test_the_ledger_s_topics_are_looked_at_every_topic_refresh_seconds(tmp_path, monkeypatch):
+    """The consume loop waits on its query no longer than ``spark.topic_refresh_seconds``
+    between two looks at the ledger's topics: with its 2 s waits a new topic was looked for
+    2-4 s apart whatever the setting, its reading that much later (bench/sustained.py)."""
+    import threading
+    import time
+
+    from kafka_audit.jobs.consume import consume_job
+    from kafka_audit.jobs.consume.consume_job import run_consume
+
+    waits, looks, stop = [], [], threading.Event()
+
+    class Running:
+        lastProgress = None
+
+        def __init__(self, pause: bool = True) -> None:
+            self.pause = pause
+
+        def awaitTermination(self, timeout):  # noqa: N802 - Spark's name
+            waits.append(timeout)
+            if self.pause:
+                time.sleep(timeout)
+            if len(waits) == 6 or not self.pause:
+                stop.set()
+            return False
+
+        def stop(self):
+            pass
+
+    def pattern(settings, ledger=None):
+        looks.append(time.monotonic())
+        return "^t$"
+
+    monkeypatch.setattr(consume_job, "start_consume", lambda *a, **k: Running())
+    monkeypatch.setattr(consume_job, "stop_quietly", lambda *a: None)
+    monkeypatch.setattr(consume_job, "audited_pattern", pattern)
+    base = Settings(home=tmp_path)
+    settings = base.model_copy(update={"spark": base.spark.model_copy(
+        update={"topic_refresh_seconds": 0.1, "warm_up": False})})
+    run_consume(object(), settings, stop=stop)
+    assert waits and max(waits) <= 0.1
+    assert len(looks) >= 4  # the query's pattern, then a look every wait or two
+
+    # a pattern given (``consume --topics``): nothing to look for, its waits are 2 s
+    waits.clear()
+    stop.clear()
+    monkeypatch.setattr(consume_job, "start_consume", lambda *a, **k: Running(pause=False))
+    run_consume(object(), settings, pattern="^t$", stop=stop)
+    assert waits == [2.0]
