@@ -11,6 +11,12 @@ a freshly wiped local cluster (3 nodes, one topic of 3 partitions, RF 3):
   the topic (``topics.include``, as an operator who lists the audited topics does): the
   stream reads it from its start, no restart.
 
+With ``--running`` both readers have read another topic first, as a service that has run
+for a while has (its JVM warm, its query reading): ``kafka-audit produce`` writes
+``--running-seconds`` at ``--running-rate`` to a topic of its own, and the case waits for
+the reader to have read it to its end; the load's topic is then a new one (the service's
+stream restarts on it; the bare read subscribed to both from its start).
+
 In both, once the reader runs, ``kafka-audit produce --acks all --rate R --seconds S``
 writes the load. Every ``--every`` seconds the lag is sampled: the log ends minus the
 offsets of the reader's last committed micro-batch (its checkpoint's ``commits``
@@ -26,7 +32,7 @@ and the ratios of the worst lags, audit over bare (goal: <= 1.2).
 Run (the demo's ports and ``var`` home, like the other service benchmarks)::
 
     KAFKA_AUDIT_HOME=var .venv/bin/python bench/sustained.py [--rates 15000 40000] \
-        [--seconds 120] [--rounds 1] [--named]
+        [--seconds 120] [--rounds 1] [--named | --running]
 """
 
 from __future__ import annotations
@@ -104,7 +110,8 @@ def lag(cluster: LocalCluster, checkpoint: Path, topic: str, partitions: int) ->
 
 
 def bare_reader(settings: Settings, topic: str, checkpoint: str) -> None:
-    """The bare read (a process of its own, ``--bare-reader``): until SIGTERM."""
+    """The bare read (a process of its own, ``--bare-reader``) of ``topic`` (names
+    separated by commas: each is read): until SIGTERM."""
     from kafka_audit.jobs.spark import get_spark
 
     spark = get_spark(settings, "kafka-audit-bench-bare")
@@ -132,7 +139,7 @@ def summary(api: str, topic: str) -> dict | None:
 class Reader:
     """The case's reader as a process: the bare Spark read or ``kafka-audit run``."""
 
-    def __init__(self, kind: str, settings: Settings, topic: str) -> None:
+    def __init__(self, kind: str, settings: Settings, topics: list[str]) -> None:
         self.kind = kind
         if kind == "audit":
             self.checkpoint = Path(settings.checkpoint_uri("consume"))
@@ -146,7 +153,8 @@ class Reader:
                                                           settings.home_dir / "bare.yaml"))
             self.log = open(settings.home_dir / "bare.log", "ab")  # noqa: SIM115
             self.proc = subprocess.Popen(
-                [sys.executable, __file__, "--bare-reader", topic, str(self.checkpoint)],
+                [sys.executable, __file__, "--bare-reader", ",".join(topics),
+                 str(self.checkpoint)],
                 env=env, stdout=self.log, stderr=subprocess.STDOUT)
             self.component = None
 
@@ -192,6 +200,9 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
     topic = f"sus-{kind}-{uuid.uuid4().hex[:6]}"
     parts = 3
     cluster.create_topic(topic, partitions=parts, replication=3)
+    earlier = f"sus-{kind}-running-{uuid.uuid4().hex[:6]}" if args.running else None
+    if earlier:
+        cluster.create_topic(earlier, partitions=parts, replication=3)
     if args.named and kind == "audit":
         # the profile names the topic: the consume stream reads it from its start, no
         # restart when the ledger first names it
@@ -200,11 +211,13 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
             update={"topics": topics})})
     api = f"http://{settings.api.host}:{settings.api.port}"
     say(f"{kind} at {rate} msg/s: topic {topic}, home {home}")
-    reader = Reader(kind, settings, topic)
+    reader = Reader(kind, settings, [topic] + ([earlier] if earlier else []))
     samples: list[tuple[float, int]] = []
     try:
         wait_until(lambda: reader.ready(settings), 300, f"the {kind} reader", every=1)
         time.sleep(args.warm)  # the reader's first triggers before any load
+        if earlier:
+            read_earlier_topic(settings, cluster, reader, earlier, parts, args)
         producer = Component(settings, "produce", topic, "--rate", str(rate), "--seconds",
                              str(args.seconds), "--acks", "all", "--size", "100")
         t0 = time.time()
@@ -276,6 +289,21 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
     return result
 
 
+def read_earlier_topic(settings: Settings, cluster: LocalCluster, reader: Reader,
+                       earlier: str, parts: int, args) -> None:
+    """``--running``: the earlier topic written (``--running-seconds`` at
+    ``--running-rate``), then read by ``reader`` to its end."""
+    producer = Component(settings, "produce", earlier, "--rate", str(args.running_rate),
+                         "--seconds", str(args.running_seconds), "--acks", "all",
+                         "--size", "100")
+    wait_until(lambda: not producer.alive(), args.running_seconds + 120,
+               "the earlier topic's producer", every=1)
+    producer.stop()
+    wait_until(lambda: lag(cluster, reader.checkpoint, earlier, parts) == 0, 300,
+               f"the {reader.kind} reader to read the earlier topic", every=1)
+    say(f"{reader.kind}: the earlier topic {earlier} read to its end")
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--bare-reader":
         bare_reader(get_settings(), sys.argv[2], sys.argv[3])
@@ -295,6 +323,11 @@ def main() -> None:
     ap.add_argument("--named", action="store_true",
                     help="the audit's profile names the topic (topics.include): no restart "
                     "on it when the ledger first names it")
+    ap.add_argument("--running", action="store_true",
+                    help="both readers read another topic first (a service that has run a "
+                    "while: a warm JVM); the load's topic is then new to the service")
+    ap.add_argument("--running-seconds", type=float, default=20)
+    ap.add_argument("--running-rate", type=int, default=5000)
     ap.add_argument("--kinds", nargs="+", choices=["bare", "audit"], default=["bare", "audit"])
     args = ap.parse_args()
     base = get_settings()
