@@ -320,14 +320,18 @@ def main() -> None:
     ap.add_argument("--start", type=float, default=30,
                     help="seconds of load that count as its start (the worst lag is also "
                     "given without them)")
-    ap.add_argument("--named", action="store_true",
-                    help="the audit's profile names the topic (topics.include): no restart "
-                    "on it when the ledger first names it")
-    ap.add_argument("--running", action="store_true",
-                    help="both readers read another topic first (a service that has run a "
-                    "while: a warm JVM); the load's topic is then new to the service")
-    ap.add_argument("--running-seconds", type=float, default=20)
-    ap.add_argument("--running-rate", type=int, default=5000)
+    # --named's profile would leave --running's earlier topic unaudited, never read
+    start = ap.add_mutually_exclusive_group()
+    start.add_argument("--named", action="store_true",
+                       help="the audit's profile names the topic (topics.include): no "
+                       "restart on it when the ledger first names it")
+    start.add_argument("--running", action="store_true",
+                       help="both readers read another topic first (a service that has run "
+                       "a while: a warm JVM); the load's topic is then new to the service")
+    ap.add_argument("--running-seconds", type=float, default=20,
+                    help="how long --running's earlier topic is written")
+    ap.add_argument("--running-rate", type=int, default=5000,
+                    help="msg/s written to --running's earlier topic")
     ap.add_argument("--kinds", nargs="+", choices=["bare", "audit"], default=["bare", "audit"])
     args = ap.parse_args()
     base = get_settings()
