@@ -433,12 +433,13 @@ class SparkSettings(_Section):
         "stream between two micro-batches. Each second of it is up to 40,000 records behind "
         "at the start of a new topic written at 40,000 msg/s")
     warm_up: bool = Field(True, description="a service that starts with no audited topic "
-                          "yet folds a few thousand made-up records while it waits (decoded "
-                          "as the Kafka client decodes a fetch, in the one micro-batch of a "
-                          "query of their own), so that the JVM's first real micro-batch (a "
-                          "new topic's, with its backlog growing meanwhile) is not also its "
-                          "slowest (bench/sustained.py); with topics to read, their first "
-                          "batch is the warm-up")
+                          "yet folds 100,000 made-up records while it waits (decoded as the "
+                          "Kafka client decodes a fetch, in twenty rounds inside the one "
+                          "micro-batch of a query of their own, 6-7 s beyond one round's 5 s "
+                          "on 2 cores; no round begins once a topic has come), so that the "
+                          "JVM's first real micro-batch (a new topic's, with its backlog "
+                          "growing meanwhile) is not also its slowest (bench/sustained.py); "
+                          "with topics to read, their first batch is the warm-up")
     log_level: str = Field("ERROR", description="Spark's log level (WARN with --verbose)")
     properties: dict[str, str] = Field(
         default_factory=dict, description="further Spark properties (spark.executor.memory, "

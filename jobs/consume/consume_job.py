@@ -380,7 +380,9 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
     ledger = LedgerTopics(settings.table_path("acks"))
     if not once and settings.spark.warm_up and pattern is None and \
             audited_pattern(settings, ledger) == topic_pattern([]):
-        _warm_up(spark, settings)  # nothing to read yet: the first batch is a new topic's
+        # nothing to read yet: the first batch is a new topic's; it ends when one comes
+        _warm_up(spark, settings, lambda: stop.is_set() or
+                 audited_pattern(settings, ledger) != topic_pattern([]))
     while not stop.is_set():
         query = None
         try:
@@ -481,16 +483,17 @@ def _between_batches(query, seen_then, seen_now) -> bool:
 _warmed: set[int] = set()  # the JVMs (by their py4j gateway's id) the warm-up ran in
 
 
-def _warm_up(spark, settings: Settings) -> None:
-    """:func:`~kafka_audit.jobs.consume.transforms.warm_up_fold` in a micro-batch of its
-    own (:func:`_one_batch`), once a JVM; never fatal: the first batch is only slower
+def _warm_up(spark, settings: Settings, until: Callable[[], bool]) -> None:
+    """:func:`~kafka_audit.jobs.consume.transforms.warm_up_fold` in a micro-batch of its own
+    (:func:`_one_batch`), once a JVM, ``WARM_UP_ROUNDS`` rounds or until ``until()`` (a topic to
+    read, or the stop: checked between rounds); never fatal: the first batch is only slower
     without it. Of a new topic's first micro-batch beside a 40,000 msg/s load, Java Flight
-    Recorder showed the JIT compiling the fold of the client's records and the client's
-    record decoding, which a fold of rows never ran; and about 1.5 s passed between the
-    batch's start in Spark (its ``addBatch``, in Spark's event log) and the first line of
-    its Python function (a temporary log line, once): the first call of a ``foreachBatch``
-    (docs/benchmarks.md, the sustained rows of 2026-12-04)."""
-    from kafka_audit.jobs.consume.transforms import warm_up_fold
+    Recorder showed the JIT compiling the fold of the client's records and the client's record
+    decoding, which a fold of rows never ran; and about 1.5 s passed between the batch's start
+    in Spark (its ``addBatch``, in Spark's event log) and the first line of its Python function
+    (a temporary log line, once): the first call of a ``foreachBatch`` (docs/benchmarks.md, the
+    sustained rows of 2026-12-04)."""
+    from kafka_audit.jobs.consume.transforms import WARM_UP_ROUNDS, warm_up_fold
     from kafka_audit.stamp_key import stamp_mac
 
     jvm = id(spark.sparkContext._gateway)
@@ -498,14 +501,17 @@ def _warm_up(spark, settings: Settings) -> None:
         return
     _warmed.add(jvm)
     t = time.monotonic()
+    folded: list[int] = []
     try:
         mac = stamp_mac(settings)
-        _one_batch(spark, settings, lambda batch, _id: warm_up_fold(batch.sparkSession, mac))
+        _one_batch(spark, settings, lambda batch, _id: folded.append(
+            warm_up_fold(batch.sparkSession, mac, WARM_UP_ROUNDS, until)))
     except Exception as exc:  # noqa: BLE001 - a warm-up only
         log.warning("consume: the warm-up failed (the first micro-batch is slower): %s",
                     str(exc).splitlines()[0][:300] if str(exc) else type(exc).__name__)
         return
-    log.info("consume: warmed up in %.1fs", time.monotonic() - t)
+    log.info("consume: warmed up in %.1fs (%d made-up records folded)",
+             time.monotonic() - t, sum(folded))
 
 
 def _one_batch(spark, settings: Settings, work: Callable) -> None:

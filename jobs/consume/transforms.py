@@ -21,6 +21,8 @@ holds both equal to ``schemas/stamp.py``'s rule on a corpus of stamps.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
@@ -209,8 +211,13 @@ def kafka_source_schema():
     ])
 
 
-#: records of the warm-up batch: enough for the JIT to compile the fold's inner loop
+#: records of one round of the warm-up (a Spark job of its own)
 WARM_UP_RECORDS = 5000
+#: rounds of the service's warm-up: 100,000 records in all, beside 5,000 in one round the
+#: new topic's first micro-batch 2.9-4.6 s against 4.0-5.3 s and its second 84,000-111,000
+#: records a second against 87,000-102,000 (three pairs each at 40,000 msg/s,
+#: bench/sustained.py, 2026-12-04): the JIT compiles more of the path on more calls
+WARM_UP_ROUNDS = 20
 
 
 def warm_up_records(spark) -> DataFrame:
@@ -232,23 +239,31 @@ def warm_up_records(spark) -> DataFrame:
     return spark.createDataFrame(rows, kafka_source_schema())
 
 
-def warm_up_fold(spark, mac: StampMac | None = None) -> int:
+def warm_up_fold(spark, mac: StampMac | None = None, rounds: int = 1,
+                 until: Callable[[], bool] = lambda: False) -> int:
     """Run the consume path's work on made-up records (:func:`warm_up_records`), to throw
     away: the Kafka client's decoding of record batches, the fold of its records, its local
-    checkpoint, the Arrow hand-over. A fresh JVM did the first micro-batch of a
+    checkpoint, the Arrow hand-over; ``rounds`` times, each a Spark job, none begun once
+    ``until()`` says so (a topic to read has come: the warm-up never holds it up longer
+    than a round). A fresh JVM did the first micro-batch of a
     new topic 2x slower than the next (13 s against 3.5 s for 280,000 records, idle,
     timed once with a throw-away script around ``start_consume(once=True)``, not kept;
     28 s while a 40,000 msg/s load shared the two cores: the first ``bench/sustained.py``
     run's checkpoint times); after a fold of rows (8 s idle) it was 6.8 s. Run only while
     there is nothing to read: beside ``bench/catchup.py``'s twenty producers it took 80 s
     (the service's log line), all of it a delay before real work.
-    Returns the rows the fold gave (the tests check them)."""
-    kafka = warm_up_records(spark)
-    folded = DataFrame(spark._jvm.kafka_audit.spark.ReadRuns.warmUp(*_fold_args(kafka, -1, mac)),
-                       spark).localCheckpoint(eager=True)
-    try:
-        return folded.toArrow().num_rows
-    finally:
-        from kafka_audit.jobs.sink import release
+    Returns the rows the fold gave in all (the tests check them)."""
+    from kafka_audit.jobs.sink import release
 
-        release(folded)
+    kafka = warm_up_records(spark)
+    rows = 0
+    for _ in range(rounds):
+        if until():
+            break
+        folded = DataFrame(spark._jvm.kafka_audit.spark.ReadRuns.warmUp(
+            *_fold_args(kafka, -1, mac)), spark).localCheckpoint(eager=True)
+        try:
+            rows += folded.toArrow().num_rows
+        finally:
+            release(folded)
+    return rows

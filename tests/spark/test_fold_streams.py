@@ -73,6 +73,25 @@ def test_the_warm_up_folds_its_made_up_records_one_run_each(spark):
     assert warm_up_fold(spark) == WARM_UP_RECORDS
 
 
+def test_the_warm_up_begins_no_round_once_a_topic_has_come(spark):
+    """The service's warm-up runs its rounds until ``until()`` says a topic has come (the
+    consume job asks the ledger between rounds), so a new topic waits for one round at
+    most: here the third look says so, after two rounds of the twenty asked. A warm-up
+    that ran its rounds regardless, or looked only before the first, folds another
+    count."""
+    from kafka_audit.jobs.consume.transforms import WARM_UP_RECORDS, warm_up_fold
+
+    looks = []
+
+    def until() -> bool:
+        looks.append(1)
+        return len(looks) == 3
+
+    assert warm_up_fold(spark, rounds=20, until=until) == 2 * WARM_UP_RECORDS
+    assert len(looks) == 3
+    assert warm_up_fold(spark, rounds=20, until=lambda: True) == 0
+
+
 @pytest.mark.parametrize("key", [None, b"k" * 32], ids=["no stamp key", "stamp key"])
 def test_the_warm_up_reads_its_records_back_as_the_kafka_client_does(spark, key):
     """The warm-up writes its records as the client's record batches and folds what the
