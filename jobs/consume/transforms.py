@@ -213,10 +213,11 @@ def kafka_source_schema():
 
 #: records of one round of the warm-up (a Spark job of its own)
 WARM_UP_RECORDS = 5000
-#: rounds of the service's warm-up: 100,000 records in all, beside 5,000 in one round the
-#: new topic's first micro-batch 2.9-4.6 s against 4.0-5.3 s and its second 84,000-111,000
-#: records a second against 87,000-102,000 (three pairs each at 40,000 msg/s,
-#: bench/sustained.py, 2026-12-04): the JIT compiles more of the path on more calls
+#: rounds of the service's warm-up: 100,000 records in all. Against 5,000 in one round, the
+#: new topic's first micro-batch took 2.9-4.6 s against 4.0-5.3 s and the service's CPU
+#: while the load ran 30.1-36.6 s against 36.8-42.2 s (three pairs at 40,000 msg/s; 26.6 s
+#: against 35.2 s in two at 15,000; bench/sustained.py --kinds audit, 2026-12-04): the JIT
+#: compiles more of the path before the load, on more calls
 WARM_UP_ROUNDS = 20
 
 
