@@ -435,8 +435,8 @@ class SparkSettings(_Section):
     warm_up: bool = Field(True, description="a service that starts with no audited topic "
                           "yet folds 100,000 made-up records while it waits (decoded as the "
                           "Kafka client decodes a fetch, in twenty rounds inside the one "
-                          "micro-batch of a query of their own, 6-7 s beyond one round's 5 s "
-                          "on 2 cores; no round begins once a topic has come), so that the "
+                          "micro-batch of a query of their own: 10-14 s on 2 cores, 4-5 s "
+                          "for one round; no round begins once a topic has come), so that the "
                           "JVM's first real micro-batch (a new topic's, with its backlog "
                           "growing meanwhile) is not also its slowest (bench/sustained.py); "
                           "with topics to read, their first batch is the warm-up")

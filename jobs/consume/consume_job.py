@@ -378,11 +378,13 @@ def run_consume(spark, settings: Settings, pattern: str | None = None, once: boo
     outage = Outage("consume", StatusWriter(settings.home_dir, "consume"), log,
                     settings.outage.retry_seconds, settings.outage.max_backoff_seconds)
     ledger = LedgerTopics(settings.table_path("acks"))
-    if not once and settings.spark.warm_up and pattern is None and \
-            audited_pattern(settings, ledger) == topic_pattern([]):
-        # nothing to read yet: the first batch is a new topic's; it ends when one comes
-        _warm_up(spark, settings, lambda: stop.is_set() or
-                 audited_pattern(settings, ledger) != topic_pattern([]))
+
+    def nothing_to_read() -> bool:
+        return audited_pattern(settings, ledger) == topic_pattern([])
+
+    if not once and settings.spark.warm_up and pattern is None and nothing_to_read():
+        # the first batch is a new topic's; the warm-up ends when one comes
+        _warm_up(spark, settings, lambda: stop.is_set() or not nothing_to_read())
     while not stop.is_set():
         query = None
         try:

@@ -215,9 +215,10 @@ def kafka_source_schema():
 WARM_UP_RECORDS = 5000
 #: rounds of the service's warm-up: 100,000 records in all. Against 5,000 in one round, the
 #: new topic's first micro-batch took 2.9-4.6 s against 4.0-5.3 s and the service's CPU
-#: while the load ran 30.1-36.6 s against 36.8-42.2 s (three pairs at 40,000 msg/s; 26.6 s
-#: against 35.2 s in two at 15,000; bench/sustained.py --kinds audit, 2026-12-04): the JIT
-#: compiles more of the path before the load, on more calls
+#: while the load ran 30.1-36.6 s against 36.8-42.2 s (three pairs at 40,000 msg/s, the
+#: 100,000 then as one union; 26.6-26.7 s against 35.2 s in two pairs at 15,000, as these
+#: rounds): the JIT compiles more of the path before the load, on more calls. The
+#: commands: docs/benchmarks.md, the sustained row of 2026-12-04 (evening)
 WARM_UP_ROUNDS = 20
 
 
