@@ -243,7 +243,7 @@ def main() -> None:
         time.sleep(args.outage * 60)
         if not producers.alive():
             raise RuntimeError("the producers died during the outage")
-        restart = log_ends(cluster, topic, PARTITIONS)
+        restart = log_ends(cluster.admin(), topic, PARTITIONS)
         backlog = sum(restart[p] - stopped_at.get(p, 0) for p in restart)
         say(f"backlog {backlog:,} records; kafka-audit run again")
         t0, t0_wall = time.monotonic(), time.time()
@@ -292,7 +292,7 @@ def main() -> None:
         service_cpu_reading = service_cpu_whole - cpu_at(cpu_log, planned_at)
         service = Component(settings, "run")  # to judge what is left
         producers.stop()
-        total = sum(log_ends(cluster, topic, PARTITIONS).values())
+        total = sum(log_ends(cluster.admin(), topic, PARTITIONS).values())
         produced = json.loads((home / "produced.json").read_text())
         say(f"producers stopped: {produced}, {total:,} in the log; waiting for every verdict")
 

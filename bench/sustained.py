@@ -20,8 +20,10 @@ stream restarts on it; the bare read subscribed to both from its start).
 In both, once the reader runs, ``kafka-audit produce --acks all --rate R --seconds S``
 writes the load. Every ``--every`` seconds the lag is sampled: the log ends minus the
 offsets of the reader's last committed micro-batch (its checkpoint's ``commits``
-and ``offsets`` files). After the load: the seconds until the lag is 0 (drained), and
-for ``audit`` until ``/v1/summary`` has judged every acknowledged write once.
+and ``offsets`` files), at one instant (the ends read, in one request, between two reads
+of the checkpoint that find the same last batch). After the load: the seconds until the
+lag is 0 (drained), and for ``audit`` until ``/v1/summary`` has judged every acknowledged
+write once.
 
 Reported per rate: each case's worst lag (whole, and past the load's first ``--start``
 seconds), drain time, micro-batches and the longest one (from one commit to the next),
@@ -57,7 +59,7 @@ from steady import (
     say,
 )
 
-from kafka_audit.scenarios.cluster import LocalCluster, wait_until
+from kafka_audit.scenarios.cluster import wait_until
 from kafka_audit.scenarios.harness import Component, settings_file
 from kafka_audit.settings import Settings, get_settings
 
@@ -99,13 +101,30 @@ def commit_times(checkpoint: Path) -> list[float]:
         return []
 
 
-def log_ends(cluster: LocalCluster, topic: str, partitions: int) -> dict[int, int]:
-    return {p: cluster.log_end(topic, p) for p in range(partitions)}
+def log_ends(admin, topic: str, partitions: int) -> dict[int, int]:
+    """Every partition's log end (high watermark), in one request of ``admin`` (the
+    case's one client: a client a call costs a connect and its metadata)."""
+    from confluent_kafka import TopicPartition
+    from confluent_kafka.admin import OffsetSpec
+
+    futures = admin.list_offsets(
+        {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)},
+        request_timeout=5)
+    return {tp.partition: int(f.result(timeout=10).offset) for tp, f in futures.items()}
 
 
-def lag(cluster: LocalCluster, checkpoint: Path, topic: str, partitions: int) -> int:
-    _batch, done = committed_offsets(checkpoint, topic)  # first: the ends can only be later
-    ends = log_ends(cluster, topic, partitions)
+def lag(admin, checkpoint: Path, topic: str, partitions: int, tries: int = 5) -> int:
+    """The log ends minus the last committed micro-batch's end offsets, at one instant:
+    the ends are read between two reads of the checkpoint that find the same last batch,
+    so its offsets held all the while the ends were read (a read the loaded machine
+    stalls for seconds, with a batch committed before it and the ends read after, would
+    count the seconds' writes as lag). A batch committed in between: read again (after
+    ``tries``, the last read, whose ends can only be later than its offsets)."""
+    for _ in range(tries):
+        batch, done = committed_offsets(checkpoint, topic)
+        ends = log_ends(admin, topic, partitions)
+        if committed_offsets(checkpoint, topic)[0] == batch:
+            break
     return sum(end - done.get(p, 0) for p, end in ends.items())
 
 
@@ -195,6 +214,7 @@ class Reader:
 
 def run_case(kind: str, rate: int, args, base: Settings) -> dict:
     cluster = fresh_cluster(base)
+    admin = cluster.admin()  # the lag samples' one client
     home = base.home_dir / f"sustained-{kind}-{rate}-{time.strftime('%H%M%S')}"
     settings = base.model_copy(update={"home": home})
     topic = f"sus-{kind}-{uuid.uuid4().hex[:6]}"
@@ -217,7 +237,7 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
         wait_until(lambda: reader.ready(settings), 300, f"the {kind} reader", every=1)
         time.sleep(args.warm)  # the reader's first triggers before any load
         if earlier:
-            read_earlier_topic(settings, cluster, reader, earlier, parts, args)
+            read_earlier_topic(settings, admin, reader, earlier, parts, args)
         producer = Component(settings, "produce", topic, "--rate", str(rate), "--seconds",
                              str(args.seconds), "--acks", "all", "--size", "100")
         t0 = time.time()
@@ -225,20 +245,20 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
         cpu0 = cpu_by_process(procs)
         batches: dict[int, dict] = {}
         while producer.alive():
-            samples.append((time.time() - t0, lag(cluster, reader.checkpoint, topic, parts)))
+            samples.append((time.time() - t0, lag(admin, reader.checkpoint, topic, parts)))
             reader.batches(settings, batches)
             time.sleep(args.every)
         load_end = time.time() - t0
         cpu = {k: round(v, 1) for k, v in cpu_seconds(cpu0, cpu_by_process(procs)).items()}
         produced = producer.output()
         producer.stop()
-        ends = log_ends(cluster, topic, parts)
+        ends = log_ends(admin, topic, parts)
         say(f"load over after {load_end:.0f}s: {sum(ends.values()):,} in the log; "
             f"worst lag so far {max((s for _t, s in samples), default=0):,}")
         drained = None
         deadline = time.time() + args.drain
         while time.time() < deadline:
-            now = lag(cluster, reader.checkpoint, topic, parts)
+            now = lag(admin, reader.checkpoint, topic, parts)
             samples.append((time.time() - t0, now))
             reader.batches(settings, batches)
             if now <= 0:
@@ -289,7 +309,7 @@ def run_case(kind: str, rate: int, args, base: Settings) -> dict:
     return result
 
 
-def read_earlier_topic(settings: Settings, cluster: LocalCluster, reader: Reader,
+def read_earlier_topic(settings: Settings, admin, reader: Reader,
                        earlier: str, parts: int, args) -> None:
     """``--running``: the earlier topic written (``--running-seconds`` at
     ``--running-rate``), then read by ``reader`` to its end."""
@@ -299,7 +319,7 @@ def read_earlier_topic(settings: Settings, cluster: LocalCluster, reader: Reader
     wait_until(lambda: not producer.alive(), args.running_seconds + 120,
                "the earlier topic's producer", every=1)
     producer.stop()
-    wait_until(lambda: lag(cluster, reader.checkpoint, earlier, parts) == 0, 300,
+    wait_until(lambda: lag(admin, reader.checkpoint, earlier, parts) == 0, 300,
                f"the {reader.kind} reader to read the earlier topic", every=1)
     say(f"{reader.kind}: the earlier topic {earlier} read to its end")
 
