@@ -377,7 +377,10 @@ class ProducerSettings(_Section):
     ledger_flush_seconds: float = Field(1.0, gt=0, description="the ack ledger commits this "
                                                                 "often")
     ledger_flush_rows: int = Field(50000, gt=0, description="... or once this many reports "
-                                   "wait (the Python path; the plugin's spool waits on disk)")
+                                   "wait, or (within a quarter second) once the first "
+                                   "reports of a topic new to the ledger come, so the audit "
+                                   "reads it sooner (the Python path; the plugin's spool "
+                                   "waits on disk)")
     ledger_commits: typing.Literal["direct", "staged"] = Field(
         "direct", description="direct: each producer (and shipper) commits its own segments "
         "to `acks`, one commit a flush each; staged: it hands them over to the service, "

@@ -2,12 +2,13 @@
 
 The delivery callback only appends a tuple to a deque (never blocks, never
 does I/O). A writer thread drains the deque every ``flush_seconds`` (or at
-``flush_rows``), turns the tuples into one Arrow batch of *runs* (the range
-ledger: one row per consecutive seqs at consecutive offsets of one partition,
-split at any gap, duplicate or disorder; failed reports per shared error), writes it to a spool
-segment (``<spool>/<app_id>/<version>.arrow``, fsynced, renamed into place),
-then appends it to the ``acks`` Delta table with delta-rs as an idempotent
-transaction ``(app_id, version)``. A segment is deleted only after its commit.
+``flush_rows``, or at once when a topic's first reports come), turns the tuples
+into one Arrow batch of *runs* (the range ledger: one row per consecutive seqs at
+consecutive offsets of one partition, split at any gap, duplicate or disorder; failed
+reports per shared error), writes it to a spool segment
+(``<spool>/<app_id>/<version>.arrow``, fsynced, renamed into place), then appends it
+to the ``acks`` Delta table with delta-rs as an idempotent transaction
+``(app_id, version)``. A segment is deleted only after its commit.
 
 So a crash never loses an ack (the segment is on disk before anything else)
 and never doubles one (a segment whose version the table's transaction log
@@ -402,6 +403,7 @@ class AckLedger:
             raise LedgerWriteError(f"another live ledger holds {self._spool.folder}")
         self.spool = self._spool.folder
         self._raw: deque[tuple] = deque()
+        self._topics_written: set[str] = set()  # topics of the reports drained so far
         self._lock = threading.Lock()  # one drain at a time
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -453,20 +455,35 @@ class AckLedger:
             recover_orphaned_spools(self.spool_root, self.table_path, self.staged)
         except Exception as exc:  # noqa: BLE001 - recovery is retried by the next ledger
             log.warning("recovering orphaned ack spools failed: %s", exc)
-        # flush every flush_seconds, or sooner once flush_rows reports are waiting; the
-        # row check runs here, off the delivery path (len of a deque is O(1))
+        # flush every flush_seconds, or sooner once flush_rows reports are waiting or the
+        # newest report is of a topic this ledger has not written yet (the first acks of a
+        # topic in the table at once: the audit reads a topic from when the ledger first
+        # names it); the checks run here, off the delivery path (a deque's len and last
+        # item are O(1))
         tick = min(self.flush_seconds, 0.1)
-        last = time.monotonic()
+        soonest = min(self.flush_seconds, 0.25)  # a new topic's flush: 4 commits/s at most
+        last = time.monotonic() - soonest
         while not self._stop.is_set():
             self._wake.wait(tick)
             self._wake.clear()
-            if len(self._raw) < self.flush_rows and time.monotonic() - last < self.flush_seconds:
+            since = time.monotonic() - last
+            if (len(self._raw) < self.flush_rows and since < self.flush_seconds
+                    and not (since >= soonest and self._new_topic_waits())):
                 continue
             last = time.monotonic()
             try:
                 self.flush()
             except Exception as exc:  # noqa: BLE001 - the writer must outlive a bad flush
                 log.exception("ack ledger flush failed: %s", exc)
+
+    def _new_topic_waits(self) -> bool:
+        """Whether the newest buffered report is of a topic no flush of this ledger has
+        written (a sample: one look a tick, so a new topic's reports are found among an
+        old one's in proportion to their share)."""
+        try:
+            return self._raw[-1][1] not in self._topics_written
+        except IndexError:  # nothing buffered (or drained meanwhile)
+            return False
 
     def spooled_segments(self) -> list[Path]:
         return self._spool.segments()
@@ -606,6 +623,7 @@ class AckLedger:
         part = np.fromiter((-1 if x is None else x for x in parts), np.int64, n)
         off = np.fromiter((-1 if x is None else x for x in offsets), np.int64, n)
         names = sorted(set(topics))
+        self._topics_written.update(names)
         topic_ix = (np.zeros(n, np.int64) if len(names) == 1
                     else np.fromiter(map({t: i for i, t in enumerate(names)}.get, topics),
                                      np.int64, n))

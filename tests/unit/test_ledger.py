@@ -169,12 +169,35 @@ def test_writer_thread_flushes_at_flush_rows_without_waiting_for_the_interval(tm
     from kafka_audit.scenarios.cluster import wait_until
 
     led = make(tmp_path, flush_rows=3).start()  # flush_seconds is 60
-    for i in range(3):
+    led.add(report(0))  # the topic's first report: flushed at once (the test below)
+    wait_until(lambda: led.reports_written == 1, 20, "the new topic's flush")
+    for i in range(1, 4):
         led.add(report(i))
-    wait_until(lambda: led.reports_written == 3, 20, "the row-count flush")
+    wait_until(lambda: led.reports_written == 4, 20, "the row-count flush")
     assert led.spooled_segments() == []
     led.close()
-    assert seqs(tmp_path / "acks") == [0, 1, 2]
+    assert seqs(tmp_path / "acks") == [0, 1, 2, 3]
+
+
+def test_a_topics_first_reports_are_committed_at_once_not_at_the_interval(tmp_path):
+    """The audit reads a topic from when the ledger first names it: a producer's first
+    report of a topic is committed within a quarter second, not ``flush_seconds`` (60
+    here) later; a report of a topic already written waits for the interval."""
+    from kafka_audit.scenarios.cluster import wait_until
+
+    led = make(tmp_path)  # its writer started below: these looks are its own
+    led.add(report(0))
+    assert led._new_topic_waits()
+    led.flush()
+    led.add(report(1))
+    assert not led._new_topic_waits()  # "t" is written: this one waits
+    led.add((0, "u", 0, 0, None, 0.002, time.time()))
+    assert led._new_topic_waits()
+    led.start()
+    wait_until(lambda: led.reports_written == 3, 20, "the new topic's first report")
+    topics = DeltaTable(str(tmp_path / "acks")).to_pyarrow_table().column("topic")
+    assert sorted(set(topics.to_pylist())) == ["t", "u"]
+    led.close()
 
 
 def test_reports_become_runs_split_at_every_gap_duplicate_or_disorder(tmp_path):
