@@ -375,12 +375,11 @@ class ProducerSettings(_Section):
                                     "message.timeout.ms: a write not acknowledged by then "
                                     "fails (keep audit.read_retention_seconds above it)")
     ledger_flush_seconds: float = Field(1.0, gt=0, description="the ack ledger commits this "
-                                                                "often")
+                                        "often, and within a quarter second of the first "
+                                        "report of a topic new to it (the audit reads a "
+                                        "topic from when the ledger first names it)")
     ledger_flush_rows: int = Field(50000, gt=0, description="... or once this many reports "
-                                   "wait, or (within a quarter second) once the first "
-                                   "reports of a topic new to the ledger come, so the audit "
-                                   "reads it sooner (the Python path; the plugin's spool "
-                                   "waits on disk)")
+                                   "wait (the Python path; the plugin's spool waits on disk)")
     ledger_commits: typing.Literal["direct", "staged"] = Field(
         "direct", description="direct: each producer (and shipper) commits its own segments "
         "to `acks`, one commit a flush each; staged: it hands them over to the service, "

@@ -321,3 +321,31 @@ def test_the_spool_survives_segment_rollover(tmp_path):
     rows = acks(settings)
     assert sorted(r["seq"] + k for r in rows for k in range(r["count"])) == list(range(200))
     assert os.listdir(tmp_path / "spool") == []
+
+
+def test_a_topics_first_report_is_shipped_at_once_not_at_the_interval(tmp_path):
+    """The audit reads a topic from when the ledger first names it: the shipper ships
+    within a quarter second of the plugin's first report of a topic (its ``topics`` file
+    grows), not ``producer.ledger_flush_seconds`` (60 here) later; a report of a topic
+    already shipped waits for the interval."""
+    settings = Settings(home=tmp_path, producer={"ledger_flush_seconds": 60})
+    p = AuditedProducer({"bootstrap.servers": NOWHERE, "message.timeout.ms": 300}, "u",
+                        settings, native=True)
+
+    def reported() -> bool:  # every report in (poll: AuditedProducer.flush would ship)
+        p.poll(0.1)
+        return len(p) == 0
+
+    try:
+        p.produce("a", b"v")
+        wait_until(reported, 30, "a's report")
+        wait_until(lambda: p.ledger.reports_written == 1, 20, "a's first report shipped")
+        p.produce("a", b"w")
+        wait_until(reported, 30, "a's second report")
+        assert not p.ledger._new_topic_waits()  # "a" is shipped: this one waits
+        p.produce("b", b"v")
+        wait_until(reported, 30, "b's report")
+        wait_until(lambda: p.ledger.reports_written == 3, 20, "b's first report shipped")
+        assert sorted({r["topic"] for r in acks(settings)}) == ["a", "b"]
+    finally:
+        p.close()
