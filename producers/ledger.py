@@ -608,7 +608,10 @@ class AckLedger:
             pass
         if not items:
             return None
-        return self._to_table(items)
+        table = self._to_table(items)
+        # from the rows, whatever made them (a subclass's own _to_table: RabbitLedger)
+        self._topics_written.update(pc.unique(table.column("topic")).to_pylist())
+        return table
 
     def _to_table(self, items: list[tuple]) -> pa.Table:
         """Reports to ledger rows, one per run: consecutive seqs at consecutive offsets of
@@ -623,7 +626,6 @@ class AckLedger:
         part = np.fromiter((-1 if x is None else x for x in parts), np.int64, n)
         off = np.fromiter((-1 if x is None else x for x in offsets), np.int64, n)
         names = sorted(set(topics))
-        self._topics_written.update(names)
         topic_ix = (np.zeros(n, np.int64) if len(names) == 1
                     else np.fromiter(map({t: i for i, t in enumerate(names)}.get, topics),
                                      np.int64, n))

@@ -200,6 +200,25 @@ def test_a_topics_first_reports_are_committed_at_once_not_at_the_interval(tmp_pa
     led.close()
 
 
+def test_a_subclass_s_own_rows_count_as_its_topics_written(tmp_path):
+    """The topics written are read from the rows, whatever made them: RabbitLedger's own
+    ``_to_table`` (reports ``(seq, key, node, outcome, sent, acked)``) included, so its
+    writer flushes early once a key, not at every tick (it cut a publisher's one run into
+    seven rows when the topics came from the Kafka ``_to_table`` alone)."""
+    from kafka_audit.producers.rabbit import RabbitLedger
+
+    led = RabbitLedger(str(tmp_path / "acks"), tmp_path / "spool", "p/r", "p", "r",
+                       Durability("persistent", False, 0, 1), flush_seconds=60)
+    now = time.time()
+    led.add((0, "queue:/q", 1, None, now, now))
+    assert led._new_topic_waits()
+    led.flush()
+    led.add((1, "queue:/q", 1, None, now, now))
+    assert not led._new_topic_waits()
+    led.close()
+    assert [(r["seq"], r["count"]) for r in rows(tmp_path)] == [(0, 1), (1, 1)]
+
+
 def test_reports_become_runs_split_at_every_gap_duplicate_or_disorder(tmp_path):
     led = make(tmp_path)
     # delivery order is not seq order; 0..3 form one run at offsets 10..13
