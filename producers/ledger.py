@@ -42,6 +42,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,6 +74,20 @@ PRIVATE_DIR, PRIVATE_FILE = 0o700, 0o600
 #: the most spooled segments one commit of a direct ledger carries (a flush a segment: a
 #: backlog of minutes catches up in a few commits, each of bounded size)
 BACKLOG_SEGMENTS_PER_COMMIT = 64
+
+
+#: the soonest a flush follows the one before when a topic new to the writer waits (so a
+#: producer meeting many new topics adds at most four commits a second)
+NEW_TOPIC_GAP_SECONDS = 0.25
+
+
+def flush_due(since: float, flush_seconds: float, new_topic: Callable[[], bool]) -> bool:
+    """Whether a ledger writer whose last flush was ``since`` seconds ago flushes now: at
+    its interval, or sooner (``NEW_TOPIC_GAP_SECONDS`` at the least) when ``new_topic()``
+    says a topic it has not written yet waits (the audit reads a topic from when the
+    ledger first names it). The Python ledger's and the plugin shipper's one rule."""
+    return since >= flush_seconds or (
+        since >= min(flush_seconds, NEW_TOPIC_GAP_SECONDS) and new_topic())
 
 
 def _reports(table: pa.Table) -> int:
@@ -461,14 +476,12 @@ class AckLedger:
         # names it); the checks run here, off the delivery path (a deque's len and last
         # item are O(1))
         tick = min(self.flush_seconds, 0.1)
-        soonest = min(self.flush_seconds, 0.25)  # a new topic's flush: 4 commits/s at most
-        last = time.monotonic() - soonest
+        last = time.monotonic() - NEW_TOPIC_GAP_SECONDS
         while not self._stop.is_set():
             self._wake.wait(tick)
             self._wake.clear()
-            since = time.monotonic() - last
-            if (len(self._raw) < self.flush_rows and since < self.flush_seconds
-                    and not (since >= soonest and self._new_topic_waits())):
+            if len(self._raw) < self.flush_rows and not flush_due(
+                    time.monotonic() - last, self.flush_seconds, self._new_topic_waits):
                 continue
             last = time.monotonic()
             try:

@@ -53,7 +53,13 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from kafka_audit.errors import AuditorError, LedgerWriteError
-from kafka_audit.producers.ledger import SpoolCommitter, private_dir, private_file
+from kafka_audit.producers.ledger import (
+    NEW_TOPIC_GAP_SECONDS,
+    SpoolCommitter,
+    flush_due,
+    private_dir,
+    private_file,
+)
 from kafka_audit.producers.native import SpoolState
 from kafka_audit.schemas.policy import Durability
 from kafka_audit.schemas.systems import KAFKA
@@ -548,12 +554,10 @@ class NativeShipper:
         # ship every flush_seconds, or within a quarter second of a topic's first report
         # (a stat of the topics file a tick: the plugin appends a line at each new topic)
         tick = min(self.flush_seconds, 0.1)
-        soonest = min(self.flush_seconds, 0.25)
-        last = time.monotonic() - soonest
+        last = time.monotonic() - NEW_TOPIC_GAP_SECONDS
         while not self._stop.wait(tick):
-            since = time.monotonic() - last
-            if since < self.flush_seconds and not (since >= soonest
-                                                   and self._new_topic_waits()):
+            if not flush_due(time.monotonic() - last, self.flush_seconds,
+                             self._new_topic_waits):
                 continue
             last = time.monotonic()
             try:
